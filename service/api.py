@@ -1,0 +1,113 @@
+"""Thin HTTP handlers: decode, call one operation, encode in kagent's envelope."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.handlers import HTTPRouteHandler
+
+from service import operations
+from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
+from service.identity import Caller, resolve_caller
+from service.migrate import check_kagent_schema
+from service.operations import Services
+from service.schemas import Envelope, ForkRequest
+
+T = TypeVar("T")
+AnyRequest = Request[Any, Any, Any]
+_encoder = msgspec.json.Encoder()
+
+
+def services(request: AnyRequest) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+def ok(data: object, message: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
+    return Response(
+        content=_encoder.encode(Envelope(data=data, message=message)),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def checked_id(value: str, what: str = "session id") -> str:
+    if not value or len(value) > 256 or "\x00" in value:
+        raise BadRequest(f"{what} must be 1 to 256 characters without NUL")
+    return value
+
+
+async def decode_body(request: AnyRequest, kind: type[T]) -> T:
+    """The JSON body as `kind`; an empty body means every field at its default."""
+    body = await request.body()
+    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if body.strip() and media not in ("", "application/json") and not media.endswith("+json"):
+        raise UnsupportedMediaType(f"Content-Type must be application/json, got {media!r}")
+    try:
+        return msgspec.json.decode(body if body.strip() else b"{}", type=kind)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"invalid request body: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+
+
+def caller_of(request: AnyRequest) -> Caller:
+    headers = {name: request.headers.getall(name) for name in request.headers}
+    query = {name: request.query_params.getall(name) for name in request.query_params}
+    return resolve_caller(services(request).settings, headers, query)
+
+
+def idempotency_key(request: AnyRequest) -> str | None:
+    values = request.headers.getall("idempotency-key", [])
+    if len(values) > 1:
+        raise BadRequest("header Idempotency-Key must be given once")
+    if not values:
+        return None
+    return checked_id(values[0], "Idempotency-Key")
+
+
+@post("/api/sessions/{session_id:str}/fork", status_code=201)
+async def fork_session(request: AnyRequest, session_id: str) -> Response[bytes]:
+    req = await decode_body(request, ForkRequest)
+    caller = caller_of(request)
+    outcome = await operations.fork(services(request), caller, checked_id(session_id), req, idempotency_key(request))
+    if outcome.replayed:
+        return ok(
+            outcome.data, "Fork already created for this Idempotency-Key", headers={"Idempotent-Replayed": "true"}
+        )
+    if not outcome.created:
+        return ok(outcome.data, "Fork plan: nothing was written")
+    return ok(
+        outcome.data,
+        "Successfully forked session",
+        status=201,
+        headers={"Location": f"/api/sessions/{outcome.session_id}"},
+    )
+
+
+@get("/healthz")
+async def healthz() -> Response[bytes]:
+    return ok({"status": "ok"}, "alive")
+
+
+@get("/readyz")
+async def readyz(request: AnyRequest) -> Response[bytes]:
+    svc = services(request)
+    try:
+        async with svc.pool.acquire(timeout=5) as conn:
+            schema = await check_kagent_schema(svc.store, conn)
+    except ServiceError:
+        raise
+    except Exception as exc:  # any failure to reach or read the database means "not ready"
+        raise DatabaseUnavailable(f"not ready: {type(exc).__name__}") from None
+    return ok(
+        {"status": "ready", "product_line": schema.product_line, "migration_version": schema.migration_version},
+        "ready",
+    )
+
+
+def handlers() -> list[HTTPRouteHandler]:
+    return [fork_session, healthz, readyz]

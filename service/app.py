@@ -1,0 +1,129 @@
+"""create_app(settings): routes, the pool's lifespan, and the one mapping of errors to kagent's envelope."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException
+
+from service import api
+from service.config import Settings
+from service.errors import DatabaseUnavailable, ServiceError, envelope
+from service.migrate import check_kagent_schema, migrate
+from service.operations import Services
+from service.store import Store
+
+log = logging.getLogger("kagent_fork")
+
+# Errors that mean "the database is unreachable or dropped our connection", never "the request is
+# wrong": the request is answered 503 and the pool is refreshed so the next request reconnects.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.CrashShutdownError,
+)
+_RETRYABLE = (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
+
+
+_tasks: set[asyncio.Task[None]] = set()
+
+
+def _background(coro: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[bytes]:
+    return Response(
+        content=msgspec.json.encode(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    """Every failure, the framework's own included, as {"error": "<text>"}: never a stack trace."""
+    if isinstance(exc, ServiceError):
+        return _json(exc.status, envelope(exc.message))
+    if isinstance(exc, HTTPException):
+        detail = exc.detail if isinstance(exc.detail, str) and exc.detail else "request refused"
+        return _json(exc.status_code, envelope(detail), headers=exc.headers)
+    if isinstance(exc, CONNECTION_ERRORS):
+        services: Services | None = getattr(request.app.state, "services", None)
+        if services is not None:
+            # The pool's other connections are probably dead too: drop them all so the next
+            # requests reconnect instead of failing one by one.
+            _background(services.pool.expire_connections())
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return _json(DatabaseUnavailable.status, envelope("database unavailable, try again later"))
+    if isinstance(exc, _RETRYABLE):
+        return _json(409, envelope("the session changed while this request ran; try again"))
+    log.exception("unexpected error")
+    return _json(500, envelope("internal error"))
+
+
+async def open_pool(settings: Settings, dsn: str) -> asyncpg.Pool:
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, command_timeout=None
+    )
+    return pool
+
+
+async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool) -> None:
+    """Refuse a database that is not kagent's; create or migrate the service's own schema."""
+    async with pool.acquire() as conn:
+        schema = await check_kagent_schema(store, conn)
+        version = await migrate(conn, settings.service_schema)
+    log.info(
+        "kagent database: line %s (migration %s); service schema %s at version %s",
+        schema.product_line,
+        schema.migration_version,
+        settings.service_schema,
+        version,
+    )
+
+
+def create_app(settings: Settings, dsn: str) -> Litestar:
+    store = Store(settings.service_schema)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        pool = await open_pool(settings, dsn)
+        try:
+            await prepare_database(settings, store, pool)
+            app.state.services = Services(settings=settings, store=store, pool=pool)
+            yield
+        finally:
+            await pool.close()
+
+    return Litestar(
+        route_handlers=api.handlers(),
+        lifespan=[lifespan],
+        exception_handlers={Exception: error_response},
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=None,
+        debug=False,
+    )
+
+
+def app_from_env() -> Litestar:
+    """The application as uvicorn builds it in each worker (`factory=True`): settings from the environment."""
+    import os
+
+    from service.config import from_env
+
+    settings = from_env(os.environ)
+    dsn = os.environ.get("KAGENT_FORK_RESOLVED_DSN") or settings.database_url
+    if not dsn:
+        raise RuntimeError("kagent-fork: DATABASE_URL is not set")
+    return create_app(settings, dsn)

@@ -1,0 +1,194 @@
+"""A small demo conversation for the embedded database: one session per kagent product line.
+
+The rows have the shapes kagent stores (see ../shared/samples): Python ADK events without nulls,
+legacy A2A tasks (0.10.x) and A2A v1.0 tasks (main), one task per turn.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from service.store import Connection
+
+DEMO_USER = "admin@kagent.dev"
+DEMO_AGENT = "kagent__NS__k8s_agent"
+LEGACY_SESSION = "demo-legacy-session"
+V1_SESSION = "demo-v1-session"
+
+_QUESTIONS = [
+    ("What's the weather in Paris?", "get_weather", {"city": "Paris"}, {"temp_c": 14.0, "sky": "cloudy"},
+     "It is 14°C and cloudy in Paris."),
+    ("And in Berlin?", "get_weather", {"city": "Berlin"}, {"temp_c": 9.0, "sky": "rain"},
+     "It is 9°C and raining in Berlin."),
+    ("Which city is warmer?", None, None, None, "Paris is warmer than Berlin right now, by 5°C."),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Turn:
+    invocation_id: str
+    question: str
+    tool: str | None
+    args: dict[str, Any] | None
+    result: dict[str, Any] | None
+    answer: str
+
+
+def _event(invocation_id: str, author: str, parts: list[dict[str, Any]], at: datetime) -> tuple[str, str]:
+    event_id = str(uuid.uuid4())
+    data = {
+        "content": {"parts": parts, "role": "user" if author == "user" else "model"},
+        "invocation_id": invocation_id,
+        "author": author,
+        "actions": {"state_delta": {}, "artifact_delta": {}, "requested_auth_configs": {},
+                    "requested_tool_confirmations": {}},
+        "id": event_id,
+        "timestamp": at.timestamp(),
+    }  # fmt: skip
+    return event_id, msgspec.json.encode(data).decode()
+
+
+def _events(turn: _Turn, at: datetime) -> list[tuple[str, datetime, str]]:
+    rows: list[tuple[str, str, list[dict[str, Any]]]] = [(turn.invocation_id, "user", [{"text": turn.question}])]
+    if turn.tool is not None:
+        call_id = f"adk-{uuid.uuid4()}"
+        rows.append(
+            (
+                turn.invocation_id,
+                "k8s_agent",
+                [{"function_call": {"id": call_id, "args": turn.args, "name": turn.tool}}],
+            )
+        )
+        rows.append(
+            (
+                turn.invocation_id,
+                "k8s_agent",
+                [{"function_response": {"id": call_id, "name": turn.tool, "response": turn.result}}],
+            )
+        )
+    rows.append((turn.invocation_id, "k8s_agent", [{"text": turn.answer}]))  # fmt: skip
+    out = []
+    for i, (inv, author, parts) in enumerate(rows):
+        when = at + timedelta(milliseconds=10 * (i + 1))
+        event_id, data = _event(inv, author, parts, when)
+        out.append((event_id, when, data))
+    return out
+
+
+def _legacy_task(turn: _Turn, session_id: str, at: datetime) -> dict[str, Any]:
+    task_id = str(uuid.uuid4())
+    meta: dict[str, Any] = {"adk_app_name": "k8s_agent", "adk_user_id": DEMO_USER, "adk_session_id": session_id}
+
+    def message(role: str, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": "message", "messageId": str(uuid.uuid4()), "role": role, "parts": parts,
+                "taskId": task_id, "contextId": session_id, "metadata": extra}  # fmt: skip
+
+    history = [message("user", [{"kind": "text", "text": turn.question}], {"adk_invocation_id": turn.invocation_id})]
+    agent_meta = {"adk_invocation_id": turn.invocation_id, "adk_author": "k8s_agent"}
+    if turn.tool is not None:
+        history.append(
+            message(
+                "agent",
+                [
+                    {
+                        "kind": "data",
+                        "data": {"name": turn.tool, "args": turn.args},
+                        "metadata": {"adk_type": "function_call"},
+                    }
+                ],
+                agent_meta,
+            )
+        )
+        history.append(
+            message(
+                "agent",
+                [
+                    {
+                        "kind": "data",
+                        "data": {"name": turn.tool, "response": turn.result},
+                        "metadata": {"adk_type": "function_response"},
+                    }
+                ],
+                agent_meta,
+            )
+        )
+    history.append(message("agent", [{"kind": "text", "text": turn.answer}], agent_meta))  # fmt: skip
+    return {"kind": "task", "id": task_id, "contextId": session_id,
+            "status": {"state": "completed", "timestamp": at.isoformat().replace("+00:00", "Z")},
+            "history": history, "metadata": meta}  # fmt: skip
+
+
+def _v1_task(turn: _Turn, session_id: str, at: datetime) -> dict[str, Any]:
+    task_id = str(uuid.uuid4())
+    user = {
+        "messageId": str(uuid.uuid4()),
+        "contextId": session_id,
+        "taskId": task_id,
+        "role": "ROLE_USER",
+        "parts": [{"text": turn.question}],
+        "metadata": {"adk_invocation_id": turn.invocation_id},
+    }
+    artifacts = []
+    if turn.tool is not None:
+        artifacts.append(
+            {
+                "artifactId": str(uuid.uuid4()),
+                "parts": [
+                    {"data": {"name": turn.tool, "args": turn.args}, "metadata": {"adk_type": "function_call"}},
+                    {
+                        "data": {"name": turn.tool, "response": turn.result},
+                        "metadata": {"adk_type": "function_response"},
+                    },
+                ],
+            }
+        )
+    artifacts.append({"artifactId": str(uuid.uuid4()), "parts": [{"text": turn.answer}]})
+    return {"id": task_id, "contextId": session_id,
+            "status": {"state": "TASK_STATE_COMPLETED", "timestamp": at.isoformat().replace("+00:00", "Z")},
+            "artifacts": artifacts, "history": [user],
+            "metadata": {"adk_app_name": "k8s_agent", "adk_user_id": DEMO_USER,
+                         "adk_session_id": session_id}}  # fmt: skip
+
+
+async def insert_demo(conn: Connection) -> list[tuple[str, list[str]]]:
+    """Insert the two demo sessions (if absent); return (session id, invocation ids) of each."""
+    start = datetime.now(UTC) - timedelta(hours=1)
+    made = []
+    for offset, (session_id, name, protocol, build) in enumerate(
+        [
+            (LEGACY_SESSION, "Weather (kagent 0.10.x)", None, _legacy_task),
+            (V1_SESSION, "Weather (kagent main)", "1.0", _v1_task),
+        ]
+    ):
+        turns = [_Turn(f"e-{uuid.uuid4()}", *q) for q in _QUESTIONS]
+        at = start + timedelta(minutes=10 * offset)
+        exists = await conn.fetchval(
+            "SELECT count(*) FROM session WHERE id = $1 AND user_id = $2", session_id, DEMO_USER
+        )
+        if exists:
+            continue
+        await conn.execute(
+            "INSERT INTO session (id, user_id, name, agent_id, source, created_at, updated_at) "
+            "VALUES ($1, $2, $3, $4, 'user', $5, $5)",
+            session_id, DEMO_USER, name, DEMO_AGENT, at,
+        )  # fmt: skip
+        for i, turn in enumerate(turns):
+            turn_at = at + timedelta(minutes=i)
+            task = build(turn, session_id, turn_at)
+            await conn.execute(
+                "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+                "VALUES ($1, $2, $2, $3, $4, $5, $6)",
+                task["id"], turn_at, msgspec.json.encode(task).decode(), session_id, protocol, DEMO_USER,
+            )  # fmt: skip
+            await conn.executemany(
+                "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) "
+                "VALUES ($1, $2, $3, $4, $4, $5)",
+                [(eid, DEMO_USER, session_id, when, data) for eid, when, data in _events(turn, turn_at)],
+            )
+        made.append((session_id, [t.invocation_id for t in turns]))
+    return made

@@ -1,0 +1,150 @@
+"""Planning a fork: pure functions over values, no I/O.
+
+The operations in operations.py gather facts from the database and ask these functions what the
+fork must hold; the task rows of the fork are built here, one at a time, from the source rows.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from service import tasks
+from service.errors import Unprocessable
+from service.store import NewTask, TaskRow
+from service.tasks import JSON, TaskDialect
+
+Layout = str  # "merged" | "per_task"
+
+# An invocation id made only of these characters appears verbatim in any JSON encoding of it, so a
+# plain text search can pre-filter rows before parsing them.
+_VERBATIM = re.compile(r"^[A-Za-z0-9._:@+=-]+$")
+
+
+def verbatim_in_json(text: str) -> bool:
+    return bool(_VERBATIM.match(text))
+
+
+def default_name(source_name: str | None, first_user_text: str | None) -> str:
+    """`Fork of <name>`; for an unnamed source or the UI's placeholder `Chat`, the first user message."""
+    if source_name and source_name != "Chat":
+        return f"Fork of {source_name}"
+    if first_user_text and first_user_text.strip():
+        return f'Fork of "{" ".join(first_user_text.split())[:60]}"'
+    return "Fork of chat"
+
+
+def choose_layout(requested: str, dialects: set[TaskDialect]) -> Layout:
+    """`auto`: the layout kagent's UI of the tasks' line renders as the same conversation.
+
+    The 0.10.x UI builds a chat from task.history alone, so one merged task reads right; the main
+    line's UI shows each task's user messages and then its artifacts, so merging v1 tasks would put
+    every question before every answer: they are copied one by one.
+    """
+    if requested == "merged":
+        if len(dialects) > 1:
+            raise Unprocessable("task_layout merged cannot merge legacy and A2A v1.0 tasks into one task")
+        return "merged"
+    if requested == "per_task":
+        return "per_task"
+    return "merged" if dialects == {TaskDialect.LEGACY} else "per_task"
+
+
+def dialect_of(row: TaskRow) -> TaskDialect:
+    dialect = TaskDialect.of(row.protocol_version)
+    if dialect is None:
+        raise Unprocessable(f"task {row.id} has protocol_version {row.protocol_version!r}, unknown to this service")
+    return dialect
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundaryTask:
+    """The first task carrying the boundary invocation, and where its history is cut (0: not kept)."""
+
+    row: TaskRow
+    cut: int
+
+
+def find_boundary_task(candidates: Sequence[TaskRow], invocation_id: str) -> BoundaryTask | None:
+    for row in candidates:
+        try:
+            data = tasks.decode(row.data)
+        except tasks.TaskFormatError:
+            continue  # an unreadable row is never a boundary
+        if invocation_id in tasks.invocation_ids(data):
+            index = tasks.cut_index(data, dialect_of(row), invocation_id)
+            return BoundaryTask(row=row, cut=index or 0)
+    return None
+
+
+@dataclass(kw_only=True)
+class TaskCopier:
+    """Builds the fork's task rows from the kept source tasks, fed oldest first.
+
+    per_task: each task is copied with a new id; merged: the kept histories become one completed task.
+    """
+
+    layout: Layout
+    session_id: str
+    user_id: str
+    now: datetime
+    messages: int = 0
+    written: int = 0
+    warnings: list[str] = field(default_factory=list)
+    _merge: list[JSON] = field(default_factory=list)
+    _merge_dialect: TaskDialect | None = None
+    _merge_created_at: datetime | None = None
+    _merge_version: str | None = None
+
+    def _rewrite(self) -> tasks.Rewrite:
+        return tasks.Rewrite(task_id=str(uuid.uuid4()), context_id=self.session_id, user_id=self.user_id)
+
+    def add(self, row: TaskRow, cut: int | None = None) -> NewTask | None:
+        """Take one source task (only history[:cut] of it when cut is given); return a row to write."""
+        dialect = dialect_of(row)
+        try:
+            data = tasks.decode(row.data)
+        except tasks.TaskFormatError as exc:
+            raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
+        if cut is not None:
+            data = tasks.cut(data, dialect, cut)
+        elif not tasks.is_terminal(data, dialect):
+            # A turn that never finished (its agent gone): copying it live would make kagent's UI
+            # resubscribe to a task nobody runs, so its copy is closed as canceled.
+            self.warnings.append(f"task {row.id} was left in state {tasks.state(data)!r}; its copy is marked canceled")
+            data = tasks.cancel(data, dialect)
+        if self.layout == "merged":
+            self._merge.append(data)
+            self._merge_dialect = dialect
+            self._merge_created_at = self._merge_created_at or row.created_at
+            self._merge_version = row.protocol_version
+            return None
+        self.messages += len(tasks.history(data))
+        self.written += 1
+        rw = self._rewrite()
+        return self._row(rw.task_id, row.created_at, tasks.encode(tasks.rewrite(data, rw)), row.protocol_version)
+
+    def finish(self) -> NewTask | None:
+        """The merged task, once every kept task has been added (per_task: nothing more)."""
+        if self.layout != "merged" or not self._merge:
+            return None
+        assert self._merge_dialect is not None and self._merge_created_at is not None
+        rw = self._rewrite()
+        merged, count = tasks.merge(self._merge, self._merge_dialect, rw)
+        self.messages += count
+        self.written += 1
+        return self._row(rw.task_id, self._merge_created_at, tasks.encode(merged), self._merge_version)
+
+    def _row(self, task_id: str, created_at: datetime, data: str, protocol_version: str | None) -> NewTask:
+        return NewTask(
+            id=task_id,
+            created_at=created_at,
+            updated_at=self.now,
+            data=data,
+            session_id=self.session_id,
+            protocol_version=protocol_version,
+            user_id=self.user_id,
+        )

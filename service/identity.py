@@ -1,0 +1,110 @@
+"""Who is calling, resolved exactly as kagent's backend does (go/core/internal/httpserver/auth).
+
+- unsecure: the `user_id` query parameter, else `X-User-Id`, else `admin@kagent.dev`.
+- trusted-proxy: `Authorization: Bearer <JWT>` is required; the user is a claim (default `sub`, with
+  `sub` as fallback), decoded without verifying the signature: the proxy in front has verified it.
+  Agent calls (`X-Agent-Name`) name the user with `user_id` / `X-User-Id`, else the token's `sub`.
+- `X-Share-Token` lets the caller act on the share's session as its owner (read-only or not).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from service.config import Settings
+from service.errors import BadRequest, Forbidden, Unauthorized
+from service.store import Share
+
+DEFAULT_USER = "admin@kagent.dev"
+_SINGLE_HEADERS = ("authorization", "x-user-id", "x-share-token", "x-agent-name", "idempotency-key")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caller:
+    user_id: str
+    share_token: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Access:
+    """What the caller may do with one session: whose rows it is, and whether writes are allowed."""
+
+    owner: str
+    read_only: bool
+    via_share: bool
+
+
+def _one(headers: Mapping[str, Sequence[str]], name: str) -> str | None:
+    values = headers.get(name, ())
+    if len(values) > 1:
+        raise BadRequest(f"header {name} must be given once, got {len(values)}")
+    return values[0] if values else None
+
+
+def _claims(token: str) -> dict[str, object]:
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise Unauthorized("unauthenticated: the bearer token is not a JWT")
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = msgspec.json.decode(base64.urlsafe_b64decode(payload.encode("ascii")))
+    except (binascii.Error, ValueError, UnicodeEncodeError, msgspec.DecodeError):
+        raise Unauthorized("unauthenticated: the bearer token's claims cannot be read") from None
+    if not isinstance(claims, dict):
+        raise Unauthorized("unauthenticated: the bearer token's claims are not an object")
+    return claims
+
+
+def _checked(user_id: str, source: str) -> str:
+    if len(user_id) > 256 or "\x00" in user_id:
+        raise BadRequest(f"{source} must be at most 256 characters without NUL")
+    return user_id
+
+
+def resolve_caller(
+    settings: Settings, headers: Mapping[str, Sequence[str]], query: Mapping[str, Sequence[str]]
+) -> Caller:
+    """The calling user. `headers` maps lower-case names to all their values."""
+    for name in _SINGLE_HEADERS:
+        _one(headers, name)
+    query_values = query.get("user_id", ())
+    if len(query_values) > 1:
+        raise BadRequest("query parameter user_id must be given once")
+    explicit = (query_values[0] if query_values else None) or _one(headers, "x-user-id")
+    share_token = _one(headers, "x-share-token") or None
+    if share_token is not None:
+        _checked(share_token, "X-Share-Token")
+
+    if settings.auth_mode == "unsecure":
+        return Caller(user_id=_checked(explicit or DEFAULT_USER, "user id"), share_token=share_token)
+
+    authorization = _one(headers, "authorization") or ""
+    if not authorization.startswith("Bearer "):
+        raise Unauthorized("unauthenticated: missing or invalid Authorization header")
+    claims = _claims(authorization.removeprefix("Bearer ").strip())
+    if _one(headers, "x-agent-name"):
+        user = explicit or claims.get("sub")
+    else:
+        user = claims.get(settings.user_id_claim)
+        if not user and settings.user_id_claim != "sub":
+            user = claims.get("sub")
+    if not isinstance(user, str) or not user:
+        raise Unauthorized("unauthenticated: the bearer token names no user")
+    return Caller(user_id=_checked(user, "user id"), share_token=share_token)
+
+
+def access_for(caller: Caller, session_id: str, share: Share | None) -> Access:
+    """Whose session `session_id` is for this caller. A share of another session does not apply
+    (kagent falls back to the caller's own sessions); an unknown token is refused."""
+    if caller.share_token is None:
+        return Access(owner=caller.user_id, read_only=False, via_share=False)
+    if share is None:
+        raise Forbidden("Invalid or expired share token")
+    if share.session_id != session_id:
+        return Access(owner=caller.user_id, read_only=False, via_share=False)
+    return Access(owner=share.owner, read_only=share.read_only, via_share=True)

@@ -1,0 +1,334 @@
+"""The service's operations, each one transaction, shared by the HTTP API and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+import msgspec
+
+from service import fork as plan
+from service import tasks
+from service.config import Settings
+from service.errors import NotFound, Unprocessable
+from service.identity import Access, Caller, access_for
+from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, Session, rfc3339
+from service.store import TASK_WRITE_BATCH_BYTES, Connection, Lineage, NewTask, SessionRow, Store, TaskRow
+
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Services:
+    settings: Settings
+    store: Store
+    pool: asyncpg.Pool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkOutcome:
+    data: ForkedSession | ForkPlan | msgspec.Raw
+    created: bool  # 201 with a Location, else 200
+    replayed: bool
+    session_id: str | None
+
+
+def session_json(row: SessionRow) -> Session:
+    return Session(
+        id=row.id,
+        user_id=row.user_id,
+        name=row.name,
+        agent_id=row.agent_id,
+        source=row.source,
+        created_at=rfc3339(row.created_at),
+        updated_at=rfc3339(row.updated_at),
+    )
+
+
+async def resolve_access(svc: Services, conn: Connection, caller: Caller, session_id: str) -> Access:
+    share = None
+    if caller.share_token is not None:
+        share = await svc.store.share_by_token(conn, caller.share_token)
+    return access_for(caller, session_id, share)
+
+
+async def visible_session(
+    svc: Services, conn: Connection, caller: Caller, session_id: str, *, lock: bool = False
+) -> tuple[SessionRow, Access]:
+    """The session as the caller may see it; 404 alike for missing and not visible."""
+    access = await resolve_access(svc, conn, caller, session_id)
+    row = await svc.store.get_session(conn, session_id, access.owner, lock=lock)
+    if row is None:
+        raise NotFound("Session not found")
+    return row, access
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Cut:
+    """Where the fork ends: events and whole tasks before these times, and maybe part of one task."""
+
+    events_before: datetime | None
+    tasks_before: datetime | None
+    partial: plan.BoundaryTask | None
+    boundary_found: bool
+    warnings: tuple[str, ...]
+
+
+async def _find_cut(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> _Cut:
+    store, sid, owner = svc.store, source.id, source.user_id
+    boundary = req.rewind_before_invocation_id
+    warnings: list[str] = []
+    events_before = tasks_before = None
+    partial = None
+    found = False
+    if boundary is not None:
+        prefilter = plan.verbatim_in_json(boundary)
+        events_before = await store.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
+        candidates = await store.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+        boundary_task = plan.find_boundary_task(candidates, boundary)
+        found = events_before is not None or boundary_task is not None
+        if not found:
+            if req.if_boundary_missing == "error":
+                raise NotFound(f"invocation {boundary} not found in session {sid}")
+            warnings.append(f"invocation {boundary} not found in the session: the whole conversation is copied")
+        elif boundary_task is None:
+            tasks_before = events_before
+            warnings.append(f"no task carries invocation {boundary}: tasks created before its first event are copied")
+        else:
+            tasks_before = boundary_task.row.created_at
+            partial = boundary_task if boundary_task.cut > 0 else None
+            if events_before is None:
+                events_before = boundary_task.row.created_at
+    if partial is None:
+        running = await _running_turn(svc, conn, source, tasks_before)
+        if running is not None:
+            invocation, row, state = running
+            warnings.append(
+                f"the last turn{f' (invocation {invocation})' if invocation else ''} is still running "
+                f"(task {row.id} is {state!r}): it is left out of the fork"
+            )
+            tasks_before = row.created_at
+            start = None
+            if invocation is not None:
+                start = await store.boundary_event_at(
+                    conn, sid, owner, invocation, prefilter=plan.verbatim_in_json(invocation)
+                )
+            start = start or row.created_at
+            events_before = start if events_before is None else min(events_before, start)
+    return _Cut(
+        events_before=events_before,
+        tasks_before=tasks_before,
+        partial=partial,
+        boundary_found=found,
+        warnings=tuple(warnings),
+    )
+
+
+async def _running_turn(
+    svc: Services, conn: Connection, source: SessionRow, before: datetime | None
+) -> tuple[str | None, TaskRow, str | None] | None:
+    """The last kept task, if the agent is still running it: (its first invocation, row, state)."""
+    row = await svc.store.last_task_before(conn, source.id, source.user_id, before)
+    if row is None:
+        return None
+    try:
+        data = tasks.decode(row.data)
+    except tasks.TaskFormatError:
+        return None
+    if tasks.is_terminal(data, plan.dialect_of(row)):
+        return None
+    invocations = tasks.invocation_ids(data)
+    return (invocations[0] if invocations else None), row, tasks.state(data)
+
+
+async def _lineage_parent(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, str, int]:
+    """(root session, root owner, depth of the new fork)."""
+    parent = await svc.store.lineage_of(conn, source.id, source.user_id)
+    if parent is None:
+        return source.id, source.user_id, 1
+    depth = parent.depth + 1
+    if depth > svc.settings.max_fork_depth:
+        raise Unprocessable(f"fork depth {depth} is over the limit of {svc.settings.max_fork_depth} (MAX_FORK_DEPTH)")
+    return parent.root_session_id, parent.root_user_id, depth
+
+
+async def _default_name(svc: Services, conn: Connection, source: SessionRow) -> str:
+    if source.name and source.name != "Chat":
+        return plan.default_name(source.name, None)
+    text = None
+    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, None):
+        try:
+            text = tasks.first_user_text(tasks.decode(row.data), plan.dialect_of(row))
+        except (tasks.TaskFormatError, Unprocessable):
+            text = None
+        break
+    if text is None:
+        text = await svc.store.first_user_event_text(conn, source.id, source.user_id)
+    return plan.default_name(source.name, text)
+
+
+def request_hash(session_id: str, req: ForkRequest) -> str:
+    return hashlib.sha256(session_id.encode() + b"\n" + _encoder.encode(req)).hexdigest()
+
+
+async def fork(
+    svc: Services, caller: Caller, session_id: str, req: ForkRequest, idempotency_key: str | None = None
+) -> ForkOutcome:
+    """Fork chat from here: a new session holding the conversation before the boundary turn."""
+    async with svc.pool.acquire() as conn:
+        if idempotency_key is None or req.dry_run:
+            return await _fork_once(svc, conn, caller, session_id, req, None)
+        digest = request_hash(session_id, req)
+        scope = f"fork:{caller.user_id}"
+        # Concurrent retries of one key wait here, then find the first one's answer.
+        await svc.store.lock_key(conn, scope, idempotency_key)
+        try:
+            stored = await svc.store.idempotent_answer(
+                conn, caller.user_id, idempotency_key, svc.settings.idempotency_ttl_seconds
+            )
+            if stored is not None:
+                stored_hash, answer = stored
+                if stored_hash != digest:
+                    raise Unprocessable("Idempotency-Key was already used with a different request")
+                return ForkOutcome(data=msgspec.Raw(answer.encode()), created=False, replayed=True, session_id=None)
+            return await _fork_once(svc, conn, caller, session_id, req, (idempotency_key, digest))
+        finally:
+            if not conn.is_closed():
+                await svc.store.unlock_key(conn, scope, idempotency_key)
+
+
+async def _fork_once(
+    svc: Services,
+    conn: Connection,
+    caller: Caller,
+    session_id: str,
+    req: ForkRequest,
+    idempotency: tuple[str, str] | None,
+) -> ForkOutcome:
+    store = svc.store
+    # One snapshot for every read: a rewind or an agent appending events while the fork runs
+    # changes nothing the fork sees, so the fork is a prefix of one state of the conversation.
+    async with conn.transaction(isolation="repeatable_read"):
+        source, _access = await visible_session(svc, conn, caller, session_id)
+        sid, owner = source.id, source.user_id
+        if await store.has_external_state(conn, sid, owner):
+            raise Unprocessable(
+                "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
+            )
+        cut = await _find_cut(svc, conn, source, req)
+        has_tasks = await store.last_task_before(conn, sid, owner, None) is not None
+        if has_tasks and not await store.has_events(conn, sid, owner):
+            raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
+        root_id, _root_owner, depth = await _lineage_parent(svc, conn, source)
+        name = req.name or await _default_name(svc, conn, source)
+        dialects = await _kept_dialects(svc, conn, source, cut)
+        layout = plan.choose_layout(req.task_layout, dialects)
+        now = await store.now(conn)
+        new_id = str(uuid.uuid4())
+        copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
+        warnings = list(cut.warnings)
+
+        if req.dry_run:
+            stats = await store.event_stats(conn, sid, owner, cut.events_before)
+            task_bytes = 0
+            async for row in _kept_tasks(svc, conn, source, cut):
+                new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
+                task_bytes += len(new.data.encode()) if new else 0
+            final = copier.finish()
+            task_bytes += len(final.data.encode()) if final else 0
+            return ForkOutcome(
+                data=ForkPlan(
+                    dry_run=True, name=name, parent_session_id=sid, fork_root_session_id=root_id, depth=depth,
+                    rewind_before_invocation_id=req.rewind_before_invocation_id,
+                    boundary_found=cut.boundary_found, events_copied=stats.events,
+                    tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
+                    warnings=warnings + copier.warnings, bytes_to_copy=stats.bytes + task_bytes,
+                    estimated_context_tokens=math.ceil(stats.text_chars / 4),
+                ),
+                created=False, replayed=False, session_id=None,
+            )  # fmt: skip
+
+        new_session = await store.insert_session(
+            conn,
+            session_id=new_id,
+            user_id=caller.user_id,
+            name=name,
+            agent_id=source.agent_id,
+            source="user",
+        )
+        events = await store.copy_events(
+            conn, session_id=sid, owner=owner, before=cut.events_before, new_session_id=new_id,
+            new_user_id=caller.user_id,
+        )  # fmt: skip
+        await _copy_tasks(svc, conn, source, cut, copier)
+        warnings += copier.warnings
+        info = ForkInfo(
+            parent_session_id=sid, fork_root_session_id=root_id, depth=depth,
+            rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
+            events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
+            task_layout=layout, warnings=warnings,
+        )  # fmt: skip
+        await store.insert_lineage(
+            conn,
+            Lineage(
+                session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
+                root_session_id=root_id, root_user_id=_root_owner, depth=depth,
+                rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
+                events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
+                task_layout=layout, warnings=_encoder.encode(warnings).decode(), created_at=now,
+            ),
+            created_by=caller.user_id,
+        )  # fmt: skip
+        s = session_json(new_session)
+        data = ForkedSession(**msgspec.structs.asdict(s), fork=info)
+        if idempotency is not None:
+            key, digest = idempotency
+            await store.remember_answer(
+                conn, user_id=caller.user_id, key=key, request_hash=digest, session_id=new_id,
+                answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
+            )  # fmt: skip
+        return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _kept_dialects(svc: Services, conn: Connection, source: SessionRow, cut: _Cut) -> set[tasks.TaskDialect]:
+    versions = await svc.store.task_versions_before(conn, source.id, source.user_id, cut.tasks_before)
+    if cut.partial is not None:
+        versions.append(cut.partial.row.protocol_version)
+    dialects = set()
+    for version in versions:
+        dialect = tasks.TaskDialect.of(version)
+        if dialect is None:
+            raise Unprocessable(f"this session holds tasks of protocol_version {version!r}, unknown to this service")
+        dialects.add(dialect)
+    return dialects
+
+
+async def _kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: _Cut) -> AsyncIterator[TaskRow]:
+    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, cut.tasks_before):
+        yield row
+    if cut.partial is not None:
+        yield cut.partial.row
+
+
+async def _copy_tasks(svc: Services, conn: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier) -> None:
+    """Stream the kept tasks through the copier, writing in bounded batches."""
+    batch: list[NewTask] = []
+    size = 0
+    async for row in _kept_tasks(svc, conn, source, cut):
+        new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
+        if new is None:
+            continue
+        batch.append(new)
+        size += len(new.data)
+        if size >= TASK_WRITE_BATCH_BYTES:
+            await svc.store.insert_tasks(conn, batch)
+            batch, size = [], 0
+    final = copier.finish()
+    if final is not None:
+        batch.append(final)
+    await svc.store.insert_tasks(conn, batch)

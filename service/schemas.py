@@ -1,0 +1,99 @@
+"""Wire types (msgspec Structs), mirroring openapi.yaml."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+# Every string a caller sends: at most 256 characters and no NUL (PostgreSQL text cannot hold one).
+Text = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
+
+TaskLayout = Literal["auto", "merged", "per_task"]
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ForkRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    rewind_before_invocation_id: Text | None = None
+    name: Text | None = None
+    if_boundary_missing: Literal["copy_all", "error"] = "copy_all"
+    task_layout: TaskLayout = "auto"
+    dry_run: bool = False
+
+
+class RewindRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    rewind_before_invocation_id: Text | None = None
+    dry_run: bool = False
+    force: bool = False
+
+
+class Session(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """kagent's Session JSON (go/api/database/models.go): optional fields are omitted when empty."""
+
+    id: str
+    user_id: str
+    created_at: str
+    updated_at: str
+    name: str | None = None
+    agent_id: str | None = None
+    source: str | None = None
+
+
+class ForkInfo(msgspec.Struct, frozen=True, kw_only=True):
+    parent_session_id: str
+    fork_root_session_id: str
+    depth: int
+    rewind_before_invocation_id: str | None
+    boundary_found: bool
+    events_copied: int
+    tasks_copied: int
+    messages_copied: int
+    task_layout: str
+    warnings: list[str]
+
+
+class ForkedSession(Session, frozen=True, kw_only=True):
+    fork: ForkInfo
+
+
+class ForkPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """A dry run's answer: what a fork would hold; nothing is written."""
+
+    dry_run: bool
+    name: str
+    parent_session_id: str
+    fork_root_session_id: str
+    depth: int
+    rewind_before_invocation_id: str | None
+    boundary_found: bool
+    events_copied: int
+    tasks_copied: int
+    messages_copied: int
+    task_layout: str
+    warnings: list[str]
+    bytes_to_copy: int
+    estimated_context_tokens: int
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    """kagent's success envelope: {"error": false, "data": ..., "message": ...}."""
+
+    data: object
+    message: str
+    error: bool = False
+
+
+def rfc3339(value: datetime | None) -> str:
+    """A timestamp as Go's time.RFC3339Nano writes it (UTC as 'Z', no trailing zeros)."""
+    if value is None:
+        return "0001-01-01T00:00:00Z"
+    value = value.astimezone(UTC)
+    text = value.strftime("%Y-%m-%dT%H:%M:%S")
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    return text + "Z"

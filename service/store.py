@@ -1,0 +1,320 @@
+"""Typed functions over the SQL in sql/queries.sql: the only module that sees asyncpg rows.
+
+Every function takes the connection first, so the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import asyncpg
+import msgspec
+from asyncpg.pool import PoolConnectionProxy
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
+
+# Batches bound the memory a fork holds: tasks are parsed and written a few at a time.
+TASK_FETCH_BATCH = 64
+TASK_WRITE_BATCH_BYTES = 4 * 1024 * 1024
+
+# A plain connection (CLI, start-up) or one lent by the pool (HTTP requests).
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+
+def sql_dir() -> Path:
+    """sql/ beside the package in a checkout, or inside it in an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sql", here.parent / "sql"):
+        if (candidate / "queries.sql").is_file():
+            return candidate
+    raise FileNotFoundError("kagent-fork's sql/ directory is missing from the installation")
+
+
+def load_queries(path: Path, schema: str) -> dict[str, str]:
+    text = path.read_text()
+    names = list(_NAME.finditer(text))
+    queries: dict[str, str] = {}
+    for i, match in enumerate(names):
+        end = names[i + 1].start() if i + 1 < len(names) else len(text)
+        queries[match.group(1)] = text[match.end() : end].strip().replace("{schema}", schema)
+    return queries
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRow:
+    id: str
+    user_id: str
+    name: str | None
+    agent_id: str | None
+    source: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRow:
+    id: str
+    created_at: datetime
+    protocol_version: str | None
+    data: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Share:
+    session_id: str
+    owner: str
+    read_only: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lineage:
+    session_id: str
+    user_id: str
+    parent_session_id: str
+    parent_user_id: str
+    root_session_id: str
+    root_user_id: str
+    depth: int
+    rewind_before_invocation_id: str | None
+    boundary_found: bool
+    events_copied: int
+    tasks_copied: int
+    messages_copied: int
+    task_layout: str
+    warnings: str  # a JSON array, as stored
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventStats:
+    events: int
+    bytes: int
+    text_chars: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewTask:
+    id: str
+    created_at: datetime
+    data: str
+    session_id: str
+    protocol_version: str | None
+    user_id: str
+    updated_at: datetime
+
+
+def _session(row: Any) -> SessionRow:
+    return SessionRow(
+        id=row["id"],
+        user_id=row["user_id"],
+        name=row["name"],
+        agent_id=row["agent_id"],
+        source=row["source"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _task(row: Any) -> TaskRow:
+    return TaskRow(
+        id=row["id"], created_at=row["created_at"], protocol_version=row["protocol_version"], data=row["data"]
+    )
+
+
+def _count(status: str) -> int:
+    """The row count of a command tag such as 'INSERT 0 12' or 'UPDATE 3'."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class Store:
+    """The service's queries, loaded once; a missing query name fails here, at start-up."""
+
+    def __init__(self, schema: str, directory: Path | None = None) -> None:
+        self.schema = schema
+        self.q = load_queries((directory or sql_dir()) / "queries.sql", schema)
+        missing = {
+            "kagent_tables", "schema_migrations", "share_by_token", "get_session", "lock_session",
+            "session_status", "external_state", "has_events", "boundary_event", "tasks_mentioning",
+            "last_task_before", "tasks_before", "count_events_before", "copy_events_before",
+            "first_user_event", "insert_session", "lineage_of", "insert_lineage", "idempotency_get",
+            "idempotency_put", "idempotency_purge", "advisory_lock", "advisory_unlock", "task_versions_before", "now",
+        } - self.q.keys()  # fmt: skip
+        if missing:
+            raise LookupError(f"sql/queries.sql lacks the queries {sorted(missing)}")
+
+    # --- kagent's schema ---------------------------------------------------------------------------
+
+    async def kagent_columns(self, conn: Connection) -> dict[str, set[str]]:
+        tables: dict[str, set[str]] = {}
+        for row in await conn.fetch(self.q["kagent_tables"]):
+            tables.setdefault(row["table_name"], set()).add(row["column_name"])
+        return tables
+
+    async def schema_migrations(self, conn: Connection) -> tuple[int, bool] | None:
+        row = await conn.fetchrow(self.q["schema_migrations"])
+        return None if row is None else (int(row["version"]), bool(row["dirty"]))
+
+    # --- identity and sessions ---------------------------------------------------------------------
+
+    async def share_by_token(self, conn: Connection, token: str) -> Share | None:
+        row = await conn.fetchrow(self.q["share_by_token"], token)
+        if row is None:
+            return None
+        return Share(session_id=row["session_id"], owner=row["user_id"], read_only=row["read_only"])
+
+    async def get_session(
+        self, conn: Connection, session_id: str, owner: str, *, lock: bool = False
+    ) -> SessionRow | None:
+        row = await conn.fetchrow(self.q["lock_session" if lock else "get_session"], session_id, owner)
+        return None if row is None else _session(row)
+
+    async def session_status(self, conn: Connection, session_id: str, owner: str) -> tuple[str | None, bool] | None:
+        row = await conn.fetchrow(self.q["session_status"], session_id, owner)
+        return None if row is None else (row["name"], bool(row["deleted"]))
+
+    async def has_external_state(self, conn: Connection, session_id: str, owner: str) -> bool:
+        return bool(await conn.fetchval(self.q["external_state"], session_id, owner))
+
+    async def has_events(self, conn: Connection, session_id: str, owner: str) -> bool:
+        return bool(await conn.fetchval(self.q["has_events"], session_id, owner))
+
+    async def insert_session(
+        self, conn: Connection, *, session_id: str, user_id: str, name: str, agent_id: str | None, source: str
+    ) -> SessionRow:
+        row = await conn.fetchrow(self.q["insert_session"], session_id, user_id, name, agent_id, source)
+        return _session(row)
+
+    # --- events ------------------------------------------------------------------------------------
+
+    async def boundary_event_at(
+        self, conn: Connection, session_id: str, owner: str, invocation_id: str, *, prefilter: bool
+    ) -> datetime | None:
+        value: datetime | None = await conn.fetchval(
+            self.q["boundary_event"], session_id, owner, invocation_id, prefilter
+        )
+        return value
+
+    async def event_stats(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> EventStats:
+        row = await conn.fetchrow(self.q["count_events_before"], session_id, owner, before)
+        assert row is not None  # an aggregate always answers one row
+        return EventStats(events=int(row["events"]), bytes=int(row["bytes"]), text_chars=int(row["text_chars"]))
+
+    async def copy_events(
+        self,
+        conn: Connection,
+        *,
+        session_id: str,
+        owner: str,
+        before: datetime | None,
+        new_session_id: str,
+        new_user_id: str,
+    ) -> int:
+        status: str = await conn.execute(
+            self.q["copy_events_before"], session_id, owner, before, new_user_id, new_session_id
+        )
+        return _count(status)
+
+    async def first_user_event_text(self, conn: Connection, session_id: str, owner: str) -> str | None:
+        parts = await conn.fetchval(self.q["first_user_event"], session_id, owner)
+        if parts is None:
+            return None
+        decoded = msgspec.json.decode(parts)
+        if not isinstance(decoded, list):
+            return None
+        texts = [p["text"] for p in decoded if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "\n".join(texts) or None
+
+    # --- tasks -------------------------------------------------------------------------------------
+
+    async def tasks_mentioning(
+        self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
+    ) -> list[TaskRow]:
+        rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, text, prefilter)
+        return [_task(r) for r in rows]
+
+    async def last_task_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["last_task_before"], session_id, owner, before)
+        return None if row is None else _task(row)
+
+    async def stream_tasks_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> AsyncIterator[TaskRow]:
+        """The tasks in created_at order through a server-side cursor (needs a transaction)."""
+        cursor = conn.cursor(self.q["tasks_before"], session_id, owner, before, prefetch=TASK_FETCH_BATCH)
+        async for row in cursor:
+            yield _task(row)
+
+    async def task_versions_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> list[str | None]:
+        return [
+            r["protocol_version"] for r in await conn.fetch(self.q["task_versions_before"], session_id, owner, before)
+        ]
+
+    async def now(self, conn: Connection) -> datetime:
+        value: datetime = await conn.fetchval(self.q["now"])
+        return value
+
+    async def insert_tasks(self, conn: Connection, tasks: list[NewTask]) -> None:
+        """Write new task rows with COPY; session.updated_at is the caller's to set."""
+        if not tasks:
+            return
+        await conn.copy_records_to_table(
+            "task",
+            records=[
+                (t.id, t.created_at, t.updated_at, t.data, t.session_id, t.protocol_version, t.user_id) for t in tasks
+            ],
+            columns=["id", "created_at", "updated_at", "data", "session_id", "protocol_version", "user_id"],
+        )
+
+    # --- lineage -----------------------------------------------------------------------------------
+
+    async def lineage_of(self, conn: Connection, session_id: str, user_id: str) -> Lineage | None:
+        row = await conn.fetchrow(self.q["lineage_of"], session_id, user_id)
+        return None if row is None else Lineage(**dict(row))
+
+    async def insert_lineage(self, conn: Connection, record: Lineage, *, created_by: str) -> None:
+        await conn.execute(
+            self.q["insert_lineage"],
+            record.session_id, record.user_id, record.parent_session_id, record.parent_user_id,
+            record.root_session_id, record.root_user_id, record.depth, record.rewind_before_invocation_id,
+            record.boundary_found, record.events_copied, record.tasks_copied, record.messages_copied,
+            record.task_layout, record.warnings, created_by,
+        )  # fmt: skip
+
+    # --- idempotency -------------------------------------------------------------------------------
+
+    async def idempotent_answer(
+        self, conn: Connection, user_id: str, key: str, ttl_seconds: int
+    ) -> tuple[str, str] | None:
+        """(request hash, stored answer as JSON text) of a fresh record for this caller's key."""
+        row = await conn.fetchrow(self.q["idempotency_get"], user_id, key, float(ttl_seconds))
+        return None if row is None else (row["request_hash"], row["response"])
+
+    async def remember_answer(
+        self,
+        conn: Connection,
+        *,
+        user_id: str,
+        key: str,
+        request_hash: str,
+        session_id: str,
+        answer: str,
+        ttl_seconds: int,
+    ) -> None:
+        await conn.execute(self.q["idempotency_purge"], float(ttl_seconds))
+        await conn.execute(self.q["idempotency_put"], user_id, key, request_hash, session_id, answer)
+
+    async def lock_key(self, conn: Connection, scope: str, key: str) -> None:
+        """A session-level advisory lock on (scope, key); released by unlock_key or by disconnecting."""
+        await conn.execute(self.q["advisory_lock"], f"{scope}\n{key}")
+
+    async def unlock_key(self, conn: Connection, scope: str, key: str) -> None:
+        await conn.execute(self.q["advisory_unlock"], f"{scope}\n{key}")

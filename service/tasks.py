@@ -1,0 +1,294 @@
+"""The two A2A task dialects kagent stores: find invocations, rewrite ids, cut and merge histories.
+
+Everything here is a pure function over a task already decoded into plain JSON values. A task is
+only ever written back in the dialect it was read in (kagent-compat: never convert silently).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+JSON = dict[str, Any]
+
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+class TaskDialect(enum.Enum):
+    LEGACY = "legacy"  # A2A 0.2/0.3 JSON, task.protocol_version NULL (kagent 0.10.x)
+    V1 = "v1"  # A2A v1.0 JSON, task.protocol_version '1.0' (kagent main)
+
+    @classmethod
+    def of(cls, protocol_version: str | None) -> TaskDialect | None:
+        """The dialect a task row is written in, or None for a version this service does not know."""
+        if protocol_version is None or protocol_version.startswith("0."):
+            return cls.LEGACY
+        if protocol_version == "1" or protocol_version.startswith("1."):
+            return cls.V1
+        return None
+
+
+_TERMINAL = {
+    TaskDialect.LEGACY: frozenset({"completed", "failed", "canceled", "rejected"}),
+    TaskDialect.V1: frozenset(
+        {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
+    ),
+}
+_COMPLETED = {TaskDialect.LEGACY: "completed", TaskDialect.V1: "TASK_STATE_COMPLETED"}
+_CANCELED = {TaskDialect.LEGACY: "canceled", TaskDialect.V1: "TASK_STATE_CANCELED"}
+_USER_ROLE = {TaskDialect.LEGACY: "user", TaskDialect.V1: "ROLE_USER"}
+
+# kagent readers look for adk_<key> first, then kagent_<key>.
+_PREFIXES = ("adk_", "kagent_")
+
+
+class TaskFormatError(ValueError):
+    """A task row's data is not a JSON object this service can rewrite safely."""
+
+
+def decode(data: str | bytes) -> JSON:
+    try:
+        value = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise TaskFormatError(f"task data is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise TaskFormatError("task data is not a JSON object")
+    return value
+
+
+def encode(task: JSON) -> str:
+    return _encoder.encode(task).decode()
+
+
+def meta_value(metadata: object, key: str) -> object:
+    if not isinstance(metadata, dict):
+        return None
+    for prefix in _PREFIXES:
+        value = metadata.get(prefix + key)
+        if value is not None:
+            return value
+    return None
+
+
+def _invocation_of(node: object) -> str | None:
+    if not isinstance(node, dict):
+        return None
+    value = meta_value(node.get("metadata"), "invocation_id")
+    return value if isinstance(value, str) else None
+
+
+def history(task: JSON) -> list[JSON]:
+    value = task.get("history")
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+
+
+def artifacts(task: JSON) -> list[JSON]:
+    value = task.get("artifacts")
+    return [a for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+
+
+def _status(task: JSON) -> JSON:
+    value = task.get("status")
+    return value if isinstance(value, dict) else {}
+
+
+def invocation_ids(task: JSON) -> list[str]:
+    """Every invocation id the task carries, first appearance first: task, history, status, artifacts."""
+    nodes: Iterator[object] = iter([task, *history(task), _status(task).get("message"), *artifacts(task)])
+    seen: dict[str, None] = {}
+    for node in nodes:
+        inv = _invocation_of(node)
+        if inv is not None:
+            seen.setdefault(inv, None)
+    return list(seen)
+
+
+def state(task: JSON) -> str | None:
+    value = _status(task).get("state")
+    return value if isinstance(value, str) else None
+
+
+def is_terminal(task: JSON, dialect: TaskDialect) -> bool:
+    return state(task) in _TERMINAL[dialect]
+
+
+def _is_user(message: JSON, dialect: TaskDialect) -> bool:
+    return message.get("role") == _USER_ROLE[dialect]
+
+
+def message_text(message: JSON) -> str:
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return ""
+    texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "\n".join(texts)
+
+
+def first_user_text(task: JSON, dialect: TaskDialect, invocation_id: str | None = None) -> str | None:
+    """The text of the task's first user message (of one invocation, when given)."""
+    for index, message in enumerate(history(task)):
+        if not _is_user(message, dialect) or not message_text(message):
+            continue
+        if invocation_id is None or _turn_of(history(task), index) == invocation_id:
+            return message_text(message)
+    return None
+
+
+def _turn_of(messages: list[JSON], index: int) -> str | None:
+    """The invocation a history message belongs to: its own id, else the next message's that has one."""
+    for message in messages[index:]:
+        inv = _invocation_of(message)
+        if inv is not None:
+            return inv
+    return None
+
+
+def cut_index(task: JSON, dialect: TaskDialect, invocation_id: str) -> int | None:
+    """Where the history must be cut so that the turn `invocation_id` and all later ones are gone.
+
+    The cut goes before the user message that opens the turn: kagent stamps the invocation id on the
+    user message, but when only an agent message of the turn carries it, the user messages just
+    before it (carrying no other turn's id) open the turn too.
+    """
+    messages = history(task)
+    first = next((i for i, m in enumerate(messages) if _invocation_of(m) == invocation_id), None)
+    if first is None:
+        return None
+    cut = first
+    while cut > 0:
+        previous = messages[cut - 1]
+        if not _is_user(previous, dialect) or _invocation_of(previous) not in (None, invocation_id):
+            break
+        cut -= 1
+    return cut
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rewrite:
+    """The ids a copied task must carry so that it belongs to the fork and to its caller."""
+
+    task_id: str
+    context_id: str
+    user_id: str
+
+
+def _rewrite_metadata(metadata: object, rw: Rewrite) -> object:
+    if not isinstance(metadata, dict):
+        return metadata
+    out = dict(metadata)
+    for prefix in _PREFIXES:
+        if prefix + "session_id" in out:
+            out[prefix + "session_id"] = rw.context_id
+        if prefix + "user_id" in out:
+            out[prefix + "user_id"] = rw.user_id
+    return out
+
+
+def _rewrite_message(message: JSON, rw: Rewrite) -> JSON:
+    out = dict(message)
+    if "taskId" in out:
+        out["taskId"] = rw.task_id
+    if "contextId" in out:
+        out["contextId"] = rw.context_id
+    if "metadata" in out:
+        out["metadata"] = _rewrite_metadata(out["metadata"], rw)
+    return out
+
+
+def rewrite(task: JSON, rw: Rewrite) -> JSON:
+    """A copy of the task with its own, its messages' and its metadata's ids pointing at the fork."""
+    out = dict(task)
+    out["id"] = rw.task_id
+    out["contextId"] = rw.context_id
+    if "metadata" in out:
+        out["metadata"] = _rewrite_metadata(out["metadata"], rw)
+    if isinstance(out.get("history"), list):
+        out["history"] = [_rewrite_message(m, rw) for m in history(task)]
+    status = _status(task)
+    if isinstance(status.get("message"), dict):
+        out["status"] = {**status, "message": _rewrite_message(status["message"], rw)}
+    if isinstance(out.get("artifacts"), list):
+        out["artifacts"] = [
+            {**a, "metadata": _rewrite_metadata(a["metadata"], rw)} if "metadata" in a else a for a in artifacts(task)
+        ]
+    return out
+
+
+def _closed_status(task: JSON, state: str) -> JSON:
+    status: JSON = {"state": state}
+    timestamp = _status(task).get("timestamp")
+    if timestamp is not None:
+        status["timestamp"] = timestamp
+    return status
+
+
+def cut(task: JSON, dialect: TaskDialect, index: int) -> JSON:
+    """The task holding only history[:index] and the artifacts of the turns that remain, completed.
+
+    An artifact without an invocation id cannot be placed in a turn; kagent's agents write artifacts at
+    the end of a task, so it belongs to the last turn, which a cut always removes.
+    """
+    kept = history(task)[:index]
+    kept_turns = {inv for m in kept if (inv := _invocation_of(m)) is not None}
+    out = dict(task)
+    out["history"] = kept
+    if "artifacts" in task:
+        out["artifacts"] = [a for a in artifacts(task) if _invocation_of(a) in kept_turns]
+    out["status"] = _closed_status(task, _COMPLETED[dialect])
+    return out
+
+
+def cancel(task: JSON, dialect: TaskDialect) -> JSON:
+    """The task closed as canceled (its status message, if any, belonged to the unfinished turn)."""
+    return {**task, "status": _closed_status(task, _CANCELED[dialect])}
+
+
+def _tag_artifacts(task: JSON) -> list[JSON]:
+    """The task's artifacts, each stamped with its turn's invocation id if it has none, so that a later
+    cut of the merged task knows which turn an artifact answers."""
+    turns = invocation_ids(task)
+    if len(turns) != 1:
+        return artifacts(task)
+    tagged = []
+    for artifact in artifacts(task):
+        if _invocation_of(artifact) is None:
+            metadata = artifact.get("metadata")
+            base = metadata if isinstance(metadata, dict) else {}
+            artifact = {**artifact, "metadata": {**base, "kagent_invocation_id": turns[0]}}
+        tagged.append(artifact)
+    return tagged
+
+
+def merge(tasks: Iterable[JSON], dialect: TaskDialect, rw: Rewrite) -> tuple[JSON, int]:
+    """One completed task holding the given tasks' histories in order, de-duplicated by messageId
+    (kagent's fork design), and their artifacts. Returns the rewritten task and its message count."""
+    messages: list[JSON] = []
+    seen_ids: set[str] = set()
+    merged_artifacts: list[JSON] = []
+    has_artifacts = False
+    last: JSON | None = None
+    for task in tasks:
+        last = task
+        for message in history(task):
+            message_id = message.get("messageId")
+            if isinstance(message_id, str):
+                if message_id in seen_ids:
+                    continue
+                seen_ids.add(message_id)
+            messages.append(message)
+        if "artifacts" in task:
+            has_artifacts = True
+            merged_artifacts.extend(_tag_artifacts(task))
+    if last is None:
+        raise ValueError("merge needs at least one task")
+    merged: JSON = {k: v for k, v in last.items() if k not in ("history", "artifacts", "status")}
+    merged["status"] = _closed_status(last, _COMPLETED[dialect])
+    merged["history"] = messages
+    if has_artifacts:
+        merged["artifacts"] = merged_artifacts
+    return rewrite(merged, rw), len(messages)

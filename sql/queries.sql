@@ -1,0 +1,196 @@
+-- Named queries of kagent-fork. {schema} is the service's own schema (validated at start-up).
+-- kagent's tables are read with named columns only (kagent may add more) and every read filters
+-- deleted_at IS NULL, as kagent's backend does.
+
+-- name: kagent_tables
+-- Which of kagent's tables and columns exist (start-up check).
+SELECT table_name, column_name
+FROM information_schema.columns
+WHERE table_schema = current_schema()
+  AND table_name IN ('session', 'event', 'task', 'session_share', 'schema_migrations');
+
+-- name: schema_migrations
+-- kagent's migration state: one row, dirty = a half-applied migration.
+SELECT version, dirty FROM schema_migrations LIMIT 1;
+
+-- name: share_by_token
+-- A share link, as kagent's share middleware resolves X-Share-Token.
+SELECT session_id, user_id, read_only FROM session_share WHERE token = $1 LIMIT 1;
+
+-- name: get_session
+-- A live session of one owner.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL;
+
+-- name: lock_session
+-- The live session row, locked: rewinds and undos of one session run one at a time.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
+FOR UPDATE;
+
+-- name: session_status
+-- Whether a session exists, deleted or not (for lineage trees).
+SELECT name, deleted_at IS NOT NULL AS deleted FROM session WHERE id = $1 AND user_id = $2;
+
+-- name: external_state
+-- Does the session's agent keep its state outside kagent's event table (LangGraph, CrewAI)?
+SELECT EXISTS (SELECT 1 FROM lg_checkpoint WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
+    OR EXISTS (SELECT 1 FROM crewai_agent_memory WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
+    OR EXISTS (SELECT 1 FROM crewai_flow_state WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
+    AS external;
+
+-- name: has_events
+-- Whether the session has any live event.
+SELECT EXISTS (
+    SELECT 1 FROM event WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL
+) AS has_events;
+
+-- name: boundary_event
+-- The first live event of invocation $3. strpos() is a plain text pre-filter so that only the rows
+-- that mention the id are parsed as JSON; $4 = false skips it for ids JSON could escape.
+SELECT created_at
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND (NOT $4 OR strpos(data, $3) > 0)
+  AND {schema}.invocation_id_of(data) = $3
+ORDER BY created_at
+LIMIT 1;
+
+-- name: tasks_mentioning
+-- Live tasks of the session that mention $3 anywhere in their text, oldest first (candidates for
+-- the boundary task; the caller confirms in the parsed JSON).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
+      SELECT min(s.user_id) FROM session s
+      WHERE s.id = task.session_id AND s.created_at <= task.created_at
+      HAVING count(DISTINCT s.user_id) = 1)))
+  AND (NOT $4 OR strpos(data, $3) > 0)
+ORDER BY created_at;
+
+-- name: last_task_before
+-- The newest live task created before $3 (NULL: of all), to see whether the last kept turn still runs.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
+      SELECT min(s.user_id) FROM session s
+      WHERE s.id = task.session_id AND s.created_at <= task.created_at
+      HAVING count(DISTINCT s.user_id) = 1)))
+ORDER BY created_at DESC
+LIMIT 1;
+
+-- name: tasks_before
+-- The live tasks created before $3 (NULL: all), oldest first, with kagent's owner rule for rows
+-- written before task.user_id existed.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
+      SELECT min(s.user_id) FROM session s
+      WHERE s.id = task.session_id AND s.created_at <= task.created_at
+      HAVING count(DISTINCT s.user_id) = 1)))
+ORDER BY created_at;
+
+-- name: count_events_before
+-- How many live events, and how many bytes, lie before $3 (NULL: all); and their text for a token
+-- estimate (dry runs only: this parses every event).
+SELECT count(*) AS events,
+       coalesce(sum(octet_length(data)), 0) AS bytes,
+       coalesce(sum((
+           SELECT sum(length(p ->> 'text'))
+           FROM jsonb_array_elements(
+               CASE WHEN jsonb_typeof({schema}.try_jsonb(data) -> 'content' -> 'parts') = 'array'
+                    THEN {schema}.try_jsonb(data) -> 'content' -> 'parts' ELSE '[]'::jsonb END) AS p
+       )), 0) AS text_chars
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3);
+
+-- name: copy_events_before
+-- The fork's events: one server-side copy, payloads never leave PostgreSQL. Each copy gets a new
+-- row id (kagent's key is (id, user_id)), keeps data byte for byte and the source created_at (so
+-- kagent's ORDER BY created_at shows the same order).
+INSERT INTO event (id, user_id, session_id, created_at, updated_at, data)
+SELECT gen_random_uuid()::text, $4, $5, created_at, NOW(), data
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3);
+
+-- name: first_user_event
+-- The text of the session's first user event, for a default fork name.
+SELECT {schema}.try_jsonb(data) -> 'content' -> 'parts' AS parts
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND strpos(data, '"user"') > 0
+  AND {schema}.try_jsonb(data) ->> 'author' = 'user'
+ORDER BY created_at
+LIMIT 1;
+
+-- name: insert_session
+-- The fork's session row; created_at = updated_at = the database's now.
+INSERT INTO session (id, user_id, name, agent_id, source, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, NOW(), NOW())
+RETURNING id, user_id, name, agent_id, source, created_at, updated_at;
+
+-- name: lineage_of
+-- A session's own lineage record, if it is a fork.
+SELECT session_id, user_id, parent_session_id, parent_user_id, root_session_id, root_user_id, depth,
+       rewind_before_invocation_id, boundary_found, events_copied, tasks_copied, messages_copied,
+       task_layout, warnings::text AS warnings, created_at
+FROM {schema}.fork
+WHERE session_id = $1 AND user_id = $2;
+
+-- name: insert_lineage
+-- The lineage record of a new fork.
+INSERT INTO {schema}.fork (session_id, user_id, parent_session_id, parent_user_id, root_session_id,
+                           root_user_id, depth, rewind_before_invocation_id, boundary_found,
+                           events_copied, tasks_copied, messages_copied, task_layout, warnings,
+                           created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15);
+
+-- name: idempotency_get
+-- A stored fork answer for this caller's key, if still fresh.
+SELECT request_hash, response::text AS response
+FROM {schema}.idempotency
+WHERE user_id = $1 AND key = $2 AND created_at > NOW() - make_interval(secs => $3);
+
+-- name: idempotency_put
+-- Remember a fork's answer (stale records for the key are replaced).
+INSERT INTO {schema}.idempotency (user_id, key, request_hash, session_id, response)
+VALUES ($1, $2, $3, $4, $5::jsonb)
+ON CONFLICT (user_id, key) DO UPDATE SET
+    request_hash = EXCLUDED.request_hash, session_id = EXCLUDED.session_id,
+    response = EXCLUDED.response, created_at = NOW();
+
+-- name: idempotency_purge
+-- Forget answers older than the retention time.
+DELETE FROM {schema}.idempotency WHERE created_at <= NOW() - make_interval(secs => $1);
+
+-- name: advisory_lock
+-- A session-level lock on one key (idempotent fork requests of one caller and key run one at a time).
+SELECT pg_advisory_lock(hashtextextended($1, 0));
+
+-- name: advisory_unlock
+-- Release advisory_lock.
+SELECT pg_advisory_unlock(hashtextextended($1, 0));
+
+-- name: task_versions_before
+-- The protocol versions (dialects) of the live tasks created before $3 (NULL: all).
+SELECT DISTINCT protocol_version
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
+      SELECT min(s.user_id) FROM session s
+      WHERE s.id = task.session_id AND s.created_at <= task.created_at
+      HAVING count(DISTINCT s.user_id) = 1)));
+
+-- name: now
+-- The transaction's timestamp, used for every row a fork or rewind stamps.
+SELECT NOW();
