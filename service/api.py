@@ -8,12 +8,12 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
-from service import operations
+from service import lineage, operations, rewind, turns
 from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller
 from service.migrate import check_kagent_schema
 from service.operations import Services
-from service.schemas import Envelope, ForkRequest
+from service.schemas import EmptyRequest, Envelope, ForkRequest, RewindRequest
 
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
@@ -88,6 +88,63 @@ async def fork_session(request: AnyRequest, session_id: str) -> Response[bytes]:
     )
 
 
+@post("/api/sessions/{session_id:str}/rewind", status_code=200)
+async def rewind_session(request: AnyRequest, session_id: str) -> Response[bytes]:
+    req = await decode_body(request, RewindRequest)
+    result = await rewind.rewind(services(request), caller_of(request), checked_id(session_id), req)
+    if isinstance(result, rewind.RewindPlan):
+        return ok(result, "Rewind plan: nothing was written")
+    return ok(result, "Successfully rewound session")
+
+
+@post("/api/sessions/{session_id:str}/rewinds/{rewind_id:str}/undo", status_code=200)
+async def undo_rewind(request: AnyRequest, session_id: str, rewind_id: str) -> Response[bytes]:
+    await decode_body(request, EmptyRequest)
+    result = await rewind.undo(
+        services(request), caller_of(request), checked_id(session_id), checked_id(rewind_id, "rewind id")
+    )
+    return ok(result, "Successfully undid rewind")
+
+
+def _query_int(request: AnyRequest, name: str, default: int) -> int:
+    values = request.query_params.getall(name, [])
+    if len(values) > 1:
+        raise BadRequest(f"query parameter {name} must be given once")
+    if not values:
+        return default
+    try:
+        return int(values[0])
+    except ValueError:
+        raise BadRequest(f"query parameter {name} must be a whole number") from None
+
+
+@get("/api/sessions/{session_id:str}/invocations")
+async def list_invocations(request: AnyRequest, session_id: str) -> Response[bytes]:
+    after = request.query_params.getall("after", [])
+    if len(after) > 1:
+        raise BadRequest("query parameter after must be given once")
+    page = await turns.invocations(
+        services(request),
+        caller_of(request),
+        checked_id(session_id),
+        limit=_query_int(request, "limit", 100),
+        after=checked_id(after[0], "after") if after else None,
+    )
+    return ok(page.items, "end" if page.last else "more")
+
+
+@get("/api/sessions/{session_id:str}/forks")
+async def list_forks(request: AnyRequest, session_id: str) -> Response[bytes]:
+    entries = await lineage.forks(services(request), caller_of(request), checked_id(session_id))
+    return ok(entries, "Successfully listed forks")
+
+
+@get("/api/sessions/{session_id:str}/tree")
+async def fork_tree(request: AnyRequest, session_id: str) -> Response[bytes]:
+    node = await lineage.tree(services(request), caller_of(request), checked_id(session_id))
+    return ok(node, "Successfully built fork tree")
+
+
 @get("/healthz")
 async def healthz() -> Response[bytes]:
     return ok({"status": "ok"}, "alive")
@@ -110,4 +167,4 @@ async def readyz(request: AnyRequest) -> Response[bytes]:
 
 
 def handlers() -> list[HTTPRouteHandler]:
-    return [fork_session, healthz, readyz]
+    return [fork_session, rewind_session, undo_rewind, list_invocations, list_forks, fork_tree, healthz, readyz]

@@ -26,6 +26,10 @@ class ForkRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     dry_run: bool = False
 
 
+class EmptyRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A body that takes no fields (undo): an empty body or {}."""
+
+
 class RewindRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
     rewind_before_invocation_id: Text | None = None
     dry_run: bool = False

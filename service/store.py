@@ -91,6 +91,29 @@ class Lineage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Rewind:
+    id: str
+    session_id: str
+    user_id: str
+    rewind_before_invocation_id: str
+    deleted_at: datetime
+    events_removed: int
+    tasks_removed: int
+    replaced_task_id: str | None
+    replacement_task_id: str | None
+    created_at: datetime
+    undone_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventTurn:
+    invocation_id: str
+    started_at: datetime
+    event_count: int
+    user_text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class EventStats:
     events: int
     bytes: int
@@ -143,6 +166,9 @@ class Store:
             "last_task_before", "tasks_before", "count_events_before", "copy_events_before",
             "first_user_event", "insert_session", "lineage_of", "insert_lineage", "idempotency_get",
             "idempotency_put", "idempotency_purge", "advisory_lock", "advisory_unlock", "task_versions_before", "now",
+            "tasks_from", "count_events_from", "hide_events_from", "hide_tasks_from", "touch_session",
+            "insert_rewind", "get_rewind", "later_rewind_pending", "activity_since", "restore_events",
+            "restore_tasks", "hide_task", "mark_undone", "event_turns", "forks_of",
         } - self.q.keys()  # fmt: skip
         if missing:
             raise LookupError(f"sql/queries.sql lacks the queries {sorted(missing)}")
@@ -247,8 +273,18 @@ class Store:
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
     ) -> AsyncIterator[TaskRow]:
         """The tasks in created_at order through a server-side cursor (needs a transaction)."""
-        cursor = conn.cursor(self.q["tasks_before"], session_id, owner, before, prefetch=TASK_FETCH_BATCH)
-        async for row in cursor:
+        async for row in self._stream(conn, "tasks_before", session_id, owner, before):
+            yield row
+
+    async def stream_tasks_from(
+        self, conn: Connection, session_id: str, owner: str, start: datetime
+    ) -> AsyncIterator[TaskRow]:
+        """The tasks created at or after `start`, oldest first, through a server-side cursor."""
+        async for row in self._stream(conn, "tasks_from", session_id, owner, start):
+            yield row
+
+    async def _stream(self, conn: Connection, query: str, *args: object) -> AsyncIterator[TaskRow]:
+        async for row in conn.cursor(self.q[query], *args, prefetch=TASK_FETCH_BATCH):
             yield _task(row)
 
     async def task_versions_before(
@@ -318,3 +354,73 @@ class Store:
 
     async def unlock_key(self, conn: Connection, scope: str, key: str) -> None:
         await conn.execute(self.q["advisory_unlock"], f"{scope}\n{key}")
+
+    async def forks_of(self, conn: Connection, session_id: str, user_id: str) -> list[Lineage]:
+        return [Lineage(**dict(r)) for r in await conn.fetch(self.q["forks_of"], session_id, user_id)]
+
+    # --- rewinds -----------------------------------------------------------------------------------
+
+    async def count_events_from(self, conn: Connection, session_id: str, owner: str, start: datetime) -> int:
+        return int(await conn.fetchval(self.q["count_events_from"], session_id, owner, start))
+
+    async def hide_from(
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        *,
+        events_from: datetime,
+        tasks_from: datetime,
+        stamp: datetime,
+    ) -> tuple[int, int]:
+        """Soft-delete events and tasks from the given times with one stamp; (events, tasks) hidden."""
+        events = _count(await conn.execute(self.q["hide_events_from"], session_id, owner, events_from, stamp))
+        tasks = _count(await conn.execute(self.q["hide_tasks_from"], session_id, owner, tasks_from, stamp))
+        return events, tasks
+
+    async def touch_session(self, conn: Connection, session_id: str, owner: str) -> SessionRow:
+        row = await conn.fetchrow(self.q["touch_session"], session_id, owner)
+        assert row is not None  # the caller holds the session's row lock
+        return _session(row)
+
+    async def insert_rewind(self, conn: Connection, r: Rewind, *, requested_by: str) -> datetime:
+        created: datetime = await conn.fetchval(
+            self.q["insert_rewind"], r.id, r.session_id, r.user_id, r.rewind_before_invocation_id, r.deleted_at,
+            r.events_removed, r.tasks_removed, r.replaced_task_id, r.replacement_task_id, requested_by,
+        )  # fmt: skip
+        return created
+
+    async def get_rewind(self, conn: Connection, rewind_id: str, session_id: str, owner: str) -> Rewind | None:
+        row = await conn.fetchrow(self.q["get_rewind"], rewind_id, session_id, owner)
+        return None if row is None else Rewind(**dict(row))
+
+    async def later_rewind_pending(self, conn: Connection, r: Rewind) -> bool:
+        return bool(await conn.fetchval(self.q["later_rewind_pending"], r.session_id, r.user_id, r.created_at, r.id))
+
+    async def activity_since(self, conn: Connection, r: Rewind) -> bool:
+        return bool(
+            await conn.fetchval(self.q["activity_since"], r.session_id, r.user_id, r.deleted_at, r.replacement_task_id)
+        )
+
+    async def restore(self, conn: Connection, r: Rewind) -> tuple[int, int]:
+        events = _count(await conn.execute(self.q["restore_events"], r.session_id, r.user_id, r.deleted_at))
+        tasks = _count(await conn.execute(self.q["restore_tasks"], r.session_id, r.user_id, r.deleted_at))
+        if r.replacement_task_id is not None:
+            await conn.execute(self.q["hide_task"], r.replacement_task_id)
+        return events, tasks
+
+    async def mark_undone(self, conn: Connection, rewind_id: str) -> datetime:
+        value: datetime = await conn.fetchval(self.q["mark_undone"], rewind_id)
+        return value
+
+    # --- turns -------------------------------------------------------------------------------------
+
+    async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
+        rows = await conn.fetch(self.q["event_turns"], session_id, owner)
+        return [
+            EventTurn(
+                invocation_id=r["invocation_id"], started_at=r["started_at"], event_count=int(r["event_count"]),
+                user_text=r["user_text"],
+            )
+            for r in rows
+        ]  # fmt: skip

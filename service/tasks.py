@@ -108,13 +108,37 @@ def invocation_ids(task: JSON) -> list[str]:
     return list(seen)
 
 
+class _Status(msgspec.Struct):
+    state: str | None = None
+
+
+class _StateOnly(msgspec.Struct):
+    status: _Status | None = None
+
+
+_state_decoder = msgspec.json.Decoder(_StateOnly)
+
+
+def state_of(data: str | bytes) -> str | None:
+    """A task row's status.state without building the rest of the task (fast on large tasks)."""
+    try:
+        decoded = _state_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return decoded.status.state if decoded.status is not None else None
+
+
+def is_terminal_state(value: str | None, dialect: TaskDialect) -> bool:
+    return value in _TERMINAL[dialect]
+
+
 def state(task: JSON) -> str | None:
     value = _status(task).get("state")
     return value if isinstance(value, str) else None
 
 
 def is_terminal(task: JSON, dialect: TaskDialect) -> bool:
-    return state(task) in _TERMINAL[dialect]
+    return is_terminal_state(state(task), dialect)
 
 
 def _is_user(message: JSON, dialect: TaskDialect) -> bool:

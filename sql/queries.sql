@@ -194,3 +194,121 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
 -- name: now
 -- The transaction's timestamp, used for every row a fork or rewind stamps.
 SELECT NOW();
+
+-- name: tasks_from
+-- The live tasks created at or after $3, oldest first (the ones a rewind would hide).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
+  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
+      SELECT min(s.user_id) FROM session s
+      WHERE s.id = task.session_id AND s.created_at <= task.created_at
+      HAVING count(DISTINCT s.user_id) = 1)))
+ORDER BY created_at;
+
+-- name: count_events_from
+-- How many live events a rewind at $3 would hide.
+SELECT count(*) FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3;
+
+-- name: hide_events_from
+-- Rewind: soft-delete the live events at or after $3 with one stamp $4 (undo finds them by it).
+UPDATE event SET deleted_at = $4
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3;
+
+-- name: hide_tasks_from
+-- Rewind: soft-delete the live tasks at or after $3 with one stamp $4.
+UPDATE task SET deleted_at = $4
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
+  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
+      SELECT min(s.user_id) FROM session s
+      WHERE s.id = task.session_id AND s.created_at <= task.created_at
+      HAVING count(DISTINCT s.user_id) = 1)));
+
+-- name: touch_session
+-- What kagent does on every event or task write: lift the session in the sidebar.
+UPDATE session SET updated_at = NOW() WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
+RETURNING id, user_id, name, agent_id, source, created_at, updated_at;
+
+-- name: insert_rewind
+-- The record of a rewind.
+INSERT INTO {schema}.rewind (id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed,
+                             tasks_removed, replaced_task_id, replacement_task_id, requested_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+RETURNING created_at;
+
+-- name: get_rewind
+-- A rewind of one session.
+SELECT id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed, tasks_removed,
+       replaced_task_id, replacement_task_id, created_at, undone_at
+FROM {schema}.rewind
+WHERE id = $1 AND session_id = $2 AND user_id = $3;
+
+-- name: later_rewind_pending
+-- Is there a later rewind of the session that is not undone? (undos go newest first)
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.rewind
+    WHERE session_id = $1 AND user_id = $2 AND created_at > $3 AND undone_at IS NULL AND id <> $4
+) AS pending;
+
+-- name: activity_since
+-- Has the session new live events or tasks since the rewind's stamp $3 (other than the rewind's
+-- own replacement task $4)?
+SELECT EXISTS (
+    SELECT 1 FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at > $3
+) OR EXISTS (
+    SELECT 1 FROM task
+    WHERE session_id = $1 AND deleted_at IS NULL AND created_at > $3 AND id IS DISTINCT FROM $4
+      AND (user_id = $2 OR user_id IS NULL)
+) AS active;
+
+-- name: restore_events
+-- Undo: bring back the events one rewind hid (found by its stamp).
+UPDATE event SET deleted_at = NULL WHERE session_id = $1 AND user_id = $2 AND deleted_at = $3;
+
+-- name: restore_tasks
+-- Undo: bring back the tasks one rewind hid.
+UPDATE task SET deleted_at = NULL
+WHERE session_id = $1 AND deleted_at = $3 AND (user_id = $2 OR user_id IS NULL);
+
+-- name: hide_task
+-- Undo: soft-delete the replacement task a rewind wrote.
+UPDATE task SET deleted_at = NOW() WHERE id = $1 AND deleted_at IS NULL;
+
+-- name: mark_undone
+-- Undo: the rewind is undone.
+UPDATE {schema}.rewind SET undone_at = NOW() WHERE id = $1 RETURNING undone_at;
+
+-- name: event_turns
+-- Every turn the events show, in order: invocation id, first event time, event count, and the text of
+-- its first user event. Each row is parsed once.
+WITH parsed AS (
+    SELECT created_at, {schema}.try_jsonb(data) AS doc
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+), turns AS (
+    SELECT coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id,
+           created_at,
+           CASE WHEN doc ->> 'author' = 'user' AND jsonb_typeof(doc -> 'content' -> 'parts') = 'array'
+                THEN (SELECT string_agg(p ->> 'text', E'\n') FROM jsonb_array_elements(doc -> 'content' -> 'parts') p
+                      WHERE jsonb_typeof(p -> 'text') = 'string')
+           END AS user_text
+    FROM parsed
+    WHERE jsonb_typeof(doc) = 'object'
+)
+SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count,
+       (array_agg(left(user_text, 200) ORDER BY created_at) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text
+FROM turns
+WHERE invocation_id IS NOT NULL
+GROUP BY invocation_id
+ORDER BY started_at;
+
+-- name: forks_of
+-- The direct forks of a session, oldest first, with their session's name and state.
+SELECT f.session_id, f.user_id, f.parent_session_id, f.parent_user_id, f.root_session_id, f.root_user_id,
+       f.depth, f.rewind_before_invocation_id, f.boundary_found, f.events_copied, f.tasks_copied,
+       f.messages_copied, f.task_layout, f.warnings::text AS warnings, f.created_at
+FROM {schema}.fork f
+WHERE f.parent_session_id = $1 AND f.parent_user_id = $2
+ORDER BY f.created_at;

@@ -1,0 +1,138 @@
+"""Fork lineage views: a session's direct forks, and the whole tree that holds it.
+
+Only the caller's sessions (and the one a share token names) are shown. A tree is drawn from the
+highest ancestor the caller may see; a deleted or missing session is marked, not dropped; a cycle
+in the records or a chain deeper than the limit never loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from service.identity import Access, Caller
+from service.operations import Services, resolve_access, visible_session
+from service.schemas import rfc3339
+from service.store import Connection, Lineage
+
+Status = Literal["ok", "deleted", "missing"]
+
+
+class LineageRecord(msgspec.Struct, frozen=True, kw_only=True):
+    parent_session_id: str
+    fork_root_session_id: str
+    depth: int
+    rewind_before_invocation_id: str | None
+    boundary_found: bool
+    events_copied: int
+    tasks_copied: int
+    messages_copied: int
+    task_layout: str
+    warnings: list[str]
+    created_at: str
+
+
+class ForkEntry(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    name: str | None
+    created_at: str
+    fork: LineageRecord
+
+
+class TreeNode(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    name: str | None
+    status: Status
+    forks: list[TreeNode]
+    fork: LineageRecord | None = None
+
+
+def record(lineage: Lineage) -> LineageRecord:
+    return LineageRecord(
+        parent_session_id=lineage.parent_session_id, fork_root_session_id=lineage.root_session_id,
+        depth=lineage.depth, rewind_before_invocation_id=lineage.rewind_before_invocation_id,
+        boundary_found=lineage.boundary_found, events_copied=lineage.events_copied,
+        tasks_copied=lineage.tasks_copied, messages_copied=lineage.messages_copied,
+        task_layout=lineage.task_layout, warnings=msgspec.json.decode(lineage.warnings, type=list[str]),
+        created_at=rfc3339(lineage.created_at),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Viewer:
+    user_id: str
+    shared: tuple[str, str] | None  # (session, owner) the share token names
+
+    def sees(self, session_id: str, owner: str) -> bool:
+        return owner == self.user_id or self.shared == (session_id, owner)
+
+
+def _viewer(caller: Caller, session_id: str, access: Access) -> _Viewer:
+    return _Viewer(user_id=caller.user_id, shared=(session_id, access.owner) if access.via_share else None)
+
+
+async def forks(svc: Services, caller: Caller, session_id: str) -> list[ForkEntry]:
+    async with svc.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        source, access = await visible_session(svc, conn, caller, session_id)
+        viewer = _viewer(caller, session_id, access)
+        entries = []
+        for child in await svc.store.forks_of(conn, source.id, source.user_id):
+            if not viewer.sees(child.session_id, child.user_id):
+                continue
+            status = await svc.store.session_status(conn, child.session_id, child.user_id)
+            entries.append(
+                ForkEntry(
+                    session_id=child.session_id, name=status[0] if status else None,
+                    created_at=rfc3339(child.created_at), fork=record(child),
+                )
+            )  # fmt: skip
+        return entries
+
+
+async def tree(svc: Services, caller: Caller, session_id: str) -> TreeNode:
+    async with svc.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        access = await resolve_access(svc, conn, caller, session_id)
+        source, _ = await visible_session(svc, conn, caller, session_id)
+        viewer = _viewer(caller, session_id, access)
+        limit = svc.settings.max_fork_depth + 1
+        # Climb to the highest visible ancestor; `seen` stops a cycle in the records.
+        top, top_lineage = (source.id, source.user_id), await svc.store.lineage_of(conn, source.id, source.user_id)
+        seen = {top}
+        lineage = top_lineage
+        while lineage is not None and len(seen) <= limit:
+            parent = (lineage.parent_session_id, lineage.parent_user_id)
+            if parent in seen or not viewer.sees(*parent):
+                break
+            seen.add(parent)
+            top = parent
+            lineage = top_lineage = await svc.store.lineage_of(conn, *parent)
+        return await _node(svc, conn, viewer, top, top_lineage, {top}, limit)
+
+
+async def _node(
+    svc: Services,
+    conn: Connection,
+    viewer: _Viewer,
+    key: tuple[str, str],
+    lineage: Lineage | None,
+    path: set[tuple[str, str]],
+    budget: int,
+) -> TreeNode:
+    status = await svc.store.session_status(conn, *key)
+    state: Status = "missing" if status is None else ("deleted" if status[1] else "ok")
+    children = []
+    if budget > 0:
+        for child in await svc.store.forks_of(conn, *key):
+            child_key = (child.session_id, child.user_id)
+            if child_key in path or not viewer.sees(*child_key):
+                continue
+            children.append(await _node(svc, conn, viewer, child_key, child, path | {child_key}, budget - 1))
+    return TreeNode(
+        session_id=key[0],
+        name=status[0] if status else None,
+        status=state,
+        forks=children,
+        fork=record(lineage) if lineage is not None else None,
+    )

@@ -1,0 +1,162 @@
+"""Rewind to here, and its undo: the same session loses a turn and everything after it, reversibly.
+
+Both run in one READ COMMITTED transaction that first locks the session row (FOR UPDATE): rewinds
+and undos of one session run one at a time, and each sees what the previous one committed, so two
+rewinds at once can never hide the same rows twice. A fork reads one REPEATABLE READ snapshot and
+never waits for them: it holds the conversation either before or after a concurrent rewind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import msgspec
+
+from service import fork as plan
+from service import tasks
+from service.errors import BadRequest, Conflict, Forbidden, NotFound
+from service.identity import Caller
+from service.operations import Services, session_json, visible_session
+from service.schemas import RewindRequest, Session, rfc3339
+from service.store import Connection, NewTask, Rewind, SessionRow
+
+
+class RewindInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: str | None
+    rewind_before_invocation_id: str
+    events_removed: int
+    tasks_removed: int
+    created_at: str | None
+    undone_at: str | None = None
+
+
+class RewindResult(msgspec.Struct, frozen=True, kw_only=True):
+    session: Session
+    rewind: RewindInfo
+
+
+class RewindPlan(msgspec.Struct, frozen=True, kw_only=True):
+    dry_run: bool
+    rewind: RewindInfo
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Boundary:
+    events_from: datetime
+    tasks_from: datetime
+    partial: plan.BoundaryTask | None  # a task holding turns before the boundary: replaced by its kept part
+
+
+async def _boundary(svc: Services, conn: Connection, source: SessionRow, invocation_id: str) -> _Boundary:
+    prefilter = plan.verbatim_in_json(invocation_id)
+    event_at = await svc.store.boundary_event_at(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
+    candidates = await svc.store.tasks_mentioning(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
+    task = plan.find_boundary_task(candidates, invocation_id)
+    if event_at is None and task is None:
+        # A destructive call never guesses.
+        raise NotFound(f"invocation {invocation_id} not found in session {source.id}")
+    task_at = task.row.created_at if task is not None else event_at
+    assert task_at is not None
+    return _Boundary(
+        events_from=event_at or task_at,
+        tasks_from=task_at,
+        partial=task if task is not None and task.cut > 0 else None,
+    )
+
+
+async def _tasks_hidden(svc: Services, conn: Connection, source: SessionRow, start: datetime) -> tuple[int, list[str]]:
+    """How many tasks a rewind from `start` hides, and which of them the agent is still running."""
+    count, running = 0, []
+    async for row in svc.store.stream_tasks_from(conn, source.id, source.user_id, start):
+        count += 1
+        state = tasks.state_of(row.data)
+        if state is not None and not tasks.is_terminal_state(state, plan.dialect_of(row)):
+            running.append(f"{row.id} ({state})")
+    return count, running
+
+
+def _replacement(partial: plan.BoundaryTask, source: SessionRow, now: datetime) -> NewTask:
+    """The kept part of a task that holds turns before the boundary, under a new id (kagent never
+    writes a soft-deleted task id again, and the original stays for undo)."""
+    dialect = plan.dialect_of(partial.row)
+    data = tasks.cut(tasks.decode(partial.row.data), dialect, partial.cut)
+    rw = tasks.Rewrite(task_id=str(uuid.uuid4()), context_id=source.id, user_id=source.user_id)
+    return NewTask(
+        id=rw.task_id, created_at=partial.row.created_at, updated_at=now, data=tasks.encode(tasks.rewrite(data, rw)),
+        session_id=source.id, protocol_version=partial.row.protocol_version, user_id=source.user_id,
+    )  # fmt: skip
+
+
+async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequest) -> RewindResult | RewindPlan:
+    invocation_id = req.rewind_before_invocation_id
+    if invocation_id is None:
+        raise BadRequest("rewind_before_invocation_id is required")
+    store = svc.store
+    async with svc.pool.acquire() as conn, conn.transaction():
+        source, access = await visible_session(svc, conn, caller, session_id, lock=True)
+        if access.read_only:
+            raise Forbidden("This share link is read-only")
+        sid, owner = source.id, source.user_id
+        boundary = await _boundary(svc, conn, source, invocation_id)
+        hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from)
+        if running and not req.force:
+            raise Conflict(
+                f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
+                "wait for it, or send force: true"
+            )
+        if req.dry_run:
+            events = await store.count_events_from(conn, sid, owner, boundary.events_from)
+            info = RewindInfo(
+                id=None, rewind_before_invocation_id=invocation_id, events_removed=events,
+                tasks_removed=hidden_count, created_at=None,
+            )  # fmt: skip
+            return RewindPlan(dry_run=True, rewind=info)
+        stamp = await store.now(conn)
+        events, hidden = await store.hide_from(
+            conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
+        )
+        replacement = _replacement(boundary.partial, source, stamp) if boundary.partial else None
+        if replacement is not None:
+            await store.insert_tasks(conn, [replacement])
+        session = await store.touch_session(conn, sid, owner)
+        record = Rewind(
+            id=str(uuid.uuid4()), session_id=sid, user_id=owner, rewind_before_invocation_id=invocation_id,
+            deleted_at=stamp, events_removed=events, tasks_removed=hidden,
+            replaced_task_id=boundary.partial.row.id if boundary.partial else None,
+            replacement_task_id=replacement.id if replacement else None, created_at=stamp, undone_at=None,
+        )  # fmt: skip
+        created = await store.insert_rewind(conn, record, requested_by=caller.user_id)
+        return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
+
+
+def _info(r: Rewind, *, created_at: datetime | None = None, undone_at: datetime | None = None) -> RewindInfo:
+    undone = undone_at or r.undone_at
+    return RewindInfo(
+        id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id, events_removed=r.events_removed,
+        tasks_removed=r.tasks_removed, created_at=rfc3339(created_at or r.created_at),
+        undone_at=rfc3339(undone) if undone else None,
+    )  # fmt: skip
+
+
+async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -> RewindResult:
+    """Restore exactly the rows a rewind hid, if nothing has happened in the session since."""
+    store = svc.store
+    async with svc.pool.acquire() as conn, conn.transaction():
+        source, access = await visible_session(svc, conn, caller, session_id, lock=True)
+        if access.read_only:
+            raise Forbidden("This share link is read-only")
+        record = await store.get_rewind(conn, rewind_id, source.id, source.user_id)
+        if record is None:
+            raise NotFound(f"rewind {rewind_id} not found in session {session_id}")
+        if record.undone_at is not None:
+            raise Conflict(f"rewind {rewind_id} was already undone")
+        if await store.later_rewind_pending(conn, record):
+            raise Conflict("a later rewind of this session is not undone: undo that one first")
+        if await store.activity_since(conn, record):
+            raise Conflict("the session has new events or tasks since this rewind: it can no longer be undone")
+        await store.restore(conn, record)
+        session = await store.touch_session(conn, source.id, source.user_id)
+        undone = await store.mark_undone(conn, record.id)
+        return RewindResult(session=session_json(session), rewind=_info(record, undone_at=undone))
