@@ -1,4 +1,8 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree: one entry point for people and scripts."""
+"""kagent-fork serve | fork | rewind | undo | invocations | tree: one entry point for people and scripts.
+
+The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
+the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,21 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
 
 from service.config import ConfigError, Settings, from_env
 
 log = logging.getLogger("kagent_fork")
+
+# HTTP status of a refusal -> exit code.
+EXIT_CODES = {400: 2, 413: 2, 415: 2, 401: 4, 403: 4, 404: 3, 409: 5, 422: 6, 429: 7, 503: 8}
+EXIT_HELP = (
+    "exit codes: 0 done, 1 unexpected error, 2 bad input, 3 not found, 4 not allowed, "
+    "5 conflict (e.g. a turn still running), 6 refused (e.g. fork depth), 7 rate limited, 8 database unavailable"
+)
 
 
 def _database_url(settings: Settings, *, demo: bool) -> str:
@@ -29,10 +43,10 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
 def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn
 
-    dsn = _database_url(settings, demo=True)
-    os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
+    os.environ["KAGENT_FORK_RESOLVED_DSN"] = _database_url(settings, demo=True)
     uvicorn.run(
         "service.app:app_from_env",
+        factory=True,
         host=host,
         port=port,
         workers=workers,
@@ -40,20 +54,182 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         http="httptools",
         log_level="info",
         access_log=False,
-        factory=True,
+        timeout_graceful_shutdown=30,
     )
     return 0
 
 
+# --- readable output ---------------------------------------------------------------------------------
+
+
+def _show_fork(data: dict[str, Any]) -> str:
+    if data.get("dry_run"):
+        return (
+            f"Dry run: would create {data['name']!r} with {data['events_copied']} events, {data['tasks_copied']} "
+            f"tasks ({data['task_layout']}), {data['bytes_to_copy']} bytes, ~{data['estimated_context_tokens']} "
+            "context tokens" + "".join(f"\n  warning: {w}" for w in data["warnings"])
+        )
+    fork = data["fork"]
+    return (
+        f"Forked {fork['parent_session_id']} -> {data['id']} {data['name']!r}\n"
+        f"  depth {fork['depth']} (root {fork['fork_root_session_id']}), {fork['events_copied']} events, "
+        f"{fork['tasks_copied']} tasks ({fork['task_layout']}), {fork['messages_copied']} messages"
+        + "".join(f"\n  warning: {w}" for w in fork["warnings"])
+    )
+
+
+def _show_rewind(data: dict[str, Any]) -> str:
+    r = data["rewind"]
+    counts = f"{r['events_removed']} events and {r['tasks_removed']} tasks"
+    if data.get("dry_run"):
+        return f"Dry run: would hide {counts} from turn {r['rewind_before_invocation_id']}"
+    if r.get("undone_at"):
+        return f"Undid rewind {r['id']}: restored {counts}"
+    return f"Rewind {r['id']}: hid {counts} from turn {r['rewind_before_invocation_id']} (undo with this id)"
+
+
+def _show_invocations(items: list[dict[str, Any]]) -> str:
+    lines = [f"{'#':>4}  {'started':<27} {'events':>6}  {'state':<22} {'invocation':<40} user"]
+    for i, t in enumerate(items, 1):
+        text = (t["user_text"] or "").replace("\n", " ")[:60]
+        lines.append(
+            f"{i:>4}  {t['started_at']:<27} {t['event_count']:>6}  {t['state'] or '-':<22} "
+            f"{t['invocation_id']:<40} {text}"
+        )
+    return "\n".join(lines)
+
+
+def _show_tree(node: dict[str, Any], prefix: str = "", last: bool = True, top: bool = True) -> str:
+    mark = "" if node["status"] == "ok" else f" [{node['status']}]"
+    fork = node.get("fork")
+    detail = f" (depth {fork['depth']}, {fork['events_copied']} events)" if fork else ""
+    line = f"{node['session_id']} {node['name']!r}{mark}{detail}"
+    lines = [line if top else f"{prefix}{'└── ' if last else '├── '}{line}"]
+    child_prefix = "" if top else prefix + ("    " if last else "│   ")
+    for i, child in enumerate(node["forks"]):
+        lines.append(_show_tree(child, child_prefix, i == len(node["forks"]) - 1, top=False))
+    return "\n".join(lines)
+
+
+# --- operator commands -------------------------------------------------------------------------------
+
+
+async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
+    from service import lineage, operations, rewind, turns
+    from service.app import open_pool, prepare_database
+    from service.identity import Caller
+    from service.schemas import ForkRequest, RewindRequest
+    from service.store import Store
+
+    store = Store(settings.service_schema)
+    pool = await open_pool(settings, dsn)
+    try:
+        await prepare_database(settings, store, pool)
+        svc = operations.Services(settings=settings, store=store, pool=pool)
+        caller = Caller(user_id=args.user, share_token=args.share_token)
+        commands: dict[str, Callable[[], Awaitable[tuple[object, str]]]] = {}
+
+        async def do_fork() -> tuple[object, str]:
+            req = msgspec.convert(
+                {k: v for k, v in {"rewind_before_invocation_id": args.before, "name": args.name,
+                                   "if_boundary_missing": args.if_boundary_missing, "task_layout": args.layout,
+                                   "dry_run": args.dry_run}.items() if v is not None},
+                ForkRequest,
+            )  # fmt: skip
+            outcome = await operations.fork(svc, caller, args.session_id, req, args.idempotency_key)
+            data = msgspec.json.decode(msgspec.json.encode(outcome.data))
+            return data, _show_fork(data)
+
+        async def do_rewind() -> tuple[object, str]:
+            req = RewindRequest(rewind_before_invocation_id=args.before, dry_run=args.dry_run, force=args.force)
+            data = msgspec.to_builtins(await rewind.rewind(svc, caller, args.session_id, req))
+            return data, _show_rewind(data)
+
+        async def do_undo() -> tuple[object, str]:
+            data = msgspec.to_builtins(await rewind.undo(svc, caller, args.session_id, args.rewind_id))
+            return data, _show_rewind(data)
+
+        async def do_invocations() -> tuple[object, str]:
+            items, after = [], None
+            while True:  # every page: an operator wants the whole list
+                page = await turns.invocations(svc, caller, args.session_id, limit=turns.MAX_PAGE, after=after)
+                items += msgspec.to_builtins(page.items)
+                if page.last or not page.items:
+                    break
+                after = page.items[-1].invocation_id
+            return items, _show_invocations(items)
+
+        async def do_tree() -> tuple[object, str]:
+            data = msgspec.to_builtins(await lineage.tree(svc, caller, args.session_id))
+            return data, _show_tree(data)
+
+        commands.update(fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree)
+        return await commands[args.command]()
+    finally:
+        await pool.close()
+
+
+def operate(settings: Settings, args: argparse.Namespace) -> int:
+    from service.app import CONNECTION_ERRORS
+    from service.errors import ServiceError
+
+    try:
+        dsn = _database_url(settings, demo=True)
+        data, text = asyncio.run(_run(settings, dsn, args))
+    except ServiceError as exc:
+        return _fail(args, exc.message, EXIT_CODES.get(exc.status, 1))
+    except msgspec.ValidationError as exc:
+        return _fail(args, f"invalid arguments: {exc}", 2)
+    except CONNECTION_ERRORS as exc:
+        return _fail(args, f"database unavailable: {type(exc).__name__}: {exc}", 8)
+    print(msgspec.json.encode(data).decode() if args.json else text)
+    return 0
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if args.json:
+        print(msgspec.json.encode({"error": message}).decode())
+    print(f"kagent-fork: {message}", file=sys.stderr)
+    return code
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kagent-fork", description=__doc__, epilog=EXIT_HELP)
+    commands = p.add_subparsers(dest="command", required=True)
+    s = commands.add_parser("serve", help="serve the HTTP API")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8083)
+    s.add_argument("--workers", type=int, default=1, help="worker processes (one per core in production)")
+
+    def operator(name: str, help_text: str) -> argparse.ArgumentParser:
+        c = commands.add_parser(name, help=help_text, epilog=EXIT_HELP)
+        c.add_argument("session_id")
+        c.add_argument("--user", default="admin@kagent.dev", help="act as this kagent user")
+        c.add_argument("--share-token", default=None, help="act through this share link")
+        c.add_argument("--json", action="store_true", help="print the API's data as JSON")
+        return c
+
+    f = operator("fork", "fork a session into a new one, up to a turn")
+    f.add_argument("--before", help="rewind_before_invocation_id: the first turn not copied")
+    f.add_argument("--name")
+    f.add_argument("--if-boundary-missing", choices=["copy_all", "error"])
+    f.add_argument("--layout", choices=["auto", "merged", "per_task"])
+    f.add_argument("--dry-run", action="store_true", default=None)
+    f.add_argument("--idempotency-key")
+    r = operator("rewind", "hide a turn and everything after it (undoable)")
+    r.add_argument("--before", required=True, help="rewind_before_invocation_id: the first turn hidden")
+    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--force", action="store_true", help="even while the agent is still running a hidden turn")
+    u = operator("undo", "undo a rewind")
+    u.add_argument("rewind_id")
+    operator("invocations", "list the turns of a session")
+    operator("tree", "print the fork tree that holds a session")
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    parser = argparse.ArgumentParser(prog="kagent-fork", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    p_serve = commands.add_parser("serve", help="serve the HTTP API")
-    p_serve.add_argument("--host", default="127.0.0.1")
-    p_serve.add_argument("--port", type=int, default=8083)
-    p_serve.add_argument("--workers", type=int, default=1, help="worker processes (one per core in production)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         settings = from_env(os.environ)
     except ConfigError as exc:
@@ -61,5 +237,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         return serve(settings, args.host, args.port, args.workers)
-    parser.error(f"unknown command {args.command}")
-    return 2
+    logging.getLogger().setLevel(logging.WARNING)  # operator output stays readable
+    return operate(settings, args)

