@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
@@ -166,5 +167,29 @@ async def readyz(request: AnyRequest) -> Response[bytes]:
     )
 
 
+def openapi_path() -> Path:
+    """openapi.yaml beside the package in a checkout, or inside it in an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "openapi.yaml", here.parent / "openapi.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("openapi.yaml is missing from the installation")
+
+
+@get("/openapi.yaml", media_type="application/yaml")
+async def openapi_document() -> bytes:
+    return openapi_path().read_bytes()
+
+
 def handlers() -> list[HTTPRouteHandler]:
-    return [fork_session, rewind_session, undo_rewind, list_invocations, list_forks, fork_tree, healthz, readyz]
+    return [
+        fork_session,
+        rewind_session,
+        undo_rewind,
+        list_invocations,
+        list_forks,
+        fork_tree,
+        healthz,
+        readyz,
+        openapi_document,
+    ]
