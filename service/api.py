@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromPath
 
 from service import lineage, operations, rewind, turns
 from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
@@ -71,7 +72,7 @@ def idempotency_key(request: AnyRequest) -> str | None:
 
 
 @post("/api/sessions/{session_id:str}/fork", status_code=201)
-async def fork_session(request: AnyRequest, session_id: str) -> Response[bytes]:
+async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     req = await decode_body(request, ForkRequest)
     caller = caller_of(request)
     outcome = await operations.fork(services(request), caller, checked_id(session_id), req, idempotency_key(request))
@@ -90,7 +91,7 @@ async def fork_session(request: AnyRequest, session_id: str) -> Response[bytes]:
 
 
 @post("/api/sessions/{session_id:str}/rewind", status_code=200)
-async def rewind_session(request: AnyRequest, session_id: str) -> Response[bytes]:
+async def rewind_session(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     req = await decode_body(request, RewindRequest)
     result = await rewind.rewind(services(request), caller_of(request), checked_id(session_id), req)
     if isinstance(result, rewind.RewindPlan):
@@ -99,7 +100,7 @@ async def rewind_session(request: AnyRequest, session_id: str) -> Response[bytes
 
 
 @post("/api/sessions/{session_id:str}/rewinds/{rewind_id:str}/undo", status_code=200)
-async def undo_rewind(request: AnyRequest, session_id: str, rewind_id: str) -> Response[bytes]:
+async def undo_rewind(request: AnyRequest, session_id: FromPath[str], rewind_id: FromPath[str]) -> Response[bytes]:
     await decode_body(request, EmptyRequest)
     result = await rewind.undo(
         services(request), caller_of(request), checked_id(session_id), checked_id(rewind_id, "rewind id")
@@ -120,7 +121,7 @@ def _query_int(request: AnyRequest, name: str, default: int) -> int:
 
 
 @get("/api/sessions/{session_id:str}/invocations")
-async def list_invocations(request: AnyRequest, session_id: str) -> Response[bytes]:
+async def list_invocations(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     after = request.query_params.getall("after", [])
     if len(after) > 1:
         raise BadRequest("query parameter after must be given once")
@@ -135,13 +136,13 @@ async def list_invocations(request: AnyRequest, session_id: str) -> Response[byt
 
 
 @get("/api/sessions/{session_id:str}/forks")
-async def list_forks(request: AnyRequest, session_id: str) -> Response[bytes]:
+async def list_forks(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     entries = await lineage.forks(services(request), caller_of(request), checked_id(session_id))
     return ok(entries, "Successfully listed forks")
 
 
 @get("/api/sessions/{session_id:str}/tree")
-async def fork_tree(request: AnyRequest, session_id: str) -> Response[bytes]:
+async def fork_tree(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     node = await lineage.tree(services(request), caller_of(request), checked_id(session_id))
     return ok(node, "Successfully built fork tree")
 

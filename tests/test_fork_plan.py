@@ -25,7 +25,7 @@ def row(data: dict, n: int, version: str | None) -> TaskRow:
 def test_default_name() -> None:
     assert plan.default_name("Weather", None) == "Fork of Weather"
     assert plan.default_name("Chat", "  What's   the weather\nin Paris? " + "x" * 80) == (
-        'Fork of "What\'s the weather in Paris? ' + "x" * 31 + '"'
+        "Fork of \"What's the weather in Paris? " + "x" * 31 + '"'
     )
     assert plan.default_name(None, None) == "Fork of chat"
     assert plan.default_name("Chat", "   ") == "Fork of chat"

@@ -5,14 +5,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
-import secrets
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pydantic
@@ -21,6 +17,7 @@ from a2a.types import Task as A2ATask
 from google.adk.events import Event
 from google.protobuf import json_format
 
+from tests.conftest import create_database, drop_database
 from tests.support import kagent_reads as kr
 from tests.support.conversations import (
     HITL_EXTENSION_URI,
@@ -32,9 +29,7 @@ from tests.support.conversations import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "sql" / "kagent" / "schema.sql"
 SAMPLES = ROOT.parent / "shared" / "samples"
-ADMIN_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 DIALECTS = ("legacy", "v1")
 STYLES = ("python", "python_compact", "go", "openai")
@@ -400,25 +395,17 @@ def test_task_reader_facts() -> None:
 # Through PostgreSQL, read back with kagent's queries
 
 
-@asynccontextmanager
-async def throwaway_database() -> AsyncIterator[asyncpg.Connection]:
-    """A fresh database with kagent's tables, dropped afterwards (the shared conftest will replace this)."""
+@pytest.fixture
+async def scratch(server_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A fresh database with kagent's tables and an empty schema_migrations, dropped afterwards."""
+    url = await create_database(server_url)
+    conn = await asyncpg.connect(url)
     try:
-        admin = await asyncpg.connect(ADMIN_URL, timeout=5)
-    except (OSError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"no PostgreSQL at {ADMIN_URL}: {exc}")
-    name = "kf_support_" + secrets.token_hex(6)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        conn = await asyncpg.connect(urlunsplit(urlsplit(ADMIN_URL)._replace(path="/" + name)))
-        try:
-            await conn.execute(SCHEMA.read_text())
-            yield conn
-        finally:
-            await conn.close()
+        await conn.execute("DELETE FROM schema_migrations")
+        yield conn
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await conn.close()
+        await drop_database(server_url, url)
 
 
 async def assert_reads_back(conn: asyncpg.Connection, conv: Conversation) -> None:
@@ -440,57 +427,55 @@ async def assert_reads_back(conn: asyncpg.Connection, conv: Conversation) -> Non
 
 
 @pytest.mark.asyncio
-async def test_conversations_read_back_through_kagent_queries() -> None:
+async def test_conversations_read_back_through_kagent_queries(scratch: asyncpg.Connection) -> None:
     start = datetime.now(UTC) - timedelta(hours=3)
-    async with throwaway_database() as conn:
-        convs = []
-        for i, (dialect, style) in enumerate(itertools.product(DIALECTS, STYLES)):
-            conv = full(dialect, style, start=start + timedelta(minutes=10 * i), runtime_events=True)
-            await insert_conversation(conn, conv)
-            convs.append(conv)
-        for conv in convs:
-            await assert_reads_back(conn, conv)
-        # The first conversation decided the clean migration version; later inserts kept it.
-        assert [tuple(r) for r in await conn.fetch("SELECT version, dirty FROM schema_migrations")] == [(7, False)]
-        sidebar = await kr.list_sessions(conn, "admin@kagent.dev")
-        assert [s["id"] for s in sidebar] == [c.session_id for c in reversed(convs)]
-        # The events' `after` filter and the main line's refusal of legacy task rows.
-        first = convs[0]
-        later = await kr.list_events_for_session_asc(conn, first.session_id, first.user_id, first.events[2].created_at)
-        assert [e["id"] for e in later] == [e.id for e in first.events[3:]]
-        with pytest.raises(ValueError, match="task row 0"):
-            await kr.load_session_tasks(conn, first.session_id, first.user_id, line="main")
-        v1 = convs[len(STYLES)]
-        assert len(await kr.load_session_tasks(conn, v1.session_id, v1.user_id, line="main")) == 3
-        assert await kr.get_task(conn, v1.tasks[0].id, "someone-else") is None
-        assert (await kr.get_task(conn, v1.tasks[0].id, v1.user_id))["data"] == v1.tasks[0].data
+    conn = scratch
+    convs = []
+    for i, (dialect, style) in enumerate(itertools.product(DIALECTS, STYLES)):
+        conv = full(dialect, style, start=start + timedelta(minutes=10 * i), runtime_events=True)
+        await insert_conversation(conn, conv)
+        convs.append(conv)
+    for conv in convs:
+        await assert_reads_back(conn, conv)
+    # The first conversation decided the clean migration version; later inserts kept it.
+    assert [tuple(r) for r in await conn.fetch("SELECT version, dirty FROM schema_migrations")] == [(7, False)]
+    sidebar = await kr.list_sessions(conn, "admin@kagent.dev")
+    assert [s["id"] for s in sidebar] == [c.session_id for c in reversed(convs)]
+    # The events' `after` filter and the main line's refusal of legacy task rows.
+    first = convs[0]
+    later = await kr.list_events_for_session_asc(conn, first.session_id, first.user_id, first.events[2].created_at)
+    assert [e["id"] for e in later] == [e.id for e in first.events[3:]]
+    with pytest.raises(ValueError, match="task row 0"):
+        await kr.load_session_tasks(conn, first.session_id, first.user_id, line="main")
+    v1 = convs[len(STYLES)]
+    assert len(await kr.load_session_tasks(conn, v1.session_id, v1.user_id, line="main")) == 3
+    assert await kr.get_task(conn, v1.tasks[0].id, "someone-else") is None
+    assert (await kr.get_task(conn, v1.tasks[0].id, v1.user_id))["data"] == v1.tasks[0].data
 
 
 @pytest.mark.asyncio
-async def test_null_owner_rule_and_shares() -> None:
-    async with throwaway_database() as conn:
-        conv = build_conversation(dialect="legacy", turns=2, user_id="alice")
-        await insert_conversation(conn, conv, null_task_owner=True)
-        # A NULL owner resolves to the only user with a session of that id...
-        assert len(await kr.list_tasks_for_session(conn, conv.session_id, "alice")) == 2
-        assert await kr.list_tasks_for_session(conn, conv.session_id, "bob") == []
-        # A session of the same id created after the tasks does not count: bob sees only his own task...
-        later = datetime.now(UTC)
-        other = build_conversation(dialect="legacy", turns=1, user_id="bob", session_id=conv.session_id, start=later)
-        await insert_conversation(conn, other)
-        assert [t["id"] for t in await kr.list_tasks_for_session(conn, conv.session_id, "bob")] == [other.tasks[0].id]
-        assert len(await kr.list_tasks_for_session(conn, conv.session_id, "alice")) == 2
-        # ...but one that existed when they were written makes the owner ambiguous: nobody sees them.
-        earlier = conv.created_at - timedelta(hours=1)
-        third = build_conversation(
-            dialect="legacy", turns=1, user_id="carol", session_id=conv.session_id, start=earlier
-        )
-        await insert_conversation(conn, third)
-        assert await kr.list_tasks_for_session(conn, conv.session_id, "alice") == []
-        assert await kr.get_session(conn, conv.session_id, "dave") is None
+async def test_null_owner_rule_and_shares(scratch: asyncpg.Connection) -> None:
+    conn = scratch
+    conv = build_conversation(dialect="legacy", turns=2, user_id="alice")
+    await insert_conversation(conn, conv, null_task_owner=True)
+    # A NULL owner resolves to the only user with a session of that id...
+    assert len(await kr.list_tasks_for_session(conn, conv.session_id, "alice")) == 2
+    assert await kr.list_tasks_for_session(conn, conv.session_id, "bob") == []
+    # A session of the same id created after the tasks does not count: bob sees only his own task...
+    later = datetime.now(UTC)
+    other = build_conversation(dialect="legacy", turns=1, user_id="bob", session_id=conv.session_id, start=later)
+    await insert_conversation(conn, other)
+    assert [t["id"] for t in await kr.list_tasks_for_session(conn, conv.session_id, "bob")] == [other.tasks[0].id]
+    assert len(await kr.list_tasks_for_session(conn, conv.session_id, "alice")) == 2
+    # ...but one that existed when they were written makes the owner ambiguous: nobody sees them.
+    earlier = conv.created_at - timedelta(hours=1)
+    third = build_conversation(dialect="legacy", turns=1, user_id="carol", session_id=conv.session_id, start=earlier)
+    await insert_conversation(conn, third)
+    assert await kr.list_tasks_for_session(conn, conv.session_id, "alice") == []
+    assert await kr.get_session(conn, conv.session_id, "dave") is None
 
-        token = await create_share(conn, session_id=conv.session_id, owner="alice", read_only=True)
-        share = await kr.get_session_share_by_token(conn, token)
-        assert (share["session_id"], share["user_id"], share["read_only"]) == (conv.session_id, "alice", True)
-        rw = await create_share(conn, session_id=conv.session_id, owner="alice", read_only=False)
-        assert rw != token and (await kr.get_session_share_by_token(conn, rw))["read_only"] is False
+    token = await create_share(conn, session_id=conv.session_id, owner="alice", read_only=True)
+    share = await kr.get_session_share_by_token(conn, token)
+    assert (share["session_id"], share["user_id"], share["read_only"]) == (conv.session_id, "alice", True)
+    rw = await create_share(conn, session_id=conv.session_id, owner="alice", read_only=False)
+    assert rw != token and (await kr.get_session_share_by_token(conn, rw))["read_only"] is False
