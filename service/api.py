@@ -54,16 +54,26 @@ async def decode_body(request: AnyRequest, kind: type[T]) -> T:
         raise BadRequest(f"invalid request body: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise BadRequest("request body is not valid UTF-8") from None
+
+
+def raw_headers(request: AnyRequest) -> dict[str, list[str]]:
+    """Headers from the raw ASGI scope: a header sent twice must be seen twice, not joined into one."""
+    headers: dict[str, list[str]] = {}
+    for raw_name, raw_value in request.scope["headers"]:
+        headers.setdefault(raw_name.decode("latin-1").lower(), []).append(raw_value.decode("latin-1"))
+    return headers
 
 
 def caller_of(request: AnyRequest) -> Caller:
-    headers = {name: request.headers.getall(name) for name in request.headers}
+    headers = raw_headers(request)
     query = {name: request.query_params.getall(name) for name in request.query_params}
     return resolve_caller(services(request).settings, headers, query)
 
 
 def idempotency_key(request: AnyRequest) -> str | None:
-    values = request.headers.getall("idempotency-key", [])
+    values = raw_headers(request).get("idempotency-key", [])
     if len(values) > 1:
         raise BadRequest("header Idempotency-Key must be given once")
     if not values:
