@@ -1,0 +1,76 @@
+"""The operator CLI: the same operations as the API, readable or --json, with exit codes that say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import asyncpg
+
+from tests.helpers import new_user, seed
+from tests.support.conversations import create_share
+
+
+def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+async def test_a_cli_session(database_url: str, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="legacy", turns=4, tool_calls=True)
+    user = ["--user", conv.user_id]
+    turns = ok_json(cli(database_url, "invocations", conv.session_id, *user, "--json"))
+    assert [t["invocation_id"] for t in turns] == conv.invocation_ids
+    table = cli(database_url, "invocations", conv.session_id, *user)
+    assert table.returncode == 0 and conv.turns[0].user_text[:40] in table.stdout
+
+    fork = ok_json(cli(database_url, "fork", conv.session_id, *user, "--before", turns[3]["invocation_id"], "--json"))
+    assert fork["fork"]["depth"] == 1 and fork["fork"]["events_copied"] > 0
+    fork2 = ok_json(cli(database_url, "fork", fork["id"], *user, "--before", turns[2]["invocation_id"], "--json"))
+    assert fork2["fork"]["depth"] == 2 and fork2["fork"]["fork_root_session_id"] == conv.session_id
+    readable = cli(database_url, "fork", fork["id"], *user, "--dry-run")
+    assert readable.returncode == 0 and readable.stdout.startswith("Dry run: would create")
+
+    rewound = ok_json(
+        cli(database_url, "rewind", conv.session_id, *user, "--before", turns[1]["invocation_id"], "--json")
+    )
+    assert rewound["rewind"]["tasks_removed"] == 3
+    undone = ok_json(cli(database_url, "undo", conv.session_id, rewound["rewind"]["id"], *user, "--json"))
+    assert undone["rewind"]["undone_at"]
+
+    tree = cli(database_url, "tree", fork2["id"], *user)
+    assert tree.returncode == 0
+    lines = tree.stdout.splitlines()
+    assert lines[0].startswith(conv.session_id) and fork["id"] in lines[1] and fork2["id"] in lines[2]
+    assert lines[2].lstrip().startswith("└── ")
+
+
+async def test_exit_codes(database_url: str, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=2, running_last_turn=True)
+    missing = cli(database_url, "fork", "no-such-session", "--user", conv.user_id, "--json")
+    assert missing.returncode == 3 and json.loads(missing.stdout) == {"error": "Session not found"}
+    running = cli(
+        database_url, "rewind", conv.session_id, "--user", conv.user_id, "--before", conv.turns[0].invocation_id
+    )
+    assert running.returncode == 5 and "still running" in running.stderr
+    async with pool.acquire() as conn:
+        token = await create_share(conn, session_id=conv.session_id, owner=conv.user_id, read_only=True)
+    forbidden = cli(
+        database_url, "rewind", conv.session_id, "--user", new_user(), "--share-token", token,
+        "--before", conv.turns[0].invocation_id,
+    )  # fmt: skip
+    assert forbidden.returncode == 4 and "read-only" in forbidden.stderr
+    bad = cli(database_url, "fork", "x" * 300, "--user", conv.user_id)
+    assert bad.returncode in (2, 3)
+    usage = cli(database_url, "rewind", conv.session_id)
+    assert usage.returncode == 2 and "--before" in usage.stderr
