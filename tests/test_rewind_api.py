@@ -149,7 +149,8 @@ async def test_undo_refused_after_new_activity_or_out_of_order(client: Any, pool
     # the agent answers a new message: the rewind can no longer be undone
     async with pool.acquire() as conn:
         await conn.execute(
-            "INSERT INTO event (id, user_id, session_id, data, created_at, updated_at) VALUES ($1, $2, $3, $4, NOW(), NOW())",
+            "INSERT INTO event (id, user_id, session_id, data, created_at, updated_at) "
+            "VALUES ($1, $2, $3, $4, NOW(), NOW())",
             "new-event", conv.user_id, conv.session_id, conv.events[0].data,
         )  # fmt: skip
     blocked = await post(client, f"{path}/rewinds/{second['data']['rewind']['id']}/undo", conv.user_id)
@@ -254,7 +255,8 @@ async def test_tree_survives_a_cycle_in_the_records(client: Any, pool: asyncpg.P
     async with pool.acquire() as conn:  # a corrupted record: the root claims to be a fork of its fork
         await conn.execute(
             "INSERT INTO kagent_fork.fork (session_id, user_id, parent_session_id, parent_user_id, root_session_id, "
-            "root_user_id, depth, boundary_found, events_copied, tasks_copied, messages_copied, task_layout, created_by) "
+            "root_user_id, depth, boundary_found, events_copied, tasks_copied, messages_copied, task_layout, "
+            "created_by) "
             "VALUES ($1, $2, $3, $2, $3, $2, 2, false, 0, 0, 0, 'per_task', $2)",
             conv.session_id, conv.user_id, a["id"],
         )  # fmt: skip

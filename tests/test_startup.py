@@ -1,0 +1,131 @@
+"""Start-up: the service refuses a database that is not kagent's, migrates its own schema once, and its
+served OpenAPI document is the committed one and matches the routes and request types."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import msgspec
+import pytest
+import yaml
+
+from service.api import handlers
+from service.app import open_pool, prepare_database
+from service.config import ConfigError, Settings, from_env
+from service.migrate import SchemaError, check_kagent_schema, migrate
+from service.schemas import EmptyRequest, ForkRequest, RewindRequest
+from service.store import Store
+from tests.conftest import create_database, drop_database
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def test_refuses_a_database_without_kagents_tables(server_url: str) -> None:
+    url = await create_database(server_url)
+    try:
+        conn = await asyncpg.connect(url)
+        await conn.execute("DROP TABLE task")
+        await conn.close()
+        settings = Settings(database_url=url)
+        pool = await open_pool(settings, url)
+        try:
+            with pytest.raises(SchemaError, match="table task is missing"):
+                await prepare_database(settings, Store(settings.service_schema), pool)
+        finally:
+            await pool.close()
+        # and `kagent-fork serve` stops with the reason instead of serving
+        env = {**os.environ, "DATABASE_URL": url}
+        serve = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "service", "serve", "--port", "0"],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert serve.returncode != 0
+        assert "table task is missing" in serve.stdout + serve.stderr
+    finally:
+        await drop_database(server_url, url)
+
+
+async def test_refuses_a_dirty_kagent_migration_and_recognises_both_lines(server_url: str) -> None:
+    url = await create_database(server_url, migration_version=7)
+    try:
+        conn = await asyncpg.connect(url)
+        store = Store("kagent_fork")
+        try:
+            assert (await check_kagent_schema(store, conn)).product_line == "0.10.x"
+            await conn.execute("UPDATE schema_migrations SET version = 13")
+            assert (await check_kagent_schema(store, conn)).product_line == "main"
+            await conn.execute("UPDATE schema_migrations SET dirty = true")
+            with pytest.raises(SchemaError, match="dirty"):
+                await check_kagent_schema(store, conn)
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(server_url, url)
+
+
+async def test_migrations_run_once_even_from_two_replicas(server_url: str) -> None:
+    url = await create_database(server_url)
+    try:
+        conns = [await asyncpg.connect(url) for _ in range(2)]
+        versions = await asyncio.gather(*(migrate(c, "kagent_fork_replicas") for c in conns))
+        assert versions[0] == versions[1] >= 1
+        rows = await conns[0].fetchval("SELECT count(*) FROM kagent_fork_replicas.schema_version")
+        assert rows == versions[0]
+        kagent_columns = await conns[0].fetchval(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'task'"
+        )
+        assert kagent_columns == 8, "kagent's tables are never altered"
+        for c in conns:
+            await c.close()
+    finally:
+        await drop_database(server_url, url)
+
+
+def test_settings_from_env_fail_with_the_variable_named() -> None:
+    assert from_env({}).auth_mode == "unsecure"
+    assert from_env({"AUTH_MODE": "trusted-proxy", "MAX_FORK_DEPTH": "3"}).max_fork_depth == 3
+    for env, name in [
+        ({"AUTH_MODE": "oidc"}, "AUTH_MODE"),
+        ({"MAX_FORK_DEPTH": "many"}, "MAX_FORK_DEPTH"),
+        ({"MAX_FORK_DEPTH": "0"}, "MAX_FORK_DEPTH"),
+        ({"KAGENT_FORK_SCHEMA": "public; drop"}, "KAGENT_FORK_SCHEMA"),
+        ({"DB_POOL_MIN_SIZE": "5", "DB_POOL_MAX_SIZE": "2"}, "DB_POOL_MIN_SIZE"),
+    ]:
+        with pytest.raises(ConfigError, match=name):
+            from_env(env)
+
+
+async def test_served_openapi_is_the_committed_one(client: Any) -> None:
+    r = await client.get("/openapi.yaml")
+    assert r.status_code == 200 and r.content == (ROOT / "openapi.yaml").read_bytes()
+
+
+def test_openapi_documents_every_route_and_request_type() -> None:
+    spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    documented = {(path, method.upper()) for path, ops in spec["paths"].items() for method in ops}
+    served = {
+        (path.replace(":str", ""), method)
+        for handler in handlers()
+        for path in handler.paths
+        for method in handler.http_methods
+    }
+    assert served == documented
+    for struct, name in [
+        (ForkRequest, "ForkRequest"),
+        (RewindRequest, "RewindRequest"),
+        (EmptyRequest, "EmptyRequest"),
+    ]:
+        code = msgspec.json.schema(struct)
+        code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])
+        doc = spec["components"]["schemas"][name]
+        assert set(doc["properties"]) == code_fields, name
+        assert doc["additionalProperties"] is False
+    fork_props = spec["components"]["schemas"]["ForkRequest"]["properties"]
+    assert fork_props["task_layout"]["enum"] == ["auto", "merged", "per_task"]
+    assert fork_props["if_boundary_missing"]["enum"] == ["copy_all", "error"]
