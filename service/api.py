@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -9,17 +12,20 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
+from prometheus_client import Counter
 
 from service import lineage, operations, rewind, turns
 from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller
 from service.migrate import check_kagent_schema
+from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
 from service.operations import Services
-from service.schemas import EmptyRequest, Envelope, ForkRequest, RewindRequest
+from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest
 
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("kagent_fork")
 
 
 def services(request: AnyRequest) -> Services:
@@ -81,11 +87,41 @@ def idempotency_key(request: AnyRequest) -> str | None:
     return checked_id(values[0], "Idempotency-Key")
 
 
+@contextmanager
+def outcome_of(counter: Counter, action: str, session_id: str) -> Iterator[None]:
+    """Count and log a refused or failed fork or rewind (ids and outcome only: never conversation content)."""
+    fields = {"action": action, "session_id": session_id}
+    try:
+        yield
+    except ServiceError as exc:
+        counter.labels("refused").inc()
+        log.info(
+            "%s refused", action, extra={**fields, "outcome": "refused", "status": exc.status, "reason": exc.message}
+        )
+        raise
+    except Exception:
+        counter.labels("failed").inc()
+        log.warning("%s failed", action, extra={**fields, "outcome": "failed"})
+        raise
+
+
 @post("/api/sessions/{session_id:str}/fork", status_code=201)
 async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
-    req = await decode_body(request, ForkRequest)
-    caller = caller_of(request)
-    outcome = await operations.fork(services(request), caller, checked_id(session_id), req, idempotency_key(request))
+    with outcome_of(FORKS, "fork", session_id):
+        req = await decode_body(request, ForkRequest)
+        caller = caller_of(request)
+        outcome = await operations.fork(
+            services(request), caller, checked_id(session_id), req, idempotency_key(request)
+        )
+    kind = "replayed" if outcome.replayed else ("created" if outcome.created else "dry_run")
+    FORKS.labels(kind).inc()
+    extra: dict[str, object] = {"action": "fork", "session_id": session_id, "user_id": caller.user_id, "outcome": kind}
+    if isinstance(outcome.data, ForkedSession):
+        ROWS_COPIED.labels("event").inc(outcome.data.fork.events_copied)
+        ROWS_COPIED.labels("task").inc(outcome.data.fork.tasks_copied)
+        extra.update(new_session_id=outcome.data.id, events_copied=outcome.data.fork.events_copied,
+                     tasks_copied=outcome.data.fork.tasks_copied)  # fmt: skip
+    log.info("fork %s", kind, extra=extra)
     if outcome.replayed:
         return ok(
             outcome.data, "Fork already created for this Idempotency-Key", headers={"Idempotent-Replayed": "true"}
@@ -102,8 +138,18 @@ async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Respon
 
 @post("/api/sessions/{session_id:str}/rewind", status_code=200)
 async def rewind_session(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
-    req = await decode_body(request, RewindRequest)
-    result = await rewind.rewind(services(request), caller_of(request), checked_id(session_id), req)
+    with outcome_of(REWINDS, "rewind", session_id):
+        req = await decode_body(request, RewindRequest)
+        caller = caller_of(request)
+        result = await rewind.rewind(services(request), caller, checked_id(session_id), req)
+    kind = "dry_run" if isinstance(result, rewind.RewindPlan) else "rewound"
+    REWINDS.labels(kind).inc()
+    log.info(
+        "rewind %s", kind,
+        extra={"action": "rewind", "session_id": session_id, "user_id": caller.user_id, "outcome": kind,
+               "rewind_id": result.rewind.id, "events_removed": result.rewind.events_removed,
+               "tasks_removed": result.rewind.tasks_removed},
+    )  # fmt: skip
     if isinstance(result, rewind.RewindPlan):
         return ok(result, "Rewind plan: nothing was written")
     return ok(result, "Successfully rewound session")
@@ -111,10 +157,18 @@ async def rewind_session(request: AnyRequest, session_id: FromPath[str]) -> Resp
 
 @post("/api/sessions/{session_id:str}/rewinds/{rewind_id:str}/undo", status_code=200)
 async def undo_rewind(request: AnyRequest, session_id: FromPath[str], rewind_id: FromPath[str]) -> Response[bytes]:
-    await decode_body(request, EmptyRequest)
-    result = await rewind.undo(
-        services(request), caller_of(request), checked_id(session_id), checked_id(rewind_id, "rewind id")
-    )
+    with outcome_of(REWINDS, "undo", session_id):
+        await decode_body(request, EmptyRequest)
+        caller = caller_of(request)
+        result = await rewind.undo(
+            services(request), caller, checked_id(session_id), checked_id(rewind_id, "rewind id")
+        )
+    REWINDS.labels("undone").inc()
+    log.info(
+        "rewind undone",
+        extra={"action": "undo", "session_id": session_id, "user_id": caller.user_id, "outcome": "undone",
+               "rewind_id": rewind_id},
+    )  # fmt: skip
     return ok(result, "Successfully undid rewind")
 
 
@@ -155,6 +209,15 @@ async def list_forks(request: AnyRequest, session_id: FromPath[str]) -> Response
 async def fork_tree(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     node = await lineage.tree(services(request), caller_of(request), checked_id(session_id))
     return ok(node, "Successfully built fork tree")
+
+
+@get("/metrics", media_type="text/plain; version=0.0.4; charset=utf-8")
+async def metrics(request: AnyRequest) -> bytes:
+    pool = services(request).pool
+    POOL.labels("open").set(pool.get_size())
+    POOL.labels("idle").set(pool.get_idle_size())
+    POOL.labels("max").set(pool.get_max_size())
+    return metrics_text()
 
 
 @get("/healthz")
@@ -202,5 +265,6 @@ def handlers() -> list[HTTPRouteHandler]:
         fork_tree,
         healthz,
         readyz,
+        metrics,
         openapi_document,
     ]

@@ -17,6 +17,7 @@ from service import api
 from service.config import Settings
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.migrate import check_kagent_schema, migrate
+from service.observability import configure_logging, observe, stamp_request_ids
 from service.operations import Services
 from service.store import Store
 
@@ -95,6 +96,7 @@ async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool)
 
 def create_app(settings: Settings, dsn: str) -> Litestar:
     store = Store(settings.service_schema)
+    stamp_request_ids()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -111,6 +113,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,
+        middleware=[observe],
         openapi_config=None,
         debug=False,
     )
@@ -122,6 +125,7 @@ def app_from_env() -> Litestar:
 
     from service.config import from_env
 
+    configure_logging()
     settings = from_env(os.environ)
     dsn = os.environ.get("KAGENT_FORK_RESOLVED_DSN") or settings.database_url
     if not dsn:

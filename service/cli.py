@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -44,6 +45,9 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn
 
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = _database_url(settings, demo=True)
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Every worker writes its metrics here so that /metrics, served by any one worker, adds them up.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kagent-fork-metrics-")
     uvicorn.run(
         "service.app:app_from_env",
         factory=True,
@@ -54,6 +58,7 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         http="httptools",
         log_level="info",
         access_log=False,
+        log_config=None,  # the workers log JSON lines (service.observability)
         timeout_graceful_shutdown=30,
     )
     return 0
@@ -228,7 +233,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from service.observability import configure_logging
+
+    configure_logging()
     args = parser().parse_args(argv)
     try:
         settings = from_env(os.environ)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 AuthMode = Literal["unsecure", "trusted-proxy"]
+
+PublicKey: TypeAlias = "rsa.RSAPublicKey | ec.EllipticCurvePublicKey"
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -28,6 +35,13 @@ class Settings:
     pool_max_size: int = 10
     idempotency_ttl_seconds: int = 24 * 3600
     embedded_data_dir: str = ".kagent-fork/pgdata"
+    # Optional verification of the bearer JWT in trusted-proxy mode (kagent itself trusts the proxy).
+    jwt_secret: str | None = None  # HS256 shared secret
+    jwt_public_key: str | None = None  # PEM of an RSA (RS256) or P-256 (ES256) public key
+    jwt_audience: str | None = None
+    # Limits: 0 turns a limit off.
+    max_fork_events: int = 250_000  # events one synchronous fork may copy (422 beyond)
+    fork_rate_per_minute: int = 0  # forks per user per minute, across replicas (429 beyond)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -56,6 +70,16 @@ def from_env(env: Mapping[str, str]) -> Settings:
     pool_max = _int(env, "DB_POOL_MAX_SIZE", 10, minimum=1, maximum=1000)
     if pool_min > pool_max:
         raise ConfigError(f"DB_POOL_MIN_SIZE ({pool_min}) must not exceed DB_POOL_MAX_SIZE ({pool_max})")
+    jwt_secret = env.get("JWT_SECRET") or None
+    jwt_public_key = (env.get("JWT_PUBLIC_KEY") or "").replace("\\n", "\n").strip() or None
+    if (jwt_secret or jwt_public_key) and auth_mode != "trusted-proxy":
+        raise ConfigError("JWT_SECRET and JWT_PUBLIC_KEY verify bearer tokens: they need AUTH_MODE=trusted-proxy")
+    if jwt_secret is not None and len(jwt_secret.encode()) < 32:
+        raise ConfigError("JWT_SECRET must be at least 32 bytes (RFC 7518: an HS256 key as long as the hash)")
+    if jwt_public_key is not None:
+        public_key_algorithm(jwt_public_key)
+    if env.get("JWT_AUDIENCE") and not (jwt_secret or jwt_public_key):
+        raise ConfigError("JWT_AUDIENCE is checked only in verified tokens: set JWT_SECRET or JWT_PUBLIC_KEY too")
     return Settings(
         database_url=env.get("DATABASE_URL") or None,
         service_schema=schema,
@@ -67,4 +91,25 @@ def from_env(env: Mapping[str, str]) -> Settings:
         pool_max_size=pool_max,
         idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60, maximum=1 << 31),
         embedded_data_dir=env.get("KAGENT_FORK_DATA_DIR", ".kagent-fork/pgdata") or ".kagent-fork/pgdata",
+        jwt_secret=jwt_secret,
+        jwt_public_key=jwt_public_key,
+        jwt_audience=env.get("JWT_AUDIENCE") or None,
+        max_fork_events=_int(env, "MAX_FORK_EVENTS", 250_000, minimum=0, maximum=1 << 31),
+        fork_rate_per_minute=_int(env, "FORK_RATE_PER_MINUTE", 0, minimum=0, maximum=1_000_000),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def public_key_algorithm(pem: str) -> tuple[PublicKey, str]:
+    """The key of JWT_PUBLIC_KEY and the one algorithm it verifies: RS256 (RSA) or ES256 (P-256)."""
+    try:
+        key = serialization.load_pem_public_key(pem.encode())
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise ConfigError(f"JWT_PUBLIC_KEY is not a PEM public key: {exc}") from None
+    if isinstance(key, rsa.RSAPublicKey):
+        if key.key_size < 2048:
+            raise ConfigError(f"JWT_PUBLIC_KEY is an RSA key of {key.key_size} bits; at least 2048 are needed")
+        return key, "RS256"
+    if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+        return key, "ES256"
+    raise ConfigError("JWT_PUBLIC_KEY must be an RSA key (RS256) or an EC P-256 key (ES256)")

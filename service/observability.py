@@ -1,0 +1,122 @@
+"""Metrics (Prometheus, through prometheus_client) and structured JSON logs with a request id.
+
+Logs never hold conversation content: only ids, counts, the caller and the outcome.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+REQUESTS = Counter(
+    "kagent_fork_http_requests_total", "HTTP requests by route, method and status", ["route", "method", "status"]
+)
+LATENCY = Histogram(
+    "kagent_fork_http_request_duration_seconds",
+    "HTTP request latency by route and method",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+FORKS = Counter("kagent_fork_forks_total", "Fork requests by outcome", ["outcome"])
+REWINDS = Counter("kagent_fork_rewinds_total", "Rewind and undo requests by outcome", ["outcome"])
+ROWS_COPIED = Counter("kagent_fork_rows_copied_total", "Rows written into forks, by kagent table", ["table"])
+POOL = Gauge(
+    "kagent_fork_db_pool_connections", "Database pool connections of this process", ["state"], multiprocess_mode="all"
+)
+
+
+def metrics_text() -> bytes:
+    """The exposition text; with several worker processes, every worker's metrics together."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+    return generate_latest()
+
+
+_base_factory = logging.getLogRecordFactory()
+
+
+def _record_with_request_id(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    record = _base_factory(*args, **kwargs)
+    record.request_id = request_id.get()
+    return record
+
+
+def stamp_request_ids() -> None:
+    """Give every log record the id of the request it was made in (at creation, not when written)."""
+    logging.setLogRecordFactory(_record_with_request_id)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, request id and any `extra` fields."""
+
+    _standard = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", request_id.get()),
+        }
+        entry.update({k: v for k, v in vars(record).items() if k not in self._standard})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    stamp_request_ids()
+
+
+_HEADER = b"x-request-id"
+
+
+def observe(app: Callable[..., Any]) -> Callable[..., Any]:
+    """ASGI middleware: a request id (from X-Request-Id, else new) echoed back and put in every log
+    line of the request, and the request's count and latency by route template."""
+
+    async def middleware(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        given = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == _HEADER), "")
+        rid = given if 0 < len(given) <= 128 and given.isprintable() else str(uuid.uuid4())
+        token = request_id.set(rid)
+        status = 500
+        start = time.perf_counter()
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), (_HEADER, rid.encode("latin-1"))]}
+            await send(message)
+
+        try:
+            await app(scope, receive, send_with_id)
+        finally:
+            route = scope.get("path_template") or "unmatched"
+            LATENCY.labels(route, scope["method"]).observe(time.perf_counter() - start)
+            REQUESTS.labels(route, scope["method"], str(status)).inc()
+            request_id.reset(token)
+
+    return middleware
