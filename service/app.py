@@ -55,7 +55,7 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """Every failure, the framework's own included, as {"error": "<text>"}: never a stack trace."""
     if isinstance(exc, ServiceError):
-        return _json(exc.status, envelope(exc.message))
+        return _json(exc.status, envelope(exc.message), headers=exc.headers)
     if isinstance(exc, HTTPException):
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail else "request refused"
         return _json(exc.status_code, envelope(detail), headers=exc.headers)
@@ -114,6 +114,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,
         middleware=[observe],
+        logging_config=None,  # logs are configured once, as JSON lines (service.observability)
         openapi_config=None,
         debug=False,
     )
