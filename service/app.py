@@ -20,6 +20,7 @@ from service.migrate import check_kagent_schema, migrate
 from service.observability import configure_logging, observe, stamp_request_ids
 from service.operations import Services
 from service.store import Store
+from service.tracing import tracing_middleware
 
 log = logging.getLogger("kagent_fork")
 
@@ -113,7 +114,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,
-        middleware=[observe],
+        middleware=[*tracing_middleware(settings.otel_tracing_enabled), observe],
         logging_config=None,  # logs are configured once, as JSON lines (service.observability)
         openapi_config=None,
         debug=False,

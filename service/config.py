@@ -35,6 +35,7 @@ class Settings:
     pool_max_size: int = 10
     idempotency_ttl_seconds: int = 24 * 3600
     embedded_data_dir: str = ".kagent-fork/pgdata"
+    otel_tracing_enabled: bool = False
     # Optional verification of the bearer JWT in trusted-proxy mode (kagent itself trusts the proxy).
     jwt_secret: str | None = None  # HS256 shared secret
     jwt_public_key: str | None = None  # PEM of an RSA (RS256) or P-256 (ES256) public key
@@ -80,8 +81,12 @@ def from_env(env: Mapping[str, str]) -> Settings:
         public_key_algorithm(jwt_public_key)
     if env.get("JWT_AUDIENCE") and not (jwt_secret or jwt_public_key):
         raise ConfigError("JWT_AUDIENCE is checked only in verified tokens: set JWT_SECRET or JWT_PUBLIC_KEY too")
+    tracing = (env.get("OTEL_TRACING_ENABLED") or "false").strip().lower()
+    if tracing not in ("true", "false"):
+        raise ConfigError(f"OTEL_TRACING_ENABLED must be 'true' or 'false', got {tracing!r}")
     return Settings(
         database_url=env.get("DATABASE_URL") or None,
+        otel_tracing_enabled=tracing == "true",
         service_schema=schema,
         auth_mode="trusted-proxy" if auth_mode == "trusted-proxy" else "unsecure",
         user_id_claim=claim,

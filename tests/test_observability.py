@@ -75,3 +75,35 @@ async def test_request_ids_and_logs_without_content(
     text = json.dumps(line)
     for turn in conv.turns:
         assert turn.user_text not in text
+
+
+async def test_opentelemetry_tracing_when_switched_on(database_url: str, pool: asyncpg.Pool) -> None:
+    from litestar.testing import AsyncTestClient
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from service.app import create_app
+    from service.config import from_env
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    settings = from_env({"DATABASE_URL": database_url, "OTEL_TRACING_ENABLED": "true"})
+    conv = await seed(pool, dialect="v1", turns=1)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with AsyncTestClient(app=create_app(settings, database_url)) as c:
+        r = await c.post(
+            f"/api/sessions/{conv.session_id}/fork", json={}, headers={"X-User-Id": conv.user_id, "traceparent": parent}
+        )
+        assert r.status_code == 201
+        await c.get("/healthz")  # excluded: probes make no spans
+    spans = exporter.get_finished_spans()
+    server = [s for s in spans if s.kind == trace.SpanKind.SERVER]
+    assert len(server) == 1
+    assert server[0].attributes is not None and server[0].attributes.get("http.status_code") == 201
+    assert format(server[0].context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c", (
+        "the caller's trace goes on"
+    )
