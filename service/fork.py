@@ -114,7 +114,9 @@ class TaskCopier:
         elif not tasks.is_terminal(data, dialect):
             # A turn that never finished (its agent gone): copying it live would make kagent's UI
             # resubscribe to a task nobody runs, so its copy is closed as canceled.
-            self.warnings.append(f"task {row.id} was left in state {tasks.state(data)!r}; its copy is marked canceled")
+            self.warnings.append(
+                f"task {row.id} was left in state {tasks.state(data)!r} by an earlier turn: its copy is closed, canceled"
+            )
             data = tasks.cancel(data, dialect)
         if self.layout == "merged":
             self._merge.append(data)

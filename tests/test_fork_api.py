@@ -140,10 +140,13 @@ async def test_whole_conversation_with_an_approval_turn(client: Any, pool: async
 
 @pytest.mark.parametrize("dialect", LINES)
 @pytest.mark.parametrize("metadata_style", STYLES)
+@pytest.mark.parametrize("last_turn", ["running_last_turn", "awaiting_approval_last_turn"])
 async def test_a_still_running_last_turn_is_left_out(
-    client: Any, pool: asyncpg.Pool, dialect: str, metadata_style: str
+    client: Any, pool: asyncpg.Pool, dialect: str, metadata_style: str, last_turn: str
 ) -> None:
-    conv = await seed(pool, dialect=dialect, turns=3, running_last_turn=True, metadata_style=metadata_style)
+    conv = await seed(
+        pool, dialect=dialect, turns=3, metadata_style=metadata_style, tool_calls=True, **{last_turn: True}
+    )
     r = await fork(client, conv)
     assert r.status_code == 201, r.text
     info = r.json()["data"]["fork"]
@@ -283,3 +286,23 @@ async def test_tasks_without_owner_follow_kagents_rule(client: Any, pool: asyncp
     async with pool.acquire() as conn:
         owners = await conn.fetch("SELECT user_id FROM task WHERE session_id = $1", r.json()["data"]["id"])
     assert [o["user_id"] for o in owners] == [conv.user_id]
+
+
+@pytest.mark.parametrize("dialect", LINES)
+async def test_an_older_unfinished_task_is_copied_closed(client: Any, pool: asyncpg.Pool, dialect: str) -> None:
+    """A boundary before a running turn leaves it out; an older task its agent never finished is closed."""
+    conv = await seed(pool, dialect=dialect, turns=4, running_last_turn=True)
+    async with pool.acquire() as conn:  # the agent of turn 1 died mid-turn, long ago
+        data = json.loads(conv.tasks[1].data)
+        data["status"]["state"] = "working" if dialect == "legacy" else "TASK_STATE_WORKING"
+        await conn.execute("UPDATE task SET data = $1 WHERE id = $2", json.dumps(data), conv.tasks[1].id)
+    r = await fork(
+        client, conv, {"rewind_before_invocation_id": conv.turns[3].invocation_id, "task_layout": "per_task"}
+    )
+    assert r.status_code == 201, r.text
+    info = r.json()["data"]["fork"]
+    assert info["events_copied"] == len([e for e in conv.events if e.created_at < conv.turns[3].started_at])
+    assert len(info["warnings"]) == 1 and "canceled" in info["warnings"][0]
+    view = await kagent_view(pool, r.json()["data"]["id"], conv.user_id, dialect)
+    states = [json.loads(t["data"])["status"]["state"] for t in view["tasks"]]
+    assert states[1] in ("canceled", "TASK_STATE_CANCELED") and len(states) == 3
