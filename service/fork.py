@@ -115,7 +115,7 @@ class TaskCopier:
             # A turn that never finished (its agent gone): copying it live would make kagent's UI
             # resubscribe to a task nobody runs, so its copy is closed as canceled.
             self.warnings.append(
-                f"task {row.id} was left in state {tasks.state(data)!r} by an earlier turn: its copy is closed, canceled"
+                f"task {row.id} was left in state {tasks.state(data)!r}: its copy is closed as canceled"
             )
             data = tasks.cancel(data, dialect)
         if self.layout == "merged":
