@@ -1,0 +1,386 @@
+/**
+ * A dependency-free client of kagent-fork for kagent's UI (Next.js server actions) and other
+ * Node 20+ callers.
+ *
+ * Every function resolves, never rejects, to the value kagent's server actions return:
+ * `BaseResponse<T>` = `{ message, data? }` on success and `{ message, error }` on failure, where
+ * `error` (and `message`) hold kagent-fork's error text, e.g. "Session not found". The requests
+ * carry the headers kagent's server actions forward to kagent's backend: `Authorization` (the
+ * JWT of oauth2-proxy in trusted-proxy mode) and `X-Share-Token`, plus `X-User-Id` when a user id
+ * is given (kagent's unsecure mode).
+ */
+
+/** The answer of a kagent UI server action (kagent ui/src/types: `BaseResponse<T>`). */
+export interface BaseResponse<T> {
+  message: string;
+  data?: T;
+  error?: string;
+}
+
+/**
+ * A session, typed as kagent's UI types it (ui/src/types: `Session`), so that the value drops into
+ * kagent's code. The data is kagent-fork's answer as it comes, which is kagent's REST JSON: like
+ * kagent's own answers, a live session has no `deleted_at`, and an unnamed session has no `name`.
+ */
+export interface Session {
+  id: string;
+  name: string;
+  agent_id: string;
+  user_id: string;
+  created_at: string;
+  updated_at: string;
+  deleted_at: string;
+  share_token?: string | null;
+  share_read_only?: boolean | null;
+  /** "user", "agent" (a sub-agent's session) or absent, as kagent stores it. */
+  source?: string;
+}
+
+/** What a fork copied (kagent-fork's `data.fork`). */
+export interface ForkInfo {
+  parent_session_id: string;
+  fork_root_session_id: string;
+  depth: number;
+  rewind_before_invocation_id: string | null;
+  boundary_found: boolean;
+  events_copied: number;
+  tasks_copied: number;
+  messages_copied: number;
+  task_layout: string;
+  warnings: string[];
+}
+
+/** The new session of a fork, with what was copied. */
+export interface ForkedSession extends Session {
+  fork: ForkInfo;
+}
+
+/** A rewind's record; its `id` undoes it (`undoRewind`). */
+export interface RewindInfo {
+  id: string;
+  rewind_before_invocation_id: string;
+  events_removed: number;
+  tasks_removed: number;
+  created_at: string;
+  undone_at?: string;
+}
+
+/** The session after a rewind or an undo, with the rewind's record. */
+export interface RewoundSession extends Session {
+  rewind: RewindInfo;
+}
+
+/** One agent turn of a conversation: a place to fork or rewind before. */
+export interface Invocation {
+  invocation_id: string;
+  task_id: string | null;
+  /** The turn's task state as stored (legacy "completed" or A2A v1.0 "TASK_STATE_COMPLETED"). */
+  state: string | null;
+  started_at: string;
+  /** The first 200 characters of the user's message. */
+  user_text: string | null;
+  event_count: number;
+}
+
+/** The part of a fetch Response the client reads. */
+export interface ResponseLike {
+  ok: boolean;
+  status: number;
+  statusText: string;
+  headers: { get(name: string): string | null };
+  text(): Promise<string>;
+}
+
+export type FetchLike = (
+  url: string,
+  init: { method: string; headers: Record<string, string>; body?: string; signal?: AbortSignal; cache?: "no-store" },
+) => Promise<ResponseLike>;
+
+export interface ClientOptions {
+  /**
+   * kagent-fork's base URL, e.g. `http://kagent-fork.kagent.svc:8083` (with or without a trailing
+   * `/api`). Default: the environment variable `KAGENT_FORK_URL`.
+   */
+  baseUrl?: string;
+  /**
+   * Headers to forward, as kagent's `getAuthHeadersFromContext()` returns them (`authorization`,
+   * `x-share-token` and any `KAGENT_ADDITIONAL_FORWARDED_HEADERS`). Names are case-insensitive.
+   */
+  headers?: Record<string, string | undefined>;
+  /** `Authorization` header value (e.g. `Bearer <jwt>`); overrides `headers`. */
+  authorization?: string;
+  /** `X-Share-Token`: act on another user's session through its share link; overrides `headers`. */
+  shareToken?: string;
+  /** `X-User-Id`: the caller in kagent's unsecure mode (kagent's default user when absent). */
+  userId?: string;
+  /** Give up after this many milliseconds (default 30000, as kagent's fetchApi). */
+  timeoutMs?: number;
+  /** Abort the request. */
+  signal?: AbortSignal;
+  /** A fetch implementation (default: the global fetch of Node 20+). */
+  fetch?: FetchLike;
+}
+
+export interface ForkOptions extends ClientOptions {
+  /** The new session's name (default "Fork of <source name>"). */
+  name?: string;
+  /** `copy_all` (default): fork the whole conversation when the turn is gone; `error`: answer 404. */
+  ifBoundaryMissing?: "copy_all" | "error";
+  /** `auto` (default), `merged` or `per_task`: how the fork's A2A tasks are laid out. */
+  taskLayout?: "auto" | "merged" | "per_task";
+  /** A retry with the same key and request returns the same fork instead of a second one. */
+  idempotencyKey?: string;
+}
+
+export interface RewindOptions extends ClientOptions {
+  /** Rewind even while the agent is still running a turn that the rewind hides. */
+  force?: boolean;
+}
+
+export interface InvocationsOptions extends ClientOptions {
+  /** One page of at most this many turns (1 to 1000) instead of every turn. */
+  limit?: number;
+  /** One page starting after this invocation id instead of every turn. */
+  after?: string;
+}
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+const MAX_PAGES = 1_000;
+
+/**
+ * "Fork chat from here": a new session holding the conversation before the turn
+ * `rewindBeforeInvocationId` (the whole conversation when it is absent or null). The source is
+ * never changed. `data` is the new session: navigate to `/agents/<namespace>/<name>/chat/<data.id>`.
+ */
+export async function forkSession(
+  sessionId: string,
+  rewindBeforeInvocationId?: string | null,
+  options: ForkOptions = {},
+): Promise<BaseResponse<ForkedSession>> {
+  const body: Record<string, unknown> = {};
+  if (rewindBeforeInvocationId) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.name !== undefined) body.name = options.name;
+  if (options.ifBoundaryMissing !== undefined) body.if_boundary_missing = options.ifBoundaryMissing;
+  if (options.taskLayout !== undefined) body.task_layout = options.taskLayout;
+  const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  return call<ForkedSession>(options, "POST", sessionPath(sessionId, "fork"), body, extra, [sessionId]);
+}
+
+/**
+ * "Rewind to here": the same session loses the turn `rewindBeforeInvocationId` and everything
+ * after it. Nothing is erased: `data.rewind.id` undoes it (`undoRewind`).
+ */
+export async function rewindSession(
+  sessionId: string,
+  rewindBeforeInvocationId: string,
+  options: RewindOptions = {},
+): Promise<BaseResponse<RewoundSession>> {
+  const body: Record<string, unknown> = { rewind_before_invocation_id: rewindBeforeInvocationId };
+  if (options.force) body.force = true;
+  const answer = await call<{ session: Session; rewind: RewindInfo }>(
+    options,
+    "POST",
+    sessionPath(sessionId, "rewind"),
+    body,
+    {},
+    [sessionId, rewindBeforeInvocationId],
+  );
+  return flatten(answer);
+}
+
+/** Bring back what a rewind hid (refused with 409 once the session has moved on). */
+export async function undoRewind(
+  sessionId: string,
+  rewindId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<RewoundSession>> {
+  const path = sessionId && rewindId ? sessionPath(sessionId, `rewinds/${encodeURIComponent(rewindId)}/undo`) : "";
+  const answer = await call<{ session: Session; rewind: RewindInfo }>(options, "POST", path, {}, {}, [
+    sessionId,
+    rewindId,
+  ]);
+  return flatten(answer);
+}
+
+/**
+ * The turns of a conversation, in order, to pick a fork or rewind point. Every turn unless
+ * `limit` or `after` asks for one page (whose `message` is "end" when it is the last one).
+ */
+export async function listInvocations(
+  sessionId: string,
+  options: InvocationsOptions = {},
+): Promise<BaseResponse<Invocation[]>> {
+  const onePage = options.limit !== undefined || options.after !== undefined;
+  const items: Invocation[] = [];
+  let after = options.after;
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const query = new URLSearchParams();
+    if (options.limit !== undefined) query.set("limit", String(options.limit));
+    if (after !== undefined) query.set("after", after);
+    const search = query.toString();
+    const suffix = search ? `invocations?${search}` : "invocations";
+    const answer = await call<Invocation[]>(options, "GET", sessionPath(sessionId, suffix), undefined, {}, [
+      sessionId,
+    ]);
+    if (answer.error !== undefined || onePage) return answer;
+    const turns = answer.data ?? [];
+    items.push(...turns);
+    const last = turns[turns.length - 1];
+    if (answer.message === "end" || last === undefined) return { message: answer.message, data: items };
+    after = last.invocation_id;
+  }
+  return failure(`more than ${MAX_PAGES} pages of turns`);
+}
+
+/**
+ * The headers kagent's server actions forward, read from an incoming request's headers (for
+ * callers outside kagent's UI; inside it, pass `await getAuthHeadersFromContext()` as `headers`):
+ * `authorization`, `x-share-token` and the comma-separated `additional` names (default: the
+ * environment variable `KAGENT_ADDITIONAL_FORWARDED_HEADERS`, as kagent's UI reads it).
+ */
+export function forwardedHeaders(
+  incoming: { get(name: string): string | null },
+  additional: string | undefined = env("KAGENT_ADDITIONAL_FORWARDED_HEADERS"),
+): Record<string, string> {
+  const names = new Set(["authorization", "x-share-token"]);
+  for (const name of (additional ?? "").split(",")) {
+    const clean = name.trim().toLowerCase();
+    if (clean && !HOP_BY_HOP.has(clean)) names.add(clean);
+  }
+  const out: Record<string, string> = {};
+  for (const name of names) {
+    const value = incoming.get(name);
+    if (value) out[name] = value;
+  }
+  return out;
+}
+
+// Never forwarded: they describe one connection, not the caller.
+const HOP_BY_HOP = new Set([
+  "host",
+  "connection",
+  "keep-alive",
+  "transfer-encoding",
+  "upgrade",
+  "te",
+  "trailer",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "content-length",
+  "content-encoding",
+]);
+
+// --- internals ---------------------------------------------------------------------------------
+
+function env(name: string): string | undefined {
+  const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return proc?.env?.[name];
+}
+
+function sessionPath(sessionId: string, suffix: string): string {
+  return sessionId ? `/sessions/${encodeURIComponent(sessionId)}/${suffix}` : "";
+}
+
+function failure<T>(text: string): BaseResponse<T> {
+  return { message: text, error: text };
+}
+
+function flatten(answer: BaseResponse<{ session: Session; rewind: RewindInfo }>): BaseResponse<RewoundSession> {
+  if (answer.data === undefined) return answer.error !== undefined ? failure(answer.error) : { message: answer.message };
+  return { message: answer.message, data: { ...answer.data.session, rewind: answer.data.rewind } };
+}
+
+function baseUrl(options: ClientOptions): string | undefined {
+  const base = (options.baseUrl ?? env("KAGENT_FORK_URL"))?.trim().replace(/\/+$/, "");
+  if (!base) return undefined;
+  return base.endsWith("/api") ? base : `${base}/api`;
+}
+
+function requestHeaders(options: ClientOptions, extra: Record<string, string>, json: boolean): Record<string, string> {
+  const headers: Record<string, string> = { accept: "application/json" };
+  for (const [name, value] of Object.entries(options.headers ?? {})) {
+    const clean = name.toLowerCase();
+    if (value && !HOP_BY_HOP.has(clean)) headers[clean] = value;
+  }
+  if (options.authorization) headers.authorization = options.authorization;
+  if (options.shareToken) headers["x-share-token"] = options.shareToken;
+  if (options.userId) headers["x-user-id"] = options.userId;
+  if (json) headers["content-type"] = "application/json";
+  return { ...headers, ...extra };
+}
+
+function signalFor(options: ClientOptions): AbortSignal {
+  const timeout = AbortSignal.timeout(options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+  if (!options.signal) return timeout;
+  const any = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any;
+  return any ? any([timeout, options.signal]) : options.signal;
+}
+
+async function call<T>(
+  options: ClientOptions,
+  method: "GET" | "POST",
+  path: string,
+  body: Record<string, unknown> | undefined,
+  extra: Record<string, string>,
+  required: string[],
+): Promise<BaseResponse<T>> {
+  if (required.some((value) => typeof value !== "string" || value.length === 0) || !path) {
+    return failure("a session id (and, to rewind or undo, an invocation or rewind id) is required");
+  }
+  const base = baseUrl(options);
+  if (base === undefined) return failure("kagent-fork's URL is not set: pass baseUrl or set KAGENT_FORK_URL");
+  const url = base + path;
+  const doFetch: FetchLike = options.fetch ?? (fetch as unknown as FetchLike);
+  let response: ResponseLike;
+  try {
+    response = await doFetch(url, {
+      method,
+      headers: requestHeaders(options, extra, body !== undefined),
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      signal: signalFor(options),
+      cache: "no-store",
+    });
+  } catch (error) {
+    return failure(transportError(error, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS));
+  }
+  let text: string;
+  try {
+    text = await response.text();
+  } catch (error) {
+    return failure(transportError(error, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS));
+  }
+  const envelope = parse(text);
+  if (!response.ok) {
+    const said = envelope?.error ?? envelope?.message;
+    return failure(
+      typeof said === "string" && said
+        ? said
+        : `kagent-fork answered ${response.status} ${response.statusText}`.trim() + ` (${method} ${url})`,
+    );
+  }
+  if (envelope === undefined || !("data" in envelope)) {
+    return failure(`kagent-fork answered ${response.status} without kagent's JSON envelope (${method} ${url})`);
+  }
+  const message = typeof envelope.message === "string" ? envelope.message : "OK";
+  return { message, data: envelope.data as T };
+}
+
+function parse(text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    return value !== null && typeof value === "object" && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function transportError(error: unknown, url: string, timeoutMs: number): string {
+  const name = error instanceof Error ? error.name : "";
+  if (name === "TimeoutError") return `Request timed out after ${timeoutMs} ms - kagent-fork did not answer. ${url}`;
+  if (name === "AbortError") return `Request aborted. ${url}`;
+  const cause = error instanceof Error && error.cause instanceof Error ? error.cause.message : "";
+  const detail = cause || (error instanceof Error ? error.message : String(error));
+  return `Network error - could not reach kagent-fork (${detail}). ${url}`;
+}

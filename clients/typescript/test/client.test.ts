@@ -1,0 +1,178 @@
+// Against a real kagent-fork (scripts/run-tests.mjs starts one on its embedded demo database and
+// sets KAGENT_FORK_URL): demo-legacy-session (kagent 0.10.x rows) and demo-v1-session (kagent main
+// rows), three turns each, owned by admin@kagent.dev.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  type BaseResponse,
+  forkSession,
+  type Invocation,
+  listInvocations,
+  rewindSession,
+  undoRewind,
+} from "../src/index.js";
+
+const LEGACY = "demo-legacy-session";
+const V1 = "demo-v1-session";
+const OWNER = "admin@kagent.dev";
+const READ_ONLY_SHARE = process.env.KF_TEST_SHARE_READ_ONLY;
+const READ_WRITE_SHARE = process.env.KF_TEST_SHARE_READ_WRITE;
+
+assert.ok(process.env.KAGENT_FORK_URL, "run through `npm test`: it starts kagent-fork and sets KAGENT_FORK_URL");
+
+function ok<T>(answer: BaseResponse<T>): T {
+  assert.equal(answer.error, undefined, `unexpected error: ${answer.error}`);
+  assert.deepEqual(Object.keys(answer).sort(), ["data", "message"]);
+  assert.equal(typeof answer.message, "string");
+  assert.ok(answer.data !== undefined);
+  return answer.data;
+}
+
+/** kagent's createErrorResponse shape: the error text in both fields, no data. */
+function failed<T>(answer: BaseResponse<T>, text: string | RegExp): void {
+  assert.deepEqual(Object.keys(answer).sort(), ["error", "message"], JSON.stringify(answer));
+  assert.equal(answer.message, answer.error);
+  if (typeof text === "string") assert.equal(answer.error, text);
+  else assert.match(answer.error ?? "", text);
+}
+
+async function turns(sessionId: string, options = {}): Promise<Invocation[]> {
+  return ok(await listInvocations(sessionId, options));
+}
+
+test("listInvocations: the turns in order, every page or one page", async () => {
+  for (const session of [LEGACY, V1]) {
+    const all = await listInvocations(session);
+    const items = ok(all);
+    assert.equal(all.message, "end");
+    assert.equal(items.length, 3);
+    assert.deepEqual(
+      items.map((t) => t.user_text),
+      ["What's the weather in Paris?", "And in Berlin?", "Which city is warmer?"],
+    );
+    for (const t of items) assert.match(t.invocation_id, /^e-/);
+    const first = await listInvocations(session, { limit: 2 });
+    assert.equal(ok(first).length, 2);
+    assert.notEqual(first.message, "end");
+    const rest = await listInvocations(session, { limit: 2, after: items[1]!.invocation_id });
+    assert.deepEqual(ok(rest), [items[2]]);
+    assert.equal(rest.message, "end");
+  }
+});
+
+test("forkSession: the whole conversation into a new session", async () => {
+  const answer = await forkSession(V1);
+  const fork = ok(answer);
+  assert.equal(answer.message, "Successfully forked session");
+  assert.match(fork.id, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.equal(fork.user_id, OWNER);
+  assert.equal(fork.agent_id, "kagent__NS__k8s_agent");
+  assert.match(fork.name, /^Fork of /);
+  assert.ok(!Number.isNaN(Date.parse(fork.created_at)));
+  assert.equal(fork.fork.parent_session_id, V1);
+  assert.equal(fork.fork.rewind_before_invocation_id, null);
+  assert.equal(fork.fork.boundary_found, false);
+  assert.equal(fork.fork.depth, 1);
+  const source = await turns(V1);
+  const copied = await turns(fork.id);
+  assert.deepEqual(
+    copied.map((t) => [t.invocation_id, t.user_text]),
+    source.map((t) => [t.invocation_id, t.user_text]),
+  );
+});
+
+test("forkSession: at a turn picked from listInvocations, with a name", async () => {
+  for (const session of [LEGACY, V1]) {
+    const source = await turns(session);
+    const second = source[1]!.invocation_id;
+    const fork = ok(await forkSession(session, second, { name: "Try Berlin again" }));
+    assert.equal(fork.name, "Try Berlin again");
+    assert.equal(fork.fork.rewind_before_invocation_id, second);
+    assert.equal(fork.fork.boundary_found, true);
+    assert.deepEqual(
+      (await turns(fork.id)).map((t) => t.invocation_id),
+      [source[0]!.invocation_id],
+    );
+    assert.equal((await turns(session)).length, 3, "the source is never changed");
+  }
+});
+
+test("forkSession: a retry with the same Idempotency-Key returns the same fork", async () => {
+  const key = `key-${Date.now()}`;
+  const first = ok(await forkSession(LEGACY, null, { idempotencyKey: key }));
+  const again = await forkSession(LEGACY, null, { idempotencyKey: key });
+  assert.equal(ok(again).id, first.id);
+  failed(await forkSession(LEGACY, null, { idempotencyKey: key, name: "another body" }), /Idempotency-Key/);
+});
+
+test("rewindSession and undoRewind: hide the later turns, then bring them back", async () => {
+  const fork = ok(await forkSession(LEGACY, null, { name: "rewind me" }));
+  const before = await turns(fork.id);
+  const rewound = await rewindSession(fork.id, before[1]!.invocation_id);
+  const session = ok(rewound);
+  assert.equal(rewound.message, "Successfully rewound session");
+  assert.equal(session.id, fork.id);
+  assert.equal(session.name, "rewind me");
+  assert.equal(session.rewind.rewind_before_invocation_id, before[1]!.invocation_id);
+  assert.ok(session.rewind.events_removed > 0);
+  assert.ok(session.rewind.tasks_removed > 0);
+  assert.equal(session.rewind.undone_at, undefined);
+  assert.deepEqual(
+    (await turns(fork.id)).map((t) => t.invocation_id),
+    [before[0]!.invocation_id],
+  );
+
+  const undone = ok(await undoRewind(fork.id, session.rewind.id));
+  assert.equal(undone.id, fork.id);
+  assert.equal(undone.rewind.id, session.rewind.id);
+  assert.ok(undone.rewind.undone_at);
+  assert.deepEqual(await turns(fork.id), before);
+
+  failed(await undoRewind(fork.id, session.rewind.id), /already undone|undone/i);
+});
+
+test("errors: kagent's BaseResponse with the service's error text", async () => {
+  failed(await forkSession("no-such-session"), "Session not found");
+  failed(await rewindSession("no-such-session", "e-1"), "Session not found");
+  failed(await listInvocations("no-such-session"), "Session not found");
+  failed(await undoRewind(LEGACY, "no-such-rewind"), /not found/i);
+  failed(await forkSession(LEGACY, "e-no-such-turn", { ifBoundaryMissing: "error" }), /not found|missing/i);
+  failed(await rewindSession(LEGACY, "e-no-such-turn"), /not found|missing/i);
+  // Another user does not see admin's session: the same 404 as a missing one.
+  failed(await forkSession(LEGACY, null, { userId: "alice@example.com" }), "Session not found");
+});
+
+test("errors: no URL, nothing listening, missing ids", async () => {
+  const saved = process.env.KAGENT_FORK_URL;
+  delete process.env.KAGENT_FORK_URL;
+  try {
+    failed(await forkSession(LEGACY), /KAGENT_FORK_URL/);
+  } finally {
+    process.env.KAGENT_FORK_URL = saved;
+  }
+  failed(await forkSession(LEGACY, null, { baseUrl: "http://127.0.0.1:9" }), /^Network error - could not reach/);
+  failed(await rewindSession("", "e-1"), /required/);
+  failed(await rewindSession(LEGACY, ""), /required/);
+  failed(await undoRewind(LEGACY, ""), /required/);
+});
+
+test("share links: X-Share-Token as kagent forwards it", { skip: !READ_ONLY_SHARE && "no share links" }, async () => {
+  const alice = { userId: "alice@example.com" };
+  // A fork never writes to its source: a read-only share may fork, and the fork is the caller's.
+  const fork = ok(await forkSession(LEGACY, null, { ...alice, shareToken: READ_ONLY_SHARE! }));
+  assert.equal(fork.user_id, "alice@example.com");
+  // As kagent's getAuthHeadersFromContext() hands them over: a record of forwarded headers.
+  const viaHeaders = ok(await forkSession(LEGACY, null, { ...alice, headers: { "X-Share-Token": READ_ONLY_SHARE! } }));
+  assert.equal(viaHeaders.user_id, "alice@example.com");
+  // A rewind writes: refused through a read-only share.
+  const first = (await turns(LEGACY))[1]!.invocation_id;
+  failed(await rewindSession(LEGACY, first, { ...alice, shareToken: READ_ONLY_SHARE! }), /read-only/i);
+  // Through a read-write share it is allowed and the session stays the owner's; undo restores it.
+  const rewound = ok(await rewindSession(LEGACY, first, { ...alice, shareToken: READ_WRITE_SHARE! }));
+  assert.equal(rewound.user_id, OWNER);
+  ok(await undoRewind(LEGACY, rewound.rewind.id, { ...alice, shareToken: READ_WRITE_SHARE! }));
+  assert.equal((await turns(LEGACY)).length, 3);
+  failed(await forkSession(LEGACY, null, { shareToken: "not-a-share" }), /share/i);
+});
