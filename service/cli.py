@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,6 +46,10 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn
 
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = _database_url(settings, demo=True)
+    if not settings.database_url:
+        # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
+        # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every worker writes its metrics here so that /metrics, served by any one worker, adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kagent-fork-metrics-")

@@ -66,7 +66,8 @@ def from_env(env: Mapping[str, str]) -> Settings:
     schema = env.get("KAGENT_FORK_SCHEMA", "kagent_fork") or "kagent_fork"
     if not _SCHEMA_NAME.match(schema):
         raise ConfigError(f"KAGENT_FORK_SCHEMA must be a lower-case SQL identifier, got {schema!r}")
-    claim = env.get("USER_ID_CLAIM", "sub") or "sub"
+    # kagent's own name for the setting first, so one value configures both services
+    claim = env.get("AUTH_USER_ID_CLAIM") or env.get("USER_ID_CLAIM") or "sub"
     pool_min = _int(env, "DB_POOL_MIN_SIZE", 1, minimum=0, maximum=1000)
     pool_max = _int(env, "DB_POOL_MAX_SIZE", 10, minimum=1, maximum=1000)
     if pool_min > pool_max:
