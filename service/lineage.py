@@ -14,24 +14,10 @@ import msgspec
 
 from service.identity import Access, Caller
 from service.operations import Services, resolve_access, visible_session
-from service.schemas import rfc3339
+from service.schemas import LineageRecord, rfc3339
 from service.store import Connection, Lineage
 
 Status = Literal["ok", "deleted", "missing"]
-
-
-class LineageRecord(msgspec.Struct, frozen=True, kw_only=True):
-    parent_session_id: str
-    fork_root_session_id: str
-    depth: int
-    rewind_before_invocation_id: str | None
-    boundary_found: bool
-    events_copied: int
-    tasks_copied: int
-    messages_copied: int
-    task_layout: str
-    warnings: list[str]
-    created_at: str
 
 
 class ForkEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -65,23 +65,19 @@ class ForkedSession(Session, frozen=True, kw_only=True):
     fork: ForkInfo
 
 
-class ForkPlan(msgspec.Struct, frozen=True, kw_only=True):
+class ForkPlan(ForkInfo, frozen=True, kw_only=True):
     """A dry run's answer: what a fork would hold; nothing is written."""
 
     dry_run: bool
     name: str
-    parent_session_id: str
-    fork_root_session_id: str
-    depth: int
-    rewind_before_invocation_id: str | None
-    boundary_found: bool
-    events_copied: int
-    tasks_copied: int
-    messages_copied: int
-    task_layout: str
-    warnings: list[str]
     bytes_to_copy: int
     estimated_context_tokens: int
+
+
+class LineageRecord(ForkInfo, frozen=True, kw_only=True):
+    """A fork's lineage record, as the forks and tree views show it."""
+
+    created_at: str
 
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):
