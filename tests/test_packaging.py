@@ -1,0 +1,51 @@
+"""The built wheel carries what the service reads at run time (SQL, migrations, openapi.yaml), so the
+Docker image, which installs only the wheel, works outside a checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("kagent_fork-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    needed = ["service/sql/queries.sql", "service/sql/migrations/0001_lineage.sql", "service/sql/kagent/schema.sql"]
+    assert set(needed) | {"service/openapi.yaml"} <= names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    probe = (
+        "import service.store, service.api, service.migrate;"
+        "print(service.store.sql_dir()); print(service.api.openapi_path());"
+        "service.store.Store('kagent_fork')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    sql_dir, openapi = out.stdout.split()
+    assert sql_dir.startswith(str(tmp_path / "site")) and openapi.startswith(str(tmp_path / "site"))
+    help_text = subprocess.run(
+        [sys.executable, "-m", "service", "--help"], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
+    for command in ("serve", "fork", "rewind", "undo", "invocations", "tree"):
+        assert command in help_text
