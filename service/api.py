@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,24 +53,46 @@ def checked_id(value: str, what: str = "session id") -> str:
 async def decode_body(request: AnyRequest, kind: type[T]) -> T:
     """The JSON body as `kind`; an empty body means every field at its default."""
     body = await request.body()
-    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    types = raw_headers(request).get("content-type", [])
+    if len(types) > 1:
+        raise BadRequest(f"header content-type must be given once, got {len(types)}")
+    media = (types[0] if types else "").split(";", 1)[0].strip().lower()
     if body.strip() and media not in ("", "application/json") and not media.endswith("+json"):
         raise UnsupportedMediaType(f"Content-Type must be application/json, got {media!r}")
     try:
-        return msgspec.json.decode(body if body.strip() else b"{}", type=kind)
+        value = msgspec.json.decode(body if body.strip() else b"{}", type=kind)
     except msgspec.ValidationError as exc:
         raise BadRequest(f"invalid request body: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     except UnicodeDecodeError:
         raise BadRequest("request body is not valid UTF-8") from None
+    if body.strip():
+        # msgspec keeps the last of two equal keys; a proxy in front may have read the first. Refuse
+        # the ambiguity (the body is a flat object by now: msgspec accepted it).
+        json.loads(body, object_pairs_hook=_unique_keys)
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise BadRequest(f"request body names the field {twice!r} more than once")
+    return dict(pairs)
 
 
 def raw_headers(request: AnyRequest) -> dict[str, list[str]]:
-    """Headers from the raw ASGI scope: a header sent twice must be seen twice, not joined into one."""
+    """Headers from the raw ASGI scope: a header sent twice must be seen twice, not joined into one.
+    Values are read as UTF-8, as kagent's Go backend takes their bytes (a user id `zoë` must match the
+    rows it wrote); bytes that are not UTF-8 fall back to Latin-1 (and then match no one)."""
     headers: dict[str, list[str]] = {}
     for raw_name, raw_value in request.scope["headers"]:
-        headers.setdefault(raw_name.decode("latin-1").lower(), []).append(raw_value.decode("latin-1"))
+        try:
+            value = raw_value.decode("utf-8")
+        except UnicodeDecodeError:
+            value = raw_value.decode("latin-1")
+        headers.setdefault(raw_name.decode("latin-1").lower(), []).append(value)
     return headers
 
 
@@ -229,7 +253,7 @@ async def healthz() -> Response[bytes]:
 async def readyz(request: AnyRequest) -> Response[bytes]:
     svc = services(request)
     try:
-        async with svc.pool.acquire(timeout=5) as conn:
+        async with asyncio.timeout(5), svc.connection() as conn:
             schema = await check_kagent_schema(svc.store, conn)
     except ServiceError:
         raise

@@ -19,22 +19,11 @@ from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.migrate import check_kagent_schema, migrate
 from service.observability import configure_logging, observe, stamp_request_ids
 from service.operations import Services
-from service.store import Store
+from service.store import CONNECTION_ERRORS, Store
 from service.tracing import tracing_middleware
 
 log = logging.getLogger("kagent_fork")
 
-# Errors that mean "the database is unreachable or dropped our connection", never "the request is
-# wrong": the request is answered 503 and the pool is refreshed so the next request reconnects.
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.CrashShutdownError,
-)
 _RETRYABLE = (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
 
 
@@ -74,9 +63,48 @@ def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[
     return _json(500, envelope("internal error"))
 
 
+# The task rows a fork rewrites are new TOAST values: lz4 compresses them several times faster than
+# PostgreSQL's default pglz, and kagent reads either. A method the operator chose (server, database,
+# role or connection string) is kept.
+_LZ4_CHOOSABLE = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_settings
+    WHERE name = 'default_toast_compression' AND source = 'default' AND 'lz4' = ANY(enumvals)
+)
+"""
+
+
+async def connection_setup(dsn: str) -> str:
+    """The SET statements every pooled connection runs when it is made and after each reset (the pool's
+    RESET ALL). No parallel query: the service's SQL functions (migration 0001) catch bad JSON in an
+    exception block, which a parallel worker cannot run."""
+    statements = ["SET max_parallel_workers_per_gather = 0"]
+    conn = await asyncpg.connect(dsn)
+    try:
+        if await conn.fetchval(_LZ4_CHOOSABLE):
+            statements.append("SET default_toast_compression = lz4")
+    finally:
+        await conn.close()
+    return "; ".join(statements)
+
+
 async def open_pool(settings: Settings, dsn: str) -> asyncpg.Pool:
+    setup = await connection_setup(dsn)
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await conn.execute(setup)
+
+    async def reset(conn: asyncpg.Connection) -> None:
+        await conn.reset()
+        await conn.execute(setup)
+
     pool: asyncpg.Pool = await asyncpg.create_pool(
-        dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, command_timeout=None
+        dsn,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+        command_timeout=None,
+        init=init,
+        reset=reset,
     )
     return pool
 

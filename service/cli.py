@@ -180,8 +180,8 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
 
 
 def operate(settings: Settings, args: argparse.Namespace) -> int:
-    from service.app import CONNECTION_ERRORS
     from service.errors import ServiceError
+    from service.store import CONNECTION_ERRORS
 
     try:
         dsn = _database_url(settings, demo=True)

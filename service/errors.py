@@ -8,9 +8,10 @@ class ServiceError(Exception):
 
     status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers
 
 
 class BadRequest(ServiceError):
@@ -43,6 +44,16 @@ class UnsupportedMediaType(ServiceError):
 
 class Unprocessable(ServiceError):
     status = 422
+
+
+class TooManyRequests(ServiceError):
+    """A limit per caller and time (FORK_RATE_PER_MINUTE); `Retry-After` says when to come back."""
+
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)})
+        self.retry_after = retry_after
 
 
 class DatabaseUnavailable(ServiceError):

@@ -3,6 +3,8 @@
 - unsecure: the `user_id` query parameter, else `X-User-Id`, else `admin@kagent.dev`.
 - trusted-proxy: `Authorization: Bearer <JWT>` is required; the user is a claim (default `sub`, with
   `sub` as fallback), decoded without verifying the signature: the proxy in front has verified it.
+  Beyond kagent, JWT_SECRET (HS256) and/or JWT_PUBLIC_KEY (RS256/ES256) make the service verify the
+  signature, `exp`/`nbf` and, with JWT_AUDIENCE, `aud` itself: a token that fails is 401.
   Agent calls (`X-Agent-Name`) name the user with `user_id` / `X-User-Id`, else the token's `sub`.
 - `X-Share-Token` lets the caller act on the share's session as its owner (read-only or not).
 """
@@ -14,13 +16,15 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import jwt
 import msgspec
 
-from service.config import Settings
+from service.config import PublicKey, Settings, public_key_algorithm
 from service.errors import BadRequest, Forbidden, Unauthorized
 from service.store import Share
 
 DEFAULT_USER = "admin@kagent.dev"
+JWT_LEEWAY_SECONDS = 30  # clock skew tolerated between the token's issuer and this service
 _SINGLE_HEADERS = ("authorization", "x-user-id", "x-share-token", "x-agent-name", "idempotency-key")
 
 
@@ -60,6 +64,38 @@ def _claims(token: str) -> dict[str, object]:
     return claims
 
 
+def _verified_claims(settings: Settings, token: str) -> dict[str, object]:
+    """The claims of a token whose signature and times check out with the configured key."""
+    try:
+        algorithm = jwt.get_unverified_header(token).get("alg")
+    except jwt.InvalidTokenError:
+        raise Unauthorized("unauthenticated: the bearer token is not a JWT") from None
+    # The key is chosen by the configured algorithm, never by the token alone (no alg confusion, no "none").
+    key: str | PublicKey
+    if algorithm == "HS256" and settings.jwt_secret:
+        key = settings.jwt_secret
+    elif settings.jwt_public_key and algorithm == public_key_algorithm(settings.jwt_public_key)[1]:
+        key = public_key_algorithm(settings.jwt_public_key)[0]
+    else:
+        raise Unauthorized(f"unauthenticated: bearer tokens signed with {algorithm!r} are not accepted")
+    try:
+        claims: dict[str, object] = jwt.decode(
+            token,
+            key,
+            algorithms=[str(algorithm)],
+            audience=settings.jwt_audience,
+            options={"verify_aud": settings.jwt_audience is not None},
+            leeway=JWT_LEEWAY_SECONDS,
+        )
+    except jwt.ExpiredSignatureError:
+        raise Unauthorized("unauthenticated: the bearer token has expired") from None
+    except jwt.InvalidSignatureError:
+        raise Unauthorized("unauthenticated: the bearer token's signature is not valid") from None
+    except jwt.InvalidTokenError as exc:
+        raise Unauthorized(f"unauthenticated: the bearer token is not valid ({exc})") from None
+    return claims
+
+
 def _checked(user_id: str, source: str) -> str:
     if len(user_id) > 256 or "\x00" in user_id:
         raise BadRequest(f"{source} must be at most 256 characters without NUL")
@@ -86,7 +122,8 @@ def resolve_caller(
     authorization = _one(headers, "authorization") or ""
     if not authorization.startswith("Bearer "):
         raise Unauthorized("unauthenticated: missing or invalid Authorization header")
-    claims = _claims(authorization.removeprefix("Bearer ").strip())
+    token = authorization.removeprefix("Bearer ").strip()
+    claims = _verified_claims(settings, token) if settings.jwt_secret or settings.jwt_public_key else _claims(token)
     if _one(headers, "x-agent-name"):
         user = explicit or claims.get("sub")
     else:

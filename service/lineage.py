@@ -60,7 +60,7 @@ def _viewer(caller: Caller, session_id: str, access: Access) -> _Viewer:
 
 
 async def forks(svc: Services, caller: Caller, session_id: str) -> list[ForkEntry]:
-    async with svc.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, access = await visible_session(svc, conn, caller, session_id)
         viewer = _viewer(caller, session_id, access)
         entries = []
@@ -78,7 +78,7 @@ async def forks(svc: Services, caller: Caller, session_id: str) -> list[ForkEntr
 
 
 async def tree(svc: Services, caller: Caller, session_id: str) -> TreeNode:
-    async with svc.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         access = await resolve_access(svc, conn, caller, session_id)
         source, _ = await visible_session(svc, conn, caller, session_id)
         viewer = _viewer(caller, session_id, access)

@@ -6,19 +6,30 @@ import hashlib
 import math
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 import msgspec
+from asyncpg.pool import PoolConnectionProxy
 
 from service import fork as plan
 from service import tasks
 from service.config import Settings
-from service.errors import NotFound, Unprocessable
+from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Access, Caller, access_for
 from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, Session, rfc3339
-from service.store import TASK_WRITE_BATCH_BYTES, Connection, Lineage, NewTask, SessionRow, Store, TaskRow
+from service.store import (
+    TASK_WRITE_BATCH_BYTES,
+    Connection,
+    Lineage,
+    NewTask,
+    SessionRow,
+    Store,
+    TaskRow,
+    pooled_connection,
+)
 
 _encoder = msgspec.json.Encoder()
 
@@ -28,6 +39,10 @@ class Services:
     settings: Settings
     store: Store
     pool: asyncpg.Pool
+
+    def connection(self) -> AbstractAsyncContextManager[PoolConnectionProxy[asyncpg.Record]]:
+        """A pooled connection, checked first (see store.pooled_connection)."""
+        return pooled_connection(self.pool)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,10 +147,16 @@ async def _find_cut(svc: Services, conn: Connection, source: SessionRow, req: Fo
 async def _running_turn(
     svc: Services, conn: Connection, source: SessionRow, before: datetime | None
 ) -> tuple[str | None, TaskRow, str | None] | None:
-    """The last kept task, if the agent is still running it: (its first invocation, row, state)."""
+    """The last kept task, if it is the source's last task and the agent is still running it:
+    (its first invocation, row, state). An older non-terminal task is not a running turn: its agent
+    is gone, and the copier closes its copy."""
     row = await svc.store.last_task_before(conn, source.id, source.user_id, before)
     if row is None:
         return None
+    if before is not None:
+        last = await svc.store.last_task_before(conn, source.id, source.user_id, None)
+        if last is None or last.id != row.id:
+            return None
     try:
         data = tasks.decode(row.data)
     except tasks.TaskFormatError:
@@ -180,9 +201,9 @@ async def fork(
     svc: Services, caller: Caller, session_id: str, req: ForkRequest, idempotency_key: str | None = None
 ) -> ForkOutcome:
     """Fork chat from here: a new session holding the conversation before the boundary turn."""
-    async with svc.pool.acquire() as conn:
+    async with svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
-            return await _fork_once(svc, conn, caller, session_id, req, None)
+            return await _fork_within_rate(svc, conn, caller, session_id, req, None)
         digest = request_hash(session_id, req)
         scope = f"fork:{caller.user_id}"
         # Concurrent retries of one key wait here, then find the first one's answer.
@@ -196,10 +217,33 @@ async def fork(
                 if stored_hash != digest:
                     raise Unprocessable("Idempotency-Key was already used with a different request")
                 return ForkOutcome(data=msgspec.Raw(answer.encode()), created=False, replayed=True, session_id=None)
-            return await _fork_once(svc, conn, caller, session_id, req, (idempotency_key, digest))
+            return await _fork_within_rate(svc, conn, caller, session_id, req, (idempotency_key, digest))
         finally:
             if not conn.is_closed():
                 await svc.store.unlock_key(conn, scope, idempotency_key)
+
+
+async def _fork_within_rate(
+    svc: Services,
+    conn: Connection,
+    caller: Caller,
+    session_id: str,
+    req: ForkRequest,
+    idempotency: tuple[str, str] | None,
+) -> ForkOutcome:
+    """A fork within FORK_RATE_PER_MINUTE: at most that many forks made by one user in any minute,
+    counted from the lineage records (dry runs, replays and refused forks are not forks)."""
+    rate = svc.settings.fork_rate_per_minute
+    if req.dry_run or rate == 0:
+        return await _fork_once(svc, conn, caller, session_id, req, idempotency, rate=0)
+    # A user's forks run one at a time, in every replica, so that counting them and committing a new
+    # one are atomic. The lock is taken before the fork's snapshot: it sees every fork made before.
+    await svc.store.lock_key(conn, "fork-rate", caller.user_id)
+    try:
+        return await _fork_once(svc, conn, caller, session_id, req, idempotency, rate=rate)
+    finally:
+        if not conn.is_closed():
+            await svc.store.unlock_key(conn, "fork-rate", caller.user_id)
 
 
 async def _fork_once(
@@ -209,11 +253,19 @@ async def _fork_once(
     session_id: str,
     req: ForkRequest,
     idempotency: tuple[str, str] | None,
+    *,
+    rate: int,
 ) -> ForkOutcome:
     store = svc.store
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
     # changes nothing the fork sees, so the fork is a prefix of one state of the conversation.
     async with conn.transaction(isolation="repeatable_read"):
+        if rate and (wait := await store.fork_rate_wait(conn, caller.user_id, rate)) is not None:
+            retry = max(1, math.ceil(wait))
+            raise TooManyRequests(
+                f"too many forks: at most {rate} a minute for each user (FORK_RATE_PER_MINUTE); retry in {retry} s",
+                retry_after=retry,
+            )
         source, _access = await visible_session(svc, conn, caller, session_id)
         sid, owner = source.id, source.user_id
         if await store.has_external_state(conn, sid, owner):
@@ -221,6 +273,17 @@ async def _fork_once(
                 "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
             )
         cut = await _find_cut(svc, conn, source, req)
+        cap = svc.settings.max_fork_events
+        # Refused before anything is written; a dry run still answers, with a warning.
+        if (
+            cap
+            and not req.dry_run
+            and await store.count_events_capped(conn, sid, owner, cut.events_before, cap + 1) > cap
+        ):
+            raise Unprocessable(
+                f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
+                "fork before an earlier turn, or ask the operator to raise the limit"
+            )
         has_tasks = await store.last_task_before(conn, sid, owner, None) is not None
         if has_tasks and not await store.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
@@ -235,6 +298,8 @@ async def _fork_once(
 
         if req.dry_run:
             stats = await store.event_stats(conn, sid, owner, cut.events_before)
+            if cap and stats.events > cap:
+                warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
             task_bytes = 0
             async for row in _kept_tasks(svc, conn, source, cut):
                 new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)

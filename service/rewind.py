@@ -94,7 +94,7 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
     if invocation_id is None:
         raise BadRequest("rewind_before_invocation_id is required")
     store = svc.store
-    async with svc.pool.acquire() as conn, conn.transaction():
+    async with svc.connection() as conn, conn.transaction():
         source, access = await visible_session(svc, conn, caller, session_id, lock=True)
         if access.read_only:
             raise Forbidden("This share link is read-only")
@@ -143,7 +143,7 @@ def _info(r: Rewind, *, created_at: datetime | None = None, undone_at: datetime 
 async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -> RewindResult:
     """Restore exactly the rows a rewind hid, if nothing has happened in the session since."""
     store = svc.store
-    async with svc.pool.acquire() as conn, conn.transaction():
+    async with svc.connection() as conn, conn.transaction():
         source, access = await visible_session(svc, conn, caller, session_id, lock=True)
         if access.read_only:
             raise Forbidden("This share link is read-only")

@@ -5,8 +5,11 @@ Every function takes the connection first, so the caller owns the transaction.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +27,42 @@ TASK_WRITE_BATCH_BYTES = 4 * 1024 * 1024
 
 # A plain connection (CLI, start-up) or one lent by the pool (HTTP requests).
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+
+# Errors that mean "the database is unreachable or dropped our connection", never "the request is wrong".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.CrashShutdownError,
+    # A connection that got the server's FATAL while idle in the pool (shutdown, failover,
+    # idle_session_timeout), before its socket's end is read: asyncpg's protocol is stuck and any
+    # statement fails with this instead of a connection error.
+    asyncpg.exceptions.InternalClientError,
+)
+
+
+@asynccontextmanager
+async def pooled_connection(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    """A connection from the pool that answers. One the database dropped while it sat idle fails a first
+    cheap statement: then every pooled connection is expired (after a restart they are all dead) and a
+    new one is made, so a request never fails for a connection that died before it began."""
+    conn: PoolConnectionProxy[asyncpg.Record] = await pool.acquire()
+    try:
+        await conn.execute("SELECT 1")
+    except CONNECTION_ERRORS:
+        with contextlib.suppress(asyncpg.InterfaceError):  # one seen closed is back in the pool already
+            conn.terminate()
+        await pool.release(conn)
+        await pool.expire_connections()
+        conn = await pool.acquire()
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
 
 
 def sql_dir() -> Path:
@@ -245,6 +284,12 @@ class Store:
         )
         return _count(status)
 
+    async def count_events_capped(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, cap: int
+    ) -> int:
+        """The live events before `before`, counted up to `cap` (a bounded count for MAX_FORK_EVENTS)."""
+        return int(await conn.fetchval(self.q["count_events_capped"], session_id, owner, before, cap))
+
     async def first_user_event_text(self, conn: Connection, session_id: str, owner: str) -> str | None:
         parts = await conn.fetchval(self.q["first_user_event"], session_id, owner)
         if parts is None:
@@ -354,6 +399,11 @@ class Store:
 
     async def unlock_key(self, conn: Connection, scope: str, key: str) -> None:
         await conn.execute(self.q["advisory_unlock"], f"{scope}\n{key}")
+
+    async def fork_rate_wait(self, conn: Connection, user_id: str, rate: int) -> float | None:
+        """None if the user made fewer than `rate` forks in the last minute, else the seconds to wait."""
+        wait = await conn.fetchval(self.q["fork_rate_wait"], user_id, rate)
+        return None if wait is None else max(float(wait), 0.0)
 
     async def forks_of(self, conn: Connection, session_id: str, user_id: str) -> list[Lineage]:
         return [Lineage(**dict(r)) for r in await conn.fetch(self.q["forks_of"], session_id, user_id)]

@@ -50,7 +50,7 @@ async def invocations(
     turns known only to the tasks). One snapshot; events are parsed in PostgreSQL, tasks streamed."""
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
-    async with svc.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         turns = {
             t.invocation_id: _Turn(

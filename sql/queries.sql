@@ -105,10 +105,11 @@ SELECT count(*) AS events,
        coalesce(sum((
            SELECT sum(length(p ->> 'text'))
            FROM jsonb_array_elements(
-               CASE WHEN jsonb_typeof({schema}.try_jsonb(data) -> 'content' -> 'parts') = 'array'
-                    THEN {schema}.try_jsonb(data) -> 'content' -> 'parts' ELSE '[]'::jsonb END) AS p
+               CASE WHEN jsonb_typeof(doc.parts) = 'array' THEN doc.parts ELSE '[]'::jsonb END) AS p
        )), 0) AS text_chars
 FROM event
+-- OFFSET 0 keeps the subquery whole: each row is parsed once, not once for every use of doc.parts.
+CROSS JOIN LATERAL (SELECT {schema}.try_jsonb(data) -> 'content' -> 'parts' AS parts OFFSET 0) AS doc
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3);
 
@@ -282,8 +283,9 @@ UPDATE {schema}.rewind SET undone_at = NOW() WHERE id = $1 RETURNING undone_at;
 
 -- name: event_turns
 -- Every turn the events show, in order: invocation id, first event time, event count, and the text of
--- its first user event. Each row is parsed once.
-WITH parsed AS (
+-- its first user event. Each row is parsed once (MATERIALIZED: inlined, the parse would run once for
+-- every use of doc).
+WITH parsed AS MATERIALIZED (
     SELECT created_at, {schema}.try_jsonb(data) AS doc
     FROM event
     WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
@@ -312,3 +314,23 @@ SELECT f.session_id, f.user_id, f.parent_session_id, f.parent_user_id, f.root_se
 FROM {schema}.fork f
 WHERE f.parent_session_id = $1 AND f.parent_user_id = $2
 ORDER BY f.created_at;
+
+-- name: fork_rate_wait
+-- FORK_RATE_PER_MINUTE: if user $1 made $2 or more forks in the last minute, the seconds until the
+-- $2-th newest of them is a minute old (no row: the user may fork).
+SELECT extract(epoch FROM created_at + interval '1 minute' - NOW()) AS wait
+FROM {schema}.fork
+WHERE user_id = $1 AND created_at > NOW() - interval '1 minute'
+ORDER BY created_at DESC
+OFFSET $2 - 1
+LIMIT 1;
+
+-- name: count_events_capped
+-- How many live events lie before $3 (NULL: all), counting at most $4: enough to enforce MAX_FORK_EVENTS
+-- without counting a huge session to its end.
+SELECT count(*) FROM (
+    SELECT 1 FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND ($3::timestamptz IS NULL OR created_at < $3)
+    LIMIT $4
+) AS capped;

@@ -131,3 +131,13 @@ async def client(settings: Settings, database_url: str, pool: asyncpg.Pool) -> A
     app = create_app(settings, database_url)
     async with AsyncTestClient(app=app) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def live_url(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[str]:
+    """A real uvicorn server on the test database, for what an in-process client cannot show: headers
+    sent twice, raw bytes, many clients at once over real sockets."""
+    from tests.support.live_server import live_server
+
+    with live_server(create_app(settings, database_url)) as url:
+        yield url

@@ -1,0 +1,183 @@
+"""Schemathesis against the served /openapi.yaml of a real server: no 5xx, every status documented, every
+answer as the document says, every error `{"error": "<text>"}`, and a rejected request writes nothing.
+
+The fuzzer's ids are replaced, half of the time, by those of seeded conversations (and their turns),
+so that it reaches forks and rewinds of real sessions, not only 404s."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import hypothesis
+import pytest
+import schemathesis
+import yaml
+from schemathesis import Case, CheckContext, GenerationMode, Response
+from schemathesis.checks import CheckFunction
+
+from service.app import create_app
+from service.config import Settings
+from service.identity import Caller
+from service.operations import Services
+from service.rewind import RewindResult, rewind
+from service.schemas import RewindRequest
+from tests.helpers import new_user, seed, table_fingerprint
+from tests.support.conversations import Conversation, create_share
+from tests.support.live_server import live_server
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_EXAMPLES = 30
+
+
+class Seeded:
+    """Real ids the hooks substitute into generated cases."""
+
+    def __init__(
+        self, conversations: list[Conversation], shares: list[str], rewound: Conversation, rewinds: list[str]
+    ) -> None:
+        self.conversations = conversations
+        self.shares = shares
+        self.rewound = rewound  # a conversation of its own for undo, rewound turn after turn
+        self.rewinds = rewinds
+        self.random = random.Random(5)
+
+    def conversation(self) -> Conversation:
+        return self.random.choice(self.conversations)
+
+
+@pytest.fixture(scope="module")
+async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded]:
+    user = new_user()
+    conversations = [
+        await seed(pool, dialect=dialect, turns=3, tool_calls=True, user_id=user) for dialect in ("legacy", "v1")
+    ]
+    async with pool.acquire() as conn:
+        shares = [
+            await create_share(conn, session_id=c.session_id, owner=c.user_id, read_only=read_only)
+            for c in conversations
+            for read_only in (True, False)
+        ]
+    rewound = await seed(pool, dialect="v1", turns=8, user_id=user)
+    rewinds = []
+    for turn in reversed(rewound.turns[1:]):
+        request = RewindRequest(rewind_before_invocation_id=turn.invocation_id)
+        done = await rewind(services, Caller(user_id=user), rewound.session_id, request)
+        assert isinstance(done, RewindResult) and done.rewind.id
+        rewinds.append(done.rewind.id)
+    yield Seeded(conversations, shares, rewound, rewinds)
+
+
+@pytest.fixture(scope="module")
+def fuzzed_url(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[str]:
+    with live_server(create_app(settings, database_url)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzzed_url: str) -> Any:
+    """The document as the server serves it. Schema-valid requests may still be refused for the state
+    they meet (a fork depth, an Idempotency-Key used before, a running turn): 409, 422 and 429; never 400."""
+    accepted = ["2XX", 401, 403, 404, 409, 422, 429]
+    config = schemathesis.Config.from_dict(
+        {
+            "checks": {"positive_data_acceptance": {"expected-statuses": accepted}},
+            "operations": [
+                # `after` must name a turn of the session: a random one is a 400, as documented
+                {
+                    "include-operation-id": "listInvocations",
+                    "checks": {"positive_data_acceptance": {"expected-statuses": [*accepted, 400]}},
+                }
+            ],
+        }
+    )
+    return schemathesis.openapi.from_url(f"{fuzzed_url}/openapi.yaml", config=config)
+
+
+def with_real_ids(case: Case, seeded: Seeded) -> None:
+    """Half of the positive cases act on a seeded conversation, as its owner or through a share."""
+    rnd = seeded.random
+    if rnd.random() < 0.5:
+        return
+    conv = seeded.conversation()
+    if case.path_parameters and "rewind_id" in case.path_parameters:
+        conv = seeded.rewound
+        case.path_parameters["rewind_id"] = rnd.choice(seeded.rewinds)
+    if case.path_parameters and "session_id" in case.path_parameters:
+        case.path_parameters["session_id"] = conv.session_id
+    if case.headers is not None and "X-User-Id" in case.headers:
+        case.headers["X-User-Id"] = conv.user_id
+    if case.query and "user_id" in case.query:
+        case.query["user_id"] = conv.user_id
+    if case.headers is not None and "X-Share-Token" in case.headers:
+        case.headers["X-Share-Token"] = rnd.choice(seeded.shares)
+    if isinstance(case.body, dict) and "rewind_before_invocation_id" in case.body:
+        case.body["rewind_before_invocation_id"] = rnd.choice(conv.invocation_ids)
+
+
+@schemathesis.check
+def error_envelope(ctx: CheckContext, response: Response, case: Case) -> bool | None:
+    """Every failure is kagent's envelope and nothing else: {"error": "<non-empty text>"}."""
+    if response.status_code < 400:
+        return None
+    body = response.json()
+    assert isinstance(body, dict) and set(body) == {"error"}, f"not kagent's error envelope: {body!r}"
+    assert isinstance(body["error"], str) and body["error"].strip(), f"an empty error message: {body!r}"
+    return True
+
+
+CHECKS: list[CheckFunction] = [error_envelope]
+_PATHS = yaml.safe_load((ROOT / "openapi.yaml").read_text())["paths"]
+OPERATIONS = [(method.upper(), path) for path, methods in _PATHS.items() for method in methods]
+# Wrong input needs an input: an operation without parameters or body has no negative cases.
+CASES = [
+    (method, path, mode)
+    for method, path in OPERATIONS
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    if mode is GenerationMode.POSITIVE
+    or _PATHS[path][method.lower()].get("parameters")
+    or _PATHS[path][method.lower()].get("requestBody")
+]
+
+
+@pytest.mark.parametrize(("method", "path", "mode"), CASES, ids=[f"{m} {p} {g.value}" for m, p, g in CASES])
+def test_the_api_keeps_its_document(
+    api_schema: Any, seeded: Seeded, database_url: str, method: str, path: str, mode: GenerationMode
+) -> None:
+    operation = api_schema[path][method]
+
+    @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
+    @hypothesis.settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        phases=[hypothesis.Phase.generate],
+    )
+    def run(case: Case) -> None:
+        if mode is GenerationMode.POSITIVE:
+            with_real_ids(case, seeded)
+        statuses[case.call_and_validate(additional_checks=CHECKS, timeout=30).status_code] += 1
+
+    statuses: Counter[int] = Counter()
+    before = asyncio.run(fingerprint(database_url))
+    run()
+    if mode is GenerationMode.NEGATIVE:
+        assert max(statuses) < 500 and min(statuses) >= 400, statuses
+        assert asyncio.run(fingerprint(database_url)) == before, "a rejected request wrote something"
+    else:
+        # the fuzzer reached the real thing, not only refusals
+        assert any(200 <= status < 300 for status in statuses), statuses
+        assert statuses[201 if path.endswith("/fork") else 200] > 0, statuses
+
+
+async def fingerprint(database_url: str) -> dict[str, tuple[int, str]]:
+    """table_fingerprint from this synchronous test (the session's pool lives on another event loop)."""
+    async with asyncpg.create_pool(database_url, min_size=1, max_size=1) as pool:
+        return await table_fingerprint(pool)
