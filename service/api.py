@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 from prometheus_client import Counter
@@ -117,11 +118,14 @@ def outcome_of(counter: Counter, action: str, session_id: str) -> Iterator[None]
     fields = {"action": action, "session_id": session_id}
     try:
         yield
-    except ServiceError as exc:
+    except (ServiceError, HTTPException) as exc:
+        status, reason = (exc.status, exc.message) if isinstance(exc, ServiceError) else (exc.status_code, exc.detail)
+        if status >= 500:
+            counter.labels("failed").inc()
+            log.warning("%s failed", action, extra={**fields, "outcome": "failed", "status": status})
+            raise
         counter.labels("refused").inc()
-        log.info(
-            "%s refused", action, extra={**fields, "outcome": "refused", "status": exc.status, "reason": exc.message}
-        )
+        log.info("%s refused", action, extra={**fields, "outcome": "refused", "status": status, "reason": reason})
         raise
     except Exception:
         counter.labels("failed").inc()

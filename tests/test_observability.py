@@ -107,3 +107,18 @@ async def test_opentelemetry_tracing_when_switched_on(database_url: str, pool: a
     assert format(server[0].context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c", (
         "the caller's trace goes on"
     )
+
+
+async def test_an_oversized_body_counts_as_refused(client: Any) -> None:
+    before = (await client.get("/metrics")).text
+    r = await client.post("/api/sessions/s/fork", content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+    assert r.status_code == 413
+    after = (await client.get("/metrics")).text
+    assert (
+        sample(after, "kagent_fork_forks_total", outcome="refused")
+        == sample(before, "kagent_fork_forks_total", outcome="refused") + 1
+    )
+    assert sample(after, "kagent_fork_forks_total", outcome="failed") == sample(
+        before, "kagent_fork_forks_total", outcome="failed"
+    )
