@@ -74,29 +74,27 @@ SELECT EXISTS (
 """
 
 
-async def connection_setup(dsn: str) -> str:
-    """The SET statements every pooled connection runs when it is made and after each reset (the pool's
-    RESET ALL). No parallel query: the service's SQL functions (migration 0001) catch bad JSON in an
-    exception block, which a parallel worker cannot run."""
-    statements = ["SET max_parallel_workers_per_gather = 0"]
+async def connection_setup(dsn: str) -> str | None:
+    """The SET statement every pooled connection runs when it is made and again after each reset (the
+    pool's RESET ALL would undo it), or None when there is nothing to set."""
     conn = await asyncpg.connect(dsn)
     try:
-        if await conn.fetchval(_LZ4_CHOOSABLE):
-            statements.append("SET default_toast_compression = lz4")
+        lz4 = bool(await conn.fetchval(_LZ4_CHOOSABLE))
     finally:
         await conn.close()
-    return "; ".join(statements)
+    return "SET default_toast_compression = lz4" if lz4 else None
 
 
 async def open_pool(settings: Settings, dsn: str) -> asyncpg.Pool:
     setup = await connection_setup(dsn)
 
     async def init(conn: asyncpg.Connection) -> None:
-        await conn.execute(setup)
+        if setup is not None:
+            await conn.execute(setup)
 
     async def reset(conn: asyncpg.Connection) -> None:
         await conn.reset()
-        await conn.execute(setup)
+        await init(conn)
 
     pool: asyncpg.Pool = await asyncpg.create_pool(
         dsn,

@@ -1,0 +1,163 @@
+"""Where a fork's time goes: `python -m bench.breakdown [--turns 10000] [--op fork] [--cprofile]`.
+
+Runs one operation in-process (the same code the HTTP handlers call) on a generated session in a
+throw-away database (as bench.run), and prints the time spent in each store call (each SQL statement or
+stream) and, with --cprofile, the Python functions that took the most time. The rest of the wall time
+is the service's own Python work between the calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import functools
+import inspect
+import os
+import pstats
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+
+from bench.generate import SessionSpec, insert_population, insert_session
+from bench.run import DEFAULT_SERVER, USER, bench_database
+
+
+def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int]) -> None:
+    """Wrap every public coroutine and async generator of the store so that their time is summed."""
+    for name, method in inspect.getmembers(store, inspect.ismethod):
+        if name.startswith("_"):
+            continue
+        if inspect.isasyncgenfunction(method):
+
+            def stream(method: Callable[..., AsyncIterator[Any]] = method, name: str = name) -> Any:
+                @functools.wraps(method)
+                async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                    calls[name] += 1
+                    iterator = method(*args, **kwargs)
+                    while True:
+                        started = time.perf_counter()
+                        try:
+                            item = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            spent[name] += time.perf_counter() - started
+                            return
+                        spent[name] += time.perf_counter() - started
+                        yield item
+
+                return wrapper
+
+            setattr(store, name, stream())
+        elif inspect.iscoroutinefunction(method):
+
+            def call(method: Callable[..., Any] = method, name: str = name) -> Any:
+                @functools.wraps(method)
+                async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                    calls[name] += 1
+                    started = time.perf_counter()
+                    try:
+                        return await method(*args, **kwargs)
+                    finally:
+                        spent[name] += time.perf_counter() - started
+
+                return wrapper
+
+            setattr(store, name, call())
+
+
+def _timed_commit(spent: dict[str, float], calls: dict[str, int]) -> None:
+    """Time the end of every transaction (COMMIT: the WAL flush) as one more step."""
+    from asyncpg.transaction import Transaction
+
+    end = Transaction.__aexit__
+
+    async def timed(self: Transaction, *exc: Any) -> Any:
+        calls["COMMIT"] += 1
+        started = time.perf_counter()
+        try:
+            return await end(self, *exc)
+        finally:
+            spent["COMMIT"] += time.perf_counter() - started
+
+    Transaction.__aexit__ = timed  # type: ignore[method-assign,assignment]
+
+
+async def profile(args: argparse.Namespace) -> None:
+    from service import operations, rewind, turns
+    from service.app import open_pool, prepare_database
+    from service.config import from_env
+    from service.embedded import install_kagent_schema
+    from service.identity import Caller
+    from service.schemas import ForkRequest, RewindRequest
+    from service.store import Store
+
+    server = os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
+    async with bench_database(server, keep=False) as dsn:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await install_kagent_schema(conn)
+            session = await insert_session(conn, SessionSpec(turns=args.turns, dialect=args.dialect))
+            await insert_population(conn, args.population)
+            await conn.execute("VACUUM ANALYZE")
+        finally:
+            await conn.close()
+        settings = from_env({"DATABASE_URL": dsn})
+        store = Store(settings.service_schema)
+        pool = await open_pool(settings, dsn)
+        try:
+            await prepare_database(settings, store, pool)
+            svc = operations.Services(settings=settings, store=store, pool=pool)
+            caller = Caller(user_id=USER, share_token=None)
+            sid = session.session_id
+            boundary = session.invocation_ids[-1 if args.op != "rewind" else len(session.invocation_ids) * 9 // 10]
+
+            async def once() -> None:
+                if args.op in ("fork", "dry-run"):
+                    req = ForkRequest(rewind_before_invocation_id=boundary, dry_run=args.op == "dry-run")
+                    await operations.fork(svc, caller, sid, req)
+                elif args.op == "rewind":
+                    result = await rewind.rewind(svc, caller, sid, RewindRequest(rewind_before_invocation_id=boundary))
+                    assert isinstance(result, rewind.RewindResult) and result.rewind.id is not None
+                    await rewind.undo(svc, caller, sid, result.rewind.id)
+                else:
+                    await turns.invocations(svc, caller, sid, limit=100)
+
+            await once()  # warm: connection, prepared statements, cached pages
+            spent: dict[str, float] = defaultdict(float)
+            calls: dict[str, int] = defaultdict(int)
+            _timed_store(store, spent, calls)
+            _timed_commit(spent, calls)
+            profiler = cProfile.Profile() if args.cprofile else None
+            started = time.perf_counter()
+            if profiler is not None:
+                profiler.enable()
+            await once()
+            if profiler is not None:
+                profiler.disable()
+            wall = time.perf_counter() - started
+        finally:
+            await pool.close()
+    print(f"{args.op} of a {session.events:,}-event {args.dialect} session: {wall * 1000:.0f} ms in all")
+    for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"  {seconds * 1000:8.1f} ms  {calls[name]:>3} x {name if name == 'COMMIT' else 'store.' + name}")
+    print(f"  {(wall - sum(spent.values())) * 1000:8.1f} ms  the service's own work (Python) between them")
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.breakdown", description=__doc__.split("\n\n")[0])
+    p.add_argument("--turns", type=int, default=10_000, help="turns of the session (10 events each)")
+    p.add_argument("--dialect", choices=["v1", "legacy"], default="v1")
+    p.add_argument("--op", choices=["fork", "dry-run", "rewind", "invocations"], default="fork")
+    p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
+    p.add_argument("--cprofile", action="store_true", help="also profile the Python functions")
+    p.add_argument("--top", type=int, default=25, help="lines of the Python profile")
+    asyncio.run(profile(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,727 @@
+"""The benchmark of issue 4, in one run: `python -m bench.run`.
+
+It creates its own throw-away database on the server named by BENCH_DATABASE_URL (default
+postgresql://postgres@127.0.0.1:5432/postgres), installs kagent's tables, generates sessions with
+bench.generate, starts the service as users run it (`kagent-fork serve --workers 2`: uvicorn, uvloop,
+httptools), measures every row of the issue's table against PostgreSQL's own floor, prints one markdown
+table, stops the service and drops the database. Every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+
+from bench.generate import GeneratedSession, SessionSpec, insert_population, insert_session
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+USER = "admin@kagent.dev"
+HEADERS = {"X-User-Id": USER, "Content-Type": "application/json"}
+MB = 1024 * 1024
+
+FLOOR_EVENTS = """
+INSERT INTO event (id, user_id, session_id, created_at, updated_at, data)
+SELECT gen_random_uuid()::text, $4, $5, created_at, NOW(), data
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at < $3
+"""
+FLOOR_TASKS = """
+INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id)
+SELECT gen_random_uuid()::text, created_at, NOW(), data, $4, protocol_version, $5
+FROM task
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at < $3
+"""
+FLOOR_HIDE_EVENTS = """
+UPDATE event SET deleted_at = $4
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
+"""
+FLOOR_HIDE_TASKS = """
+UPDATE task SET deleted_at = $4
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
+"""
+
+
+def with_database(url: str, database: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/" + database))
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def percentile(samples: list[float], p: float) -> float:
+    """Nearest rank."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class Row:
+    measure: str
+    value: str
+    floor: str = ""
+    ratio: str = ""
+    target: str = ""
+    met: str = ""
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(f"  {row.measure}: {row.value} {row.floor} {row.ratio} {row.met}".rstrip(), flush=True)
+
+    def markdown(self) -> str:
+        lines = [
+            "| measure | kagent-fork | floor | ratio | target | met |",
+            "|---|---:|---:|---:|---|---|",
+        ]
+        lines += [f"| {r.measure} | {r.value} | {r.floor} | {r.ratio} | {r.target} | {r.met} |" for r in self.rows]
+        return "\n".join(lines)
+
+
+def ratio_row(measure: str, value: float, floor: float, limit: float | None, unit: str = "ms") -> Row:
+    ratio = value / floor if floor else float("inf")
+    return Row(
+        measure=measure,
+        value=f"{value:.0f} {unit}",
+        floor=f"{floor:.0f} {unit}",
+        ratio=f"{ratio:.2f}x",
+        target=f"<= {limit:g}x" if limit is not None else "reported",
+        met=("yes" if ratio <= limit else "**no**") if limit is not None else "",
+    )
+
+
+# --- the service, as users run it --------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+@dataclass
+class Service:
+    """`kagent-fork serve --workers N` in a subprocess; its uvicorn worker processes by pid."""
+
+    dsn: str
+    workers: int
+    log: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.port = _free_port()
+        self.proc = self._spawn()
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"kagent-fork serve exited with {self.proc.returncode}; see {self.log}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get("/readyz")).status_code == 200 and len(self.worker_pids()) >= self.workers:
+                        return
+                await asyncio.sleep(0.2)
+        raise RuntimeError(f"kagent-fork serve did not become ready in 60 s; see {self.log}")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "DATABASE_URL": self.dsn, "PYTHONUNBUFFERED": "1"}
+        command = Path(sys.executable).with_name("kagent-fork")  # the console script users run
+        cmd = [str(command)] if command.exists() else [sys.executable, "-m", "service"]
+        cmd += ["serve", "--port", str(self.port), "--workers", str(self.workers)]
+        with self.log.open("ab") as log:
+            return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def reset_peaks(self) -> dict[int, int]:
+        """Reset each worker's VmHWM to its current RSS; {pid: RSS in KiB}."""
+        pids = self.worker_pids()
+        for pid in pids:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return {pid: _status_kb(pid, "VmRSS") for pid in pids}
+
+    def worker_pids(self) -> list[int]:
+        """uvicorn's worker processes (multiprocessing spawn children of the supervisor)."""
+        assert self.proc is not None
+        pids = []
+        for pid in _children(self.proc.pid):
+            with contextlib.suppress(OSError):
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(pid)
+        return pids
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+# --- the database ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """What a measure needs: the options, a connection of its own to the database, the service and its client."""
+
+    args: argparse.Namespace
+    conn: asyncpg.Connection
+    client: httpx.AsyncClient
+    service: Service
+    report: Report
+
+    async def quiesce(self) -> None:
+        """The same starting point for every repetition: dead rows vacuumed, dirty pages written."""
+        await self.conn.execute("VACUUM event, task")
+        await self.conn.execute("CHECKPOINT")
+
+    async def drop_copy(self, session_id: str) -> None:
+        await self.conn.execute("DELETE FROM event WHERE session_id = $1", session_id)
+        await self.conn.execute("DELETE FROM task WHERE session_id = $1", session_id)
+        await self.conn.execute("DELETE FROM session WHERE id = $1", session_id)
+
+    async def turn_start(self, s: GeneratedSession, index: int) -> tuple[Any, Any]:
+        """(first event's created_at, task's created_at) of turn `index`: the floor's known boundary."""
+        inv = s.invocation_ids[index]
+        event_at = await self.conn.fetchval(
+            "SELECT min(created_at) FROM event WHERE session_id = $1 AND strpos(data, $2) > 0", s.session_id, inv
+        )
+        task_at = await self.conn.fetchval(
+            "SELECT min(created_at) FROM task WHERE session_id = $1 AND strpos(data, $2) > 0", s.session_id, inv
+        )
+        return event_at, task_at
+
+    async def floor_copy(self, s: GeneratedSession, before: tuple[Any, Any]) -> tuple[float, str, int]:
+        new_id = str(uuid.uuid4())
+        started = time.perf_counter()
+        async with self.conn.transaction():
+            status = await self.conn.execute(FLOOR_EVENTS, s.session_id, s.user_id, before[0], USER, new_id)
+            await self.conn.execute(FLOOR_TASKS, s.session_id, s.user_id, before[1], new_id, USER)
+        return time.perf_counter() - started, new_id, int(status.rsplit(" ", 1)[1])
+
+    async def http_fork(self, s: GeneratedSession, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        started = time.perf_counter()
+        response = await self.client.post(f"/api/sessions/{s.session_id}/fork", json=body, headers=HEADERS)
+        took = time.perf_counter() - started
+        if response.status_code not in (200, 201):
+            raise RuntimeError(f"fork answered {response.status_code}: {response.text[:300]}")
+        data: dict[str, Any] = response.json()["data"]
+        return took, data
+
+    async def fork_vs_floor(self, s: GeneratedSession, boundary: int) -> Comparison:
+        """Interleaved repetitions of the floor and of the HTTP fork, each from the same quiet start."""
+        before = await self.turn_start(s, boundary)
+        body = {"rewind_before_invocation_id": s.invocation_ids[boundary]}
+        out = Comparison()
+        for _ in range(self.args.reps):
+            await self.quiesce()
+            took, new_id, out.events = await self.floor_copy(s, before)
+            out.floors.append(took)
+            await self.drop_copy(new_id)
+            await self.quiesce()
+            took, data = await self.http_fork(s, body)
+            out.forks.append(took)
+            if data["fork"]["events_copied"] != out.events:
+                raise RuntimeError(f"the fork copied {data['fork']['events_copied']} events, the floor {out.events}")
+            out.compression = await self.conn.fetchval(
+                "SELECT coalesce(string_agg(DISTINCT pg_column_compression(data), '+'), 'none') FROM task "
+                "WHERE session_id = $1",
+                data["id"],
+            )
+            await self.drop_copy(data["id"])
+        print(f"    floor {[round(x * 1000) for x in out.floors]} fork {[round(x * 1000) for x in out.forks]} ms")
+        return out
+
+
+@dataclass
+class Comparison:
+    forks: list[float] = field(default_factory=list)
+    floors: list[float] = field(default_factory=list)
+    events: int = 0
+    compression: str = ""  # of the task rows the fork wrote
+
+    @property
+    def fork_ms(self) -> float:
+        return median_ms(self.forks)
+
+    @property
+    def floor_ms(self) -> float:
+        return median_ms(self.floors)
+
+
+# --- measures ----------------------------------------------------------------------------------------
+
+
+async def measure_memory(b: Bench, s: GeneratedSession, label: str, limit: bool) -> None:
+    """(e) Peak RSS growth of the workers during one fork, against the largest row that fork wrote."""
+    base = b.service.reset_peaks()
+    _, data = await b.http_fork(s, {"rewind_before_invocation_id": s.invocation_ids[-1]})
+    growth = {pid: _status_kb(pid, "VmHWM") - rss for pid, rss in base.items()}
+    largest = await b.conn.fetchval(
+        "SELECT greatest((SELECT max(octet_length(data)) FROM event WHERE session_id = $1), "
+        "(SELECT max(octet_length(data)) FROM task WHERE session_id = $1))",
+        data["id"],
+    )
+    await b.drop_copy(data["id"])
+    worst = max(growth.values()) / 1024
+    b.report.add(
+        Row(
+            measure=f"service peak RSS growth during a fork of {label} (worst worker)",
+            value=f"{worst:.1f} MB",
+            floor=f"largest row written {largest / 1024:,.0f} KB",
+            target="<= 10 MB + largest row" if limit else "reported",
+            met=("yes" if worst <= 10 + largest / MB else "**no**") if limit else "",
+        )
+    )
+    rss = ", ".join(f"{base[p] / 1024:.0f} -> {(base[p] + growth[p]) / 1024:.0f} MB" for p in base)
+    b.report.notes.append(f"worker RSS before -> peak during the fork of {label}: {rss}")
+
+
+async def measure_forks(b: Bench, s: GeneratedSession, label: str, limit: float | None) -> Comparison:
+    """(a, b, c) The fork with its boundary at the last turn, against the floor."""
+    c = await b.fork_vs_floor(s, len(s.invocation_ids) - 1)
+    b.report.add(
+        ratio_row(
+            f"fork of {label} (tasks written {c.compression}) over HTTP, {c.events:,} events copied, median of "
+            f"{b.args.reps}",
+            c.fork_ms,
+            c.floor_ms,
+            limit,
+        )
+    )
+    return c
+
+
+async def measure_rewind(b: Bench, s: GeneratedSession) -> None:
+    """(d) Rewind of the last 10% against bare UPDATEs of the same rows; undone between repetitions."""
+    boundary = len(s.invocation_ids) * 9 // 10
+    inv = s.invocation_ids[boundary]
+    before = await b.turn_start(s, boundary)
+    floors, rewinds = [], []
+    hidden = 0
+    for _ in range(b.args.reps):
+        await b.quiesce()
+        stamp = await b.conn.fetchval("SELECT clock_timestamp()")
+        started = time.perf_counter()
+        async with b.conn.transaction():
+            status = await b.conn.execute(FLOOR_HIDE_EVENTS, s.session_id, s.user_id, before[0], stamp)
+            await b.conn.execute(FLOOR_HIDE_TASKS, s.session_id, s.user_id, before[1], stamp)
+        floors.append(time.perf_counter() - started)
+        hidden = int(status.rsplit(" ", 1)[1])
+        await b.conn.execute("UPDATE event SET deleted_at = NULL WHERE session_id = $1 AND deleted_at = $2",
+                             s.session_id, stamp)  # fmt: skip
+        await b.conn.execute("UPDATE task SET deleted_at = NULL WHERE session_id = $1 AND deleted_at = $2",
+                             s.session_id, stamp)  # fmt: skip
+        await b.quiesce()
+        started = time.perf_counter()
+        response = await b.client.post(
+            f"/api/sessions/{s.session_id}/rewind", json={"rewind_before_invocation_id": inv}, headers=HEADERS
+        )
+        rewinds.append(time.perf_counter() - started)
+        if response.status_code != 200:
+            raise RuntimeError(f"rewind answered {response.status_code}: {response.text[:300]}")
+        rewind = response.json()["data"]["rewind"]
+        if rewind["events_removed"] != hidden:
+            raise RuntimeError(f"rewind hid {rewind['events_removed']} events, the floor {hidden}")
+        undo = await b.client.post(f"/api/sessions/{s.session_id}/rewinds/{rewind['id']}/undo", headers=HEADERS)
+        if undo.status_code != 200:
+            raise RuntimeError(f"undo answered {undo.status_code}: {undo.text[:300]}")
+    print(f"    rewind: floor {[round(x * 1000) for x in floors]} service {[round(x * 1000) for x in rewinds]} ms")
+    b.report.add(ratio_row(f"rewind of the last 10% of 100,000 events ({hidden:,} events), median of {b.args.reps}",
+                           median_ms(rewinds), median_ms(floors), 1.25))  # fmt: skip
+
+
+async def measure_reads(b: Bench, s: GeneratedSession) -> None:
+    """(g) Dry run and turn listing of a 100,000-event session."""
+    body = {"rewind_before_invocation_id": s.invocation_ids[-1], "dry_run": True}
+    dry = []
+    for _ in range(b.args.reps):
+        took, _ = await b.http_fork(s, body)
+        dry.append(took)
+    b.report.add(Row(measure=f"dry run of a 100,000-event fork, median of {b.args.reps}",
+                     value=f"{median_ms(dry):.0f} ms", target="reported"))  # fmt: skip
+    for limit in (100, 1000):
+        listing = []
+        for _ in range(b.args.reps):
+            started = time.perf_counter()
+            response = await b.client.get(
+                f"/api/sessions/{s.session_id}/invocations", params={"limit": limit}, headers=HEADERS
+            )
+            listing.append(time.perf_counter() - started)
+            if response.status_code != 200 or len(response.json()["data"]) != limit:
+                raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
+        b.report.add(Row(measure=f"turn listing (GET invocations?limit={limit}) of 10,000 turns, median of "
+                         f"{b.args.reps}", value=f"{median_ms(listing):.0f} ms", target="reported"))  # fmt: skip
+
+
+async def naive_fork(conn: asyncpg.Connection, s: GeneratedSession, boundary: str, *, row_by_row: bool) -> str:
+    """A fork the way kagent's design describes it: every event into the application, parsed, copied back.
+
+    Rows are inserted with executemany (asyncpg pipelines it: the kindest case for this design), or one
+    awaited INSERT per row (`row_by_row`, what a session service's append_event does)."""
+    new_id = str(uuid.uuid4())
+    event_sql = (
+        "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) VALUES ($1, $2, $3, $4, NOW(), $5)"
+    )
+    task_sql = (
+        "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+        "VALUES ($1,$2,NOW(),$3,$4,$5,$6)"
+    )
+    async with conn.transaction(isolation="repeatable_read"):
+        events = []
+        for row in await conn.fetch(
+            "SELECT id, created_at, data FROM event WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL "
+            "ORDER BY created_at",
+            s.session_id, s.user_id,
+        ):  # fmt: skip
+            if json.loads(row["data"]).get("invocation_id") == boundary:
+                break
+            events.append((str(uuid.uuid4()), USER, new_id, row["created_at"], row["data"]))
+        tasks = []
+        for row in await conn.fetch(
+            "SELECT id, created_at, data, protocol_version FROM task WHERE session_id = $1 AND user_id = $2 "
+            "AND deleted_at IS NULL ORDER BY created_at",
+            s.session_id, s.user_id,
+        ):  # fmt: skip
+            task = json.loads(row["data"])
+            if task.get("metadata", {}).get("kagent_invocation_id") == boundary:
+                break
+            task_id = str(uuid.uuid4())
+            task["id"], task["contextId"] = task_id, new_id
+            for message in task.get("history", []):
+                message["taskId"], message["contextId"] = task_id, new_id
+            tasks.append((task_id, row["created_at"], json.dumps(task), new_id, row["protocol_version"], USER))
+        if row_by_row:
+            for event in events:
+                await conn.execute(event_sql, *event)
+            for copied in tasks:
+                await conn.execute(task_sql, *copied)
+        else:
+            await conn.executemany(event_sql, events)
+            await conn.executemany(task_sql, tasks)
+    return new_id
+
+
+async def measure_naive(b: Bench, s: GeneratedSession, label: str, service: Comparison) -> None:
+    """(h) What the server-side design saves."""
+    boundary = s.invocation_ids[-1]
+    variants = [("executemany", False, b.args.reps if len(s.invocation_ids) <= 1000 else 1)]
+    if len(s.invocation_ids) <= 1000:
+        variants.append(("one INSERT per row", True, 1))
+    for name, row_by_row, reps in variants:
+        samples = []
+        for _ in range(reps):
+            await b.quiesce()
+            started = time.perf_counter()
+            new_id = await naive_fork(b.conn, s, boundary, row_by_row=row_by_row)
+            samples.append(time.perf_counter() - started)
+            await b.drop_copy(new_id)
+        naive_ms = median_ms(samples)
+        runs = f"median of {reps}" if reps > 1 else "one run"
+        row = ratio_row(
+            f"kagent's design (fetch, parse, insert; {name}), {label}, {runs}", naive_ms, service.floor_ms, None
+        )
+        row.met = f"{naive_ms / service.fork_ms:.1f}x kagent-fork"
+        b.report.add(row)
+
+
+async def measure_throughput(b: Bench, s: GeneratedSession) -> None:
+    """(f) Forks per second of a 200-event session, several clients at once, bounded in time and count."""
+    body = {"rewind_before_invocation_id": s.invocation_ids[-1]}
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    deadline = time.monotonic() + b.args.seconds
+    budget = [b.args.max_requests]
+
+    async def client_loop() -> None:
+        while time.monotonic() < deadline and budget[0] > 0:
+            budget[0] -= 1
+            started = time.perf_counter()
+            try:
+                response = await b.client.post(f"/api/sessions/{s.session_id}/fork", json=body, headers=HEADERS)
+                status = str(response.status_code)
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            if status == "201":
+                latencies.append(time.perf_counter() - started)
+            else:
+                errors[status] = errors.get(status, 0) + 1
+
+    await b.quiesce()
+    started = time.perf_counter()
+    await asyncio.gather(*(client_loop() for _ in range(b.args.concurrency)))
+    wall = time.perf_counter() - started
+    rate = len(latencies) / wall
+    p50, p99 = percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
+    b.report.add(
+        Row(
+            measure=f"forks/s of a 200-event session, {b.service.workers} workers, {b.args.concurrency} clients, "
+            f"{len(latencies)} forks in {wall:.1f} s",
+            value=f"{rate:.0f}/s",
+            floor=f"p50 {p50:.0f} ms, p99 {p99:.0f} ms",
+            target="reported, no error",
+            met="yes" if not errors else f"**errors {errors}**",
+        )
+    )
+
+
+async def warm_up(b: Bench, sessions: list[GeneratedSession]) -> None:
+    """Connections opened and statements prepared in both workers, pages cached."""
+    for s in sessions:
+        for _ in range(2):
+            results = await asyncio.gather(*(b.http_fork(s, {}) for _ in range(b.service.workers * 2)))
+            for _, data in results:
+                await b.drop_copy(data["id"])
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+
+def _host() -> tuple[str, str]:
+    """(memory, CPU model) of this Linux machine."""
+    mem = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor(),
+    )  # fmt: skip
+    return f"{int(mem.split()[1]) // 1024} MiB memory", cpu
+
+
+async def machine(conn: asyncpg.Connection) -> str:
+    mem, cpu = _host()
+    versions = ", ".join(
+        f"{name} {importlib.metadata.version(name)}"
+        for name in ("litestar", "uvicorn", "uvloop", "httptools", "asyncpg", "msgspec")
+    )
+    pg = await conn.fetchval("SHOW server_version")
+    settings = {
+        r["name"]: r["setting"]
+        for r in await conn.fetch(
+            "SELECT name, current_setting(name) AS setting FROM pg_settings WHERE name IN "
+            "('shared_buffers', 'synchronous_commit', 'default_toast_compression', 'max_wal_size', 'wal_compression')"
+        )
+    }
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem}, Linux {platform.release()}; "
+        f"PostgreSQL {pg} ({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))}) on the same machine; "
+        f"Python {platform.python_version()}; {versions}"
+    )
+
+
+@contextlib.asynccontextmanager
+async def bench_database(server: str, keep: bool) -> AsyncIterator[str]:
+    name = "kagent_fork_bench_" + secrets.token_hex(4)
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield with_database(server, name)
+    finally:
+        if keep:
+            print(f"kept database {name}")
+        else:
+            admin = await asyncpg.connect(server)
+            try:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await admin.close()
+
+
+async def phase(title: str, coro: Awaitable[Any]) -> Any:
+    print(f"- {title}", flush=True)
+    started = time.monotonic()
+    result = await coro
+    print(f"  ({time.monotonic() - started:.1f} s)", flush=True)
+    return result
+
+
+async def run(args: argparse.Namespace) -> Report:
+    from service.embedded import install_kagent_schema
+
+    server = os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
+    report = Report()
+    async with bench_database(server, args.keep) as dsn:
+        conn = await asyncpg.connect(dsn)
+        try:
+            report.notes.append(await machine(conn))
+            await install_kagent_schema(conn)
+
+            async def generate() -> dict[str, GeneratedSession]:
+                made = {}
+                specs = {
+                    "v1_200": SessionSpec(turns=20),
+                    "v1_10k": SessionSpec(turns=1000),
+                    "legacy_10k": SessionSpec(turns=1000, dialect="legacy"),
+                    "v1_100k": SessionSpec(turns=10_000),
+                }
+                for key, spec in specs.items():
+                    made[key] = await insert_session(conn, spec)
+                await insert_population(conn, args.population)
+                await conn.execute("VACUUM ANALYZE")
+                return made
+
+            sessions = await phase("generating sessions", generate())
+            report.notes.append(f"{args.population:,} other sessions of 20 events and 2 tasks each, of 100 users")
+            for key, s in sessions.items():
+                report.notes.append(
+                    f"session {key}: {s.events:,} events (average {s.event_bytes // s.events} B), {s.tasks:,} "
+                    f"{s.dialect} tasks (average {s.task_bytes // s.tasks:,} B, largest {s.max_task_bytes:,} B)"
+                )
+            with tempfile.TemporaryDirectory(prefix="kagent-fork-bench-") as tmp:
+                await measure_all(args, dsn, conn, sessions, report, Path(tmp))
+        finally:
+            await conn.close()
+    return report
+
+
+MEASURES = ("memory", "forks", "legacy", "reads", "rewind", "throughput", "naive", "pglz")
+
+
+async def measure_all(
+    args: argparse.Namespace,
+    dsn: str,
+    conn: asyncpg.Connection,
+    sessions: dict[str, GeneratedSession],
+    report: Report,
+    tmp: Path,
+) -> None:
+    s10k, s100k, s200, legacy = (sessions[k] for k in ("v1_10k", "v1_100k", "v1_200", "legacy_10k"))
+    want = set(args.only or MEASURES) | ({"forks"} if "naive" in (args.only or ()) else set())
+    async with serving(args, dsn, conn, report, tmp / "service.log") as b:
+        await phase("warming up on 200-event forks", warm_up(b, [s200]))
+        if "memory" in want:
+            await phase("(e) memory during a 100k fork", measure_memory(b, s100k, "100,000 events", True))
+            await phase("(e) memory during a legacy 10k fork",
+                        measure_memory(b, legacy, "10,000 legacy events, merged", False))  # fmt: skip
+        await phase("warming up on 10k forks", warm_up(b, [s10k]))
+        if "forks" in want:
+            v1_10k = await phase("(a, b) fork 10k vs floor", measure_forks(b, s10k, "10,000 events", 1.5))
+            v1_100k = await phase("(a, c) fork 100k vs floor", measure_forks(b, s100k, "100,000 events", 1.5))
+        if "legacy" in want:
+            await phase("legacy 10k fork (merged) vs floor",
+                        measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
+        if "reads" in want:
+            await phase("(g) dry run and turn listing", measure_reads(b, s100k))
+        if "rewind" in want:
+            await phase("(d) rewind 10% of 100k", measure_rewind(b, s100k))
+        if "throughput" in want:
+            await phase("(f) throughput", measure_throughput(b, s200))
+        if "naive" in want:
+            await phase("(h) kagent's design, 10k", measure_naive(b, s10k, "10,000 events", v1_10k))
+            await phase("(h) kagent's design, 100k", measure_naive(b, s100k, "100,000 events", v1_100k))
+    if "pglz" not in want:
+        return
+    # The same forks with the task rows compressed by pglz, PostgreSQL's default, as an operator who set
+    # default_toast_compression would have them (the service keeps a method chosen for the connection).
+    pglz = dsn + ("&" if "?" in dsn else "?") + "default_toast_compression=pglz"
+    async with serving(args, pglz, conn, report, tmp / "service-pglz.log") as b:
+        await phase("warming up (pglz)", warm_up(b, [s200, s10k]))
+        await phase("(b) fork 10k vs floor, pglz", measure_forks(b, s10k, "10,000 events", 1.5))
+        await phase("(c) fork 100k vs floor, pglz", measure_forks(b, s100k, "100,000 events", 1.5))
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    args: argparse.Namespace, dsn: str, conn: asyncpg.Connection, report: Report, log: Path
+) -> AsyncIterator[Bench]:
+    service = Service(dsn=dsn, workers=args.workers, log=log)
+    await phase(f"starting kagent-fork serve --workers {args.workers}", service.start())
+    try:
+        async with httpx.AsyncClient(base_url=service.url, timeout=600) as client:
+            yield Bench(args=args, conn=conn, client=client, service=service, report=report)
+    except BaseException:
+        print(f"--- the end of the service's log ({log.name}) ---\n" + "\n".join(_tail(log, 40)), file=sys.stderr)
+        raise
+    finally:
+        service.stop()
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=5, help="repetitions of each timed measure (median)")
+    p.add_argument("--workers", type=int, default=2, help="kagent-fork serve --workers")
+    p.add_argument("--concurrency", type=int, default=4, help="clients in the forks/s measure")
+    p.add_argument("--seconds", type=float, default=15, help="duration bound of the forks/s measure")
+    p.add_argument("--max-requests", type=int, default=3000, help="request bound of the forks/s measure")
+    p.add_argument("--only", nargs="+", choices=MEASURES, help="run only these measures (default: all)")
+    p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
+    p.add_argument("--keep", action="store_true", help="keep the database (for profiling)")
+    args = p.parse_args(argv)
+    started = time.monotonic()
+    report = asyncio.run(run(args))
+    print()
+    print(report.markdown())
+    print()
+    for note in report.notes:
+        print(f"- {note}")
+    command = " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])])
+    print(f"- whole run: {time.monotonic() - started:.0f} s; command: {command}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
