@@ -15,7 +15,7 @@ from datetime import datetime
 from service import tasks
 from service.errors import Unprocessable
 from service.store import NewTask, TaskRow
-from service.tasks import JSON, TaskDialect
+from service.tasks import TaskDialect
 
 Layout = str  # "merged" | "per_task"
 
@@ -94,8 +94,7 @@ class TaskCopier:
     messages: int = 0
     written: int = 0
     warnings: list[str] = field(default_factory=list)
-    _merge: list[JSON] = field(default_factory=list)
-    _merge_dialect: TaskDialect | None = None
+    _merger: tasks.Merger | None = None
     _merge_created_at: datetime | None = None
     _merge_version: str | None = None
 
@@ -119,8 +118,8 @@ class TaskCopier:
             )
             data = tasks.cancel(data, dialect)
         if self.layout == "merged":
-            self._merge.append(data)
-            self._merge_dialect = dialect
+            self._merger = self._merger or tasks.Merger(dialect, self._rewrite())
+            self._merger.add(data)
             self._merge_created_at = self._merge_created_at or row.created_at
             self._merge_version = row.protocol_version
             return None
@@ -131,14 +130,13 @@ class TaskCopier:
 
     def finish(self) -> NewTask | None:
         """The merged task, once every kept task has been added (per_task: nothing more)."""
-        if self.layout != "merged" or not self._merge:
+        if self._merger is None:
             return None
-        assert self._merge_dialect is not None and self._merge_created_at is not None
-        rw = self._rewrite()
-        merged, count = tasks.merge(self._merge, self._merge_dialect, rw)
-        self.messages += count
+        assert self._merge_created_at is not None
+        self.messages += self._merger.count
         self.written += 1
-        return self._row(rw.task_id, self._merge_created_at, tasks.encode(merged), self._merge_version)
+        data = self._merger.encode()
+        return self._row(self._merger.rw.task_id, self._merge_created_at, data, self._merge_version)
 
     def _row(self, task_id: str, created_at: datetime, data: str, protocol_version: str | None) -> NewTask:
         return NewTask(

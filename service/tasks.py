@@ -237,10 +237,12 @@ def rewrite(task: JSON, rw: Rewrite) -> JSON:
     if isinstance(status.get("message"), dict):
         out["status"] = {**status, "message": _rewrite_message(status["message"], rw)}
     if isinstance(out.get("artifacts"), list):
-        out["artifacts"] = [
-            {**a, "metadata": _rewrite_metadata(a["metadata"], rw)} if "metadata" in a else a for a in artifacts(task)
-        ]
+        out["artifacts"] = [_rewrite_artifact(a, rw) for a in artifacts(task)]
     return out
+
+
+def _rewrite_artifact(artifact: JSON, rw: Rewrite) -> JSON:
+    return {**artifact, "metadata": _rewrite_metadata(artifact["metadata"], rw)} if "metadata" in artifact else artifact
 
 
 def _closed_status(task: JSON, state: str) -> JSON:
@@ -288,31 +290,61 @@ def _tag_artifacts(task: JSON) -> list[JSON]:
     return tagged
 
 
-def merge(tasks: Iterable[JSON], dialect: TaskDialect, rw: Rewrite) -> tuple[JSON, int]:
-    """One completed task holding the given tasks' histories in order, de-duplicated by messageId
-    (kagent's fork design), and their artifacts. Returns the rewritten task and its message count."""
-    messages: list[JSON] = []
-    seen_ids: set[str] = set()
-    merged_artifacts: list[JSON] = []
-    has_artifacts = False
-    last: JSON | None = None
-    for task in tasks:
-        last = task
+class Merger:
+    """Builds one completed task from the given tasks' histories in order, de-duplicated by messageId
+    (kagent's fork design), and their artifacts, one task at a time.
+
+    Each kept message is rewritten and encoded as soon as its task is added, so a long merge holds
+    the merged row's bytes, not every task decoded (several times larger).
+    """
+
+    def __init__(self, dialect: TaskDialect, rw: Rewrite) -> None:
+        self.dialect = dialect
+        self.rw = rw
+        self.count = 0
+        self._messages: list[msgspec.Raw] = []
+        self._artifacts: list[msgspec.Raw] | None = None
+        self._seen: set[str] = set()
+        self._last: JSON | None = None
+
+    def add(self, task: JSON) -> None:
         for message in history(task):
             message_id = message.get("messageId")
             if isinstance(message_id, str):
-                if message_id in seen_ids:
+                if message_id in self._seen:
                     continue
-                seen_ids.add(message_id)
-            messages.append(message)
+                self._seen.add(message_id)
+            self._messages.append(msgspec.Raw(_encoder.encode(_rewrite_message(message, self.rw))))
         if "artifacts" in task:
-            has_artifacts = True
-            merged_artifacts.extend(_tag_artifacts(task))
-    if last is None:
-        raise ValueError("merge needs at least one task")
-    merged: JSON = {k: v for k, v in last.items() if k not in ("history", "artifacts", "status")}
-    merged["status"] = _closed_status(last, _COMPLETED[dialect])
-    merged["history"] = messages
-    if has_artifacts:
-        merged["artifacts"] = merged_artifacts
-    return rewrite(merged, rw), len(messages)
+            self._artifacts = self._artifacts if self._artifacts is not None else []
+            for artifact in _tag_artifacts(task):
+                self._artifacts.append(msgspec.Raw(_encoder.encode(_rewrite_artifact(artifact, self.rw))))
+        self._last = {k: v for k, v in task.items() if k not in ("history", "artifacts")}
+        self.count = len(self._messages)
+
+    def encode(self) -> str:
+        if self._last is None:
+            raise ValueError("merge needs at least one task")
+        merged: JSON = {k: v for k, v in self._last.items() if k != "status"}
+        merged["id"] = self.rw.task_id
+        merged["contextId"] = self.rw.context_id
+        if "metadata" in merged:
+            merged["metadata"] = _rewrite_metadata(merged["metadata"], self.rw)
+        merged["status"] = _closed_status(self._last, _COMPLETED[self.dialect])
+        merged["history"] = self._messages
+        if self._artifacts is not None:
+            merged["artifacts"] = self._artifacts
+        encoded = _encoder.encode(merged)
+        # The parts are in `encoded` now: let them go before the text copy is made (a merged row can
+        # be tens of megabytes, and each copy of it counts in the worker's peak memory).
+        del merged
+        self._messages, self._artifacts = [], None
+        return encoded.decode()
+
+
+def merge(tasks: Iterable[JSON], dialect: TaskDialect, rw: Rewrite) -> tuple[JSON, int]:
+    """The merged task of `tasks` (see Merger), decoded, and its message count."""
+    merger = Merger(dialect, rw)
+    for task in tasks:
+        merger.add(task)
+    return decode(merger.encode()), merger.count

@@ -66,7 +66,7 @@ async def test_exit_codes(database_url: str, pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
         token = await create_share(conn, session_id=conv.session_id, owner=conv.user_id, read_only=True)
     forbidden = cli(
-        database_url, "rewind", conv.session_id, "--user", new_user(), "--share-token", token,
+        database_url, "rewind", conv.session_id, "--user", new_user(), f"--share-token={token}",
         "--before", conv.turns[0].invocation_id,
     )  # fmt: skip
     assert forbidden.returncode == 4 and "read-only" in forbidden.stderr
