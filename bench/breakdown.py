@@ -105,7 +105,7 @@ async def profile(args: argparse.Namespace) -> None:
         finally:
             await conn.close()
         settings = from_env({"DATABASE_URL": dsn})
-        store = Store(settings.service_schema)
+        store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
         pool = await open_pool(settings, dsn)
         try:
             await prepare_database(settings, store, pool)

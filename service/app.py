@@ -122,7 +122,7 @@ async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool)
 
 
 def create_app(settings: Settings, dsn: str) -> Litestar:
-    store = Store(settings.service_schema)
+    store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
     stamp_request_ids()
 
     @asynccontextmanager

@@ -131,7 +131,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
     from service.schemas import ForkRequest, RewindRequest
     from service.store import Store
 
-    store = Store(settings.service_schema)
+    store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
     pool = await open_pool(settings, dsn)
     try:
         await prepare_database(settings, store, pool)

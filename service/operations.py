@@ -274,16 +274,6 @@ async def _fork_once(
             )
         cut = await _find_cut(svc, conn, source, req)
         cap = svc.settings.max_fork_events
-        # Refused before anything is written; a dry run still answers, with a warning.
-        if (
-            cap
-            and not req.dry_run
-            and await store.count_events_capped(conn, sid, owner, cut.events_before, cap + 1) > cap
-        ):
-            raise Unprocessable(
-                f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
-                "fork before an earlier turn, or ask the operator to raise the limit"
-            )
         has_tasks = await store.last_task_before(conn, sid, owner, None) is not None
         if has_tasks and not await store.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
@@ -330,6 +320,12 @@ async def _fork_once(
             conn, session_id=sid, owner=owner, before=cut.events_before, new_session_id=new_id,
             new_user_id=caller.user_id,
         )  # fmt: skip
+        if cap and events > cap:
+            # The copy stopped one row past the cap; raising rolls the whole fork back.
+            raise Unprocessable(
+                f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
+                "fork before an earlier turn, or ask the operator to raise the limit"
+            )
         await _copy_tasks(svc, conn, source, cut, copier)
         warnings += copier.warnings
         info = ForkInfo(

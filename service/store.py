@@ -74,8 +74,9 @@ def sql_dir() -> Path:
     raise FileNotFoundError("kagent-fork's sql/ directory is missing from the installation")
 
 
-def load_queries(path: Path, schema: str) -> dict[str, str]:
-    text = path.read_text()
+def load_queries(path: Path, schema: str, max_fork_events: int = 0) -> dict[str, str]:
+    limit = str(max_fork_events + 1) if max_fork_events else "ALL"
+    text = path.read_text().replace("{fork_events_limit}", limit)
     names = list(_NAME.finditer(text))
     queries: dict[str, str] = {}
     for i, match in enumerate(names):
@@ -196,9 +197,9 @@ def _count(status: str) -> int:
 class Store:
     """The service's queries, loaded once; a missing query name fails here, at start-up."""
 
-    def __init__(self, schema: str, directory: Path | None = None) -> None:
+    def __init__(self, schema: str, directory: Path | None = None, *, max_fork_events: int = 0) -> None:
         self.schema = schema
-        self.q = load_queries((directory or sql_dir()) / "queries.sql", schema)
+        self.q = load_queries((directory or sql_dir()) / "queries.sql", schema, max_fork_events)
         missing = {
             "kagent_tables", "schema_migrations", "share_by_token", "get_session", "lock_session",
             "session_status", "external_state", "has_events", "boundary_event", "tasks_mentioning",
@@ -283,12 +284,6 @@ class Store:
             self.q["copy_events_before"], session_id, owner, before, new_user_id, new_session_id
         )
         return _count(status)
-
-    async def count_events_capped(
-        self, conn: Connection, session_id: str, owner: str, before: datetime | None, cap: int
-    ) -> int:
-        """The live events before `before`, counted up to `cap` (a bounded count for MAX_FORK_EVENTS)."""
-        return int(await conn.fetchval(self.q["count_events_capped"], session_id, owner, before, cap))
 
     async def first_user_event_text(self, conn: Connection, session_id: str, owner: str) -> str | None:
         parts = await conn.fetchval(self.q["first_user_event"], session_id, owner)

@@ -116,12 +116,15 @@ WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS 
 -- name: copy_events_before
 -- The fork's events: one server-side copy, payloads never leave PostgreSQL. Each copy gets a new
 -- row id (kagent's key is (id, user_id)), keeps data byte for byte and the source created_at (so
--- kagent's ORDER BY created_at shows the same order).
+-- kagent's ORDER BY created_at shows the same order). {fork_events_limit} is MAX_FORK_EVENTS + 1 (or
+-- ALL), a constant so that no generic plan is made for an unknown limit: the caller rolls back a copy
+-- of more rows than the cap, having copied at most one row too many.
 INSERT INTO event (id, user_id, session_id, created_at, updated_at, data)
 SELECT gen_random_uuid()::text, $4, $5, created_at, NOW(), data
 FROM event
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND ($3::timestamptz IS NULL OR created_at < $3);
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+LIMIT {fork_events_limit};
 
 -- name: first_user_event
 -- The text of the session's first user event, for a default fork name.
@@ -324,13 +327,3 @@ WHERE user_id = $1 AND created_at > NOW() - interval '1 minute'
 ORDER BY created_at DESC
 OFFSET $2 - 1
 LIMIT 1;
-
--- name: count_events_capped
--- How many live events lie before $3 (NULL: all), counting at most $4: enough to enforce MAX_FORK_EVENTS
--- without counting a huge session to its end.
-SELECT count(*) FROM (
-    SELECT 1 FROM event
-    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-      AND ($3::timestamptz IS NULL OR created_at < $3)
-    LIMIT $4
-) AS capped;

@@ -123,7 +123,9 @@ async def pool(database_url: str, settings: Settings) -> AsyncIterator[asyncpg.P
 
 @pytest.fixture(scope="session")
 def services(settings: Settings, pool: asyncpg.Pool) -> Services:
-    return Services(settings=settings, store=Store(settings.service_schema), pool=pool)
+    return Services(
+        settings=settings, store=Store(settings.service_schema, max_fork_events=settings.max_fork_events), pool=pool
+    )
 
 
 @pytest.fixture(scope="session")
