@@ -6,7 +6,7 @@ import hashlib
 import math
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -326,7 +326,7 @@ async def _fork_once(
                 f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
                 "fork before an earlier turn, or ask the operator to raise the limit"
             )
-        await _copy_tasks(svc, conn, source, cut, copier)
+        await _copy_tasks(svc, conn, source, cut, copier, events)
         warnings += copier.warnings
         info = ForkInfo(
             parent_session_id=sid, fork_root_session_id=root_id, depth=depth,
@@ -376,20 +376,58 @@ async def _kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: 
         yield cut.partial.row
 
 
-async def _copy_tasks(svc: Services, conn: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier) -> None:
-    """Stream the kept tasks through the copier, writing in bounded batches."""
+# Below this many copied events a fork is small: a second connection would cost more round trips than
+# overlapping its task copy saves. A reader is taken only if the pool has one at hand.
+OVERLAP_MIN_EVENTS = 2000
+READER_WAIT_SECONDS = 0.05
+
+
+async def _copy_tasks(
+    svc: Services, conn: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier, events_copied: int
+) -> None:
+    """Stream the kept tasks through the copier into new rows, with bounded memory."""
+    if events_copied >= OVERLAP_MIN_EVENTS:
+        async with _snapshot_reader(svc, conn) as reader:
+            if reader is not None:
+                await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
+                return
     batch: list[NewTask] = []
     size = 0
-    async for row in _kept_tasks(svc, conn, source, cut):
-        new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
-        if new is None:
-            continue
+    async for new in _new_tasks(svc, conn, source, cut, copier):
         batch.append(new)
         size += len(new.data)
         if size >= TASK_WRITE_BATCH_BYTES:
             await svc.store.insert_tasks(conn, batch)
             batch, size = [], 0
+    await svc.store.insert_tasks(conn, batch)
+
+
+async def _new_tasks(
+    svc: Services, reader: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
+) -> AsyncIterator[NewTask]:
+    async for row in _kept_tasks(svc, reader, source, cut):
+        new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
+        if new is not None:
+            yield new
     final = copier.finish()
     if final is not None:
-        batch.append(final)
-    await svc.store.insert_tasks(conn, batch)
+        yield final
+
+
+@asynccontextmanager
+async def _snapshot_reader(svc: Services, conn: Connection) -> AsyncIterator[Connection | None]:
+    """A second connection that reads in the fork's own snapshot, so that reading and rewriting the kept
+    tasks overlaps with writing them (one COPY on the fork's connection). None when the pool has no
+    connection free right away: the fork then reads and writes on its own connection, batch by batch."""
+    try:
+        reader = await svc.pool.acquire(timeout=READER_WAIT_SECONDS)
+    except TimeoutError:
+        yield None
+        return
+    try:
+        snapshot = await svc.store.export_snapshot(conn)
+        async with reader.transaction(isolation="repeatable_read", readonly=True):
+            await svc.store.use_snapshot(reader, snapshot)
+            yield reader
+    finally:
+        await svc.pool.release(reader)

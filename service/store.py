@@ -20,6 +20,8 @@ import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
+_SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
+_TASK_COLUMNS = ["id", "created_at", "updated_at", "data", "session_id", "protocol_version", "user_id"]
 
 # Batches bound the memory a fork holds: tasks are parsed and written a few at a time.
 TASK_FETCH_BATCH = 64
@@ -200,16 +202,9 @@ class Store:
     def __init__(self, schema: str, directory: Path | None = None, *, max_fork_events: int = 0) -> None:
         self.schema = schema
         self.q = load_queries((directory or sql_dir()) / "queries.sql", schema, max_fork_events)
-        missing = {
-            "kagent_tables", "schema_migrations", "share_by_token", "get_session", "lock_session",
-            "session_status", "external_state", "has_events", "boundary_event", "tasks_mentioning",
-            "last_task_before", "tasks_before", "count_events_before", "copy_events_before",
-            "first_user_event", "insert_session", "lineage_of", "insert_lineage", "idempotency_get",
-            "idempotency_put", "idempotency_purge", "advisory_lock", "advisory_unlock", "task_versions_before", "now",
-            "tasks_from", "count_events_from", "hide_events_from", "hide_tasks_from", "touch_session",
-            "insert_rewind", "get_rewind", "later_rewind_pending", "activity_since", "restore_events",
-            "restore_tasks", "hide_task", "mark_undone", "event_turns", "forks_of",
-        } - self.q.keys()  # fmt: skip
+        # Every query this module runs is named as self.q["..."]; a name missing from the file fails here.
+        used = set(re.findall(r'self\.q\["(\w+)"\]', Path(__file__).read_text()))
+        missing = used - self.q.keys()
         if missing:
             raise LookupError(f"sql/queries.sql lacks the queries {sorted(missing)}")
 
@@ -338,6 +333,26 @@ class Store:
         value: datetime = await conn.fetchval(self.q["now"])
         return value
 
+    async def export_snapshot(self, conn: Connection) -> str:
+        value: str = await conn.fetchval(self.q["export_snapshot"])
+        return value
+
+    async def use_snapshot(self, conn: Connection, snapshot: str) -> None:
+        """Make this (fresh REPEATABLE READ) transaction see the exported snapshot. SET takes no bind
+        parameter, so the id is checked against PostgreSQL's format before it is written into SQL."""
+        if not _SNAPSHOT_ID.match(snapshot):
+            raise ValueError(f"not a snapshot id: {snapshot!r}")
+        await conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+
+    async def stream_new_tasks(self, conn: Connection, tasks: AsyncIterator[NewTask]) -> None:
+        """Write new task rows with one COPY fed while they are made (bounded memory)."""
+
+        async def records() -> AsyncIterator[tuple[object, ...]]:
+            async for t in tasks:
+                yield (t.id, t.created_at, t.updated_at, t.data, t.session_id, t.protocol_version, t.user_id)
+
+        await conn.copy_records_to_table("task", records=records(), columns=_TASK_COLUMNS)
+
     async def insert_tasks(self, conn: Connection, tasks: list[NewTask]) -> None:
         """Write new task rows with COPY; session.updated_at is the caller's to set."""
         if not tasks:
@@ -347,7 +362,7 @@ class Store:
             records=[
                 (t.id, t.created_at, t.updated_at, t.data, t.session_id, t.protocol_version, t.user_id) for t in tasks
             ],
-            columns=["id", "created_at", "updated_at", "data", "session_id", "protocol_version", "user_id"],
+            columns=_TASK_COLUMNS,
         )
 
     # --- lineage -----------------------------------------------------------------------------------

@@ -327,3 +327,7 @@ WHERE user_id = $1 AND created_at > NOW() - interval '1 minute'
 ORDER BY created_at DESC
 OFFSET $2 - 1
 LIMIT 1;
+
+-- name: export_snapshot
+-- The fork transaction's snapshot, so that a second connection reads exactly what it sees.
+SELECT pg_export_snapshot();

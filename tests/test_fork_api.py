@@ -306,3 +306,30 @@ async def test_an_older_unfinished_task_is_copied_closed(client: Any, pool: asyn
     view = await kagent_view(pool, r.json()["data"]["id"], conv.user_id, dialect)
     states = [json.loads(t["data"])["status"]["state"] for t in view["tasks"]]
     assert states[1] in ("canceled", "TASK_STATE_CANCELED") and len(states) == 3
+
+
+@pytest.mark.parametrize("pool_size", [1, 4], ids=["serial", "overlapped"])
+async def test_task_copy_on_a_second_connection_equals_the_serial_one(
+    settings: Any, database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, pool_size: int
+) -> None:
+    """Large forks read their tasks on a second connection in the fork's snapshot; with no connection to
+    spare they read them on their own. Both give the same fork, in one transaction."""
+    from service import operations
+    from service.identity import Caller
+    from service.schemas import ForkRequest
+    from service.store import Store
+
+    monkeypatch.setattr(operations, "OVERLAP_MIN_EVENTS", 0)
+    conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
+    small = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
+    try:
+        svc = operations.Services(settings=settings, store=Store(settings.service_schema), pool=small)
+        req = ForkRequest(rewind_before_invocation_id=conv.turns[4].invocation_id)
+        outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, req)
+        assert outcome.created and outcome.session_id is not None
+        assert small.get_size() == min(pool_size, 2), "the overlapped path opened its reader connection"
+    finally:
+        await small.close()
+    view = await kagent_view(pool, outcome.session_id, conv.user_id, "v1")
+    assert len(view["tasks"]) == 4
+    assert transcript_main([json.loads(t["data"]) for t in view["tasks"]]) == transcript_main(conv.task_data()[:4])
