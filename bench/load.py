@@ -24,7 +24,6 @@ import contextlib
 import os
 import platform
 import random
-import secrets
 import signal
 import socket
 import subprocess
@@ -37,12 +36,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
 
 from bench.generate import SessionSpec, insert_session
+from bench.run import bench_database
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -72,31 +71,6 @@ class Stats:
         self.statuses[op][status] += 1
         if status not in expected:
             self.errors.append(f"{op}: {status} {detail[:200]}")
-
-
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
-@contextlib.asynccontextmanager
-async def throwaway_database(server: str, keep: bool) -> AsyncIterator[str]:
-    name = "kf_load_" + secrets.token_hex(6)
-    admin = await asyncpg.connect(server)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield with_database(server, name)
-    finally:
-        if keep:
-            print(f"kept database {name}")
-        else:
-            admin = await asyncpg.connect(server)
-            try:
-                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                await admin.close()
 
 
 def free_port() -> int:
@@ -357,7 +331,7 @@ def report(args: argparse.Namespace, stats: Stats, found: dict[str, int], took: 
 
 
 async def main(args: argparse.Namespace) -> tuple[str, bool]:
-    async with throwaway_database(args.server_url, args.keep) as dsn:
+    async with bench_database(args.server_url, args.keep, prefix="kf_load_") as dsn:
         print(f"seeding {args.sessions} sessions of {args.turns} turns ...", flush=True)
         forkable, rewindable = await seed(dsn, args.sessions, args.turns, args.users)
         before = await fingerprints(dsn, forkable, rewindable)

@@ -567,8 +567,9 @@ async def machine(conn: asyncpg.Connection) -> str:
 
 
 @contextlib.asynccontextmanager
-async def bench_database(server: str, keep: bool) -> AsyncIterator[str]:
-    name = "kagent_fork_bench_" + secrets.token_hex(4)
+async def bench_database(server: str, keep: bool, prefix: str = "kagent_fork_bench_") -> AsyncIterator[str]:
+    """A database of its own on `server` for one run, dropped at the end unless `keep`."""
+    name = prefix + secrets.token_hex(4)
     admin = await asyncpg.connect(server)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')

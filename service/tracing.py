@@ -13,7 +13,7 @@ def tracing_middleware(enabled: bool) -> list[Any]:
     if not enabled:
         return []
     try:
-        from litestar.contrib.opentelemetry import OpenTelemetryConfig
+        from litestar.plugins.opentelemetry import OpenTelemetryConfig
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
     except ImportError as exc:  # a clear start-up failure instead of silently not tracing
