@@ -94,7 +94,9 @@ class _Cut:
     warnings: tuple[str, ...]
 
 
-async def _find_cut(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> _Cut:
+async def _find_cut(
+    svc: Services, conn: Connection, source: SessionRow, req: ForkRequest, last_task: TaskRow | None
+) -> _Cut:
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = req.rewind_before_invocation_id
     warnings: list[str] = []
@@ -120,7 +122,7 @@ async def _find_cut(svc: Services, conn: Connection, source: SessionRow, req: Fo
             if events_before is None:
                 events_before = boundary_task.row.created_at
     if partial is None:
-        running = await _running_turn(svc, conn, source, tasks_before)
+        running = _running_turn(last_task, tasks_before)
         if running is not None:
             invocation, row, state = running
             warnings.append(
@@ -144,27 +146,20 @@ async def _find_cut(svc: Services, conn: Connection, source: SessionRow, req: Fo
     )
 
 
-async def _running_turn(
-    svc: Services, conn: Connection, source: SessionRow, before: datetime | None
-) -> tuple[str | None, TaskRow, str | None] | None:
-    """The last kept task, if it is the source's last task and the agent is still running it:
-    (its first invocation, row, state). An older non-terminal task is not a running turn: its agent
-    is gone, and the copier closes its copy."""
-    row = await svc.store.last_task_before(conn, source.id, source.user_id, before)
-    if row is None:
+def _running_turn(last: TaskRow | None, before: datetime | None) -> tuple[str | None, TaskRow, str | None] | None:
+    """The source's last task, if the fork would keep it and the agent is still running it: (its first
+    invocation, row, state). An older non-terminal task is not a running turn: its agent is gone, and
+    the copier closes its copy."""
+    if last is None or (before is not None and last.created_at >= before):
         return None
-    if before is not None:
-        last = await svc.store.last_task_before(conn, source.id, source.user_id, None)
-        if last is None or last.id != row.id:
-            return None
     try:
-        data = tasks.decode(row.data)
+        data = tasks.decode(last.data)
     except tasks.TaskFormatError:
         return None
-    if tasks.is_terminal(data, plan.dialect_of(row)):
+    if tasks.is_terminal(data, plan.dialect_of(last)):
         return None
     invocations = tasks.invocation_ids(data)
-    return (invocations[0] if invocations else None), row, tasks.state(data)
+    return (invocations[0] if invocations else None), last, tasks.state(data)
 
 
 async def _lineage_parent(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, str, int]:
@@ -272,10 +267,10 @@ async def _fork_once(
             raise Unprocessable(
                 "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
             )
-        cut = await _find_cut(svc, conn, source, req)
+        last_task = await store.last_task_before(conn, sid, owner, None)
+        cut = await _find_cut(svc, conn, source, req, last_task)
         cap = svc.settings.max_fork_events
-        has_tasks = await store.last_task_before(conn, sid, owner, None) is not None
-        if has_tasks and not await store.has_events(conn, sid, owner):
+        if last_task is not None and not await store.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         root_id, _root_owner, depth = await _lineage_parent(svc, conn, source)
         name = req.name or await _default_name(svc, conn, source)
