@@ -200,10 +200,8 @@ async def fork(
         if idempotency_key is None or req.dry_run:
             return await _fork_within_rate(svc, conn, caller, session_id, req, None)
         digest = request_hash(session_id, req)
-        scope = f"fork:{caller.user_id}"
         # Concurrent retries of one key wait here, then find the first one's answer.
-        await svc.store.lock_key(conn, scope, idempotency_key)
-        try:
+        async with svc.store.key_lock(conn, f"fork:{caller.user_id}", idempotency_key):
             stored = await svc.store.idempotent_answer(
                 conn, caller.user_id, idempotency_key, svc.settings.idempotency_ttl_seconds
             )
@@ -213,9 +211,6 @@ async def fork(
                     raise Unprocessable("Idempotency-Key was already used with a different request")
                 return ForkOutcome(data=msgspec.Raw(answer.encode()), created=False, replayed=True, session_id=None)
             return await _fork_within_rate(svc, conn, caller, session_id, req, (idempotency_key, digest))
-        finally:
-            if not conn.is_closed():
-                await svc.store.unlock_key(conn, scope, idempotency_key)
 
 
 async def _fork_within_rate(
@@ -233,12 +228,8 @@ async def _fork_within_rate(
         return await _fork_once(svc, conn, caller, session_id, req, idempotency, rate=0)
     # A user's forks run one at a time, in every replica, so that counting them and committing a new
     # one are atomic. The lock is taken before the fork's snapshot: it sees every fork made before.
-    await svc.store.lock_key(conn, "fork-rate", caller.user_id)
-    try:
+    async with svc.store.key_lock(conn, "fork-rate", caller.user_id):
         return await _fork_once(svc, conn, caller, session_id, req, idempotency, rate=rate)
-    finally:
-        if not conn.is_closed():
-            await svc.store.unlock_key(conn, "fork-rate", caller.user_id)
 
 
 async def _fork_once(

@@ -20,6 +20,7 @@ import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
+_FRAGMENT = re.compile(r"^-- fragment: (\S+)\s*$", re.M)
 _SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
 _TASK_COLUMNS = ["id", "created_at", "updated_at", "data", "session_id", "protocol_version", "user_id"]
 
@@ -79,6 +80,16 @@ def sql_dir() -> Path:
 def load_queries(path: Path, schema: str, max_fork_events: int = 0) -> dict[str, str]:
     limit = str(max_fork_events + 1) if max_fork_events else "ALL"
     text = path.read_text().replace("{fork_events_limit}", limit)
+    names = list(_NAME.finditer(text))
+    # Fragments (a predicate several queries share) stand before the first query; each is its SQL
+    # without its comment lines.
+    header = text[: names[0].start()] if names else text
+    fragments = list(_FRAGMENT.finditer(header))
+    for i, match in enumerate(fragments):
+        end = fragments[i + 1].start() if i + 1 < len(fragments) else len(header)
+        body = header[match.end() : end]
+        sql = "\n".join(line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("--"))
+        text = text.replace("{" + match.group(1) + "}", sql.strip())
     names = list(_NAME.finditer(text))
     queries: dict[str, str] = {}
     for i, match in enumerate(names):
@@ -403,12 +414,17 @@ class Store:
         await conn.execute(self.q["idempotency_purge"], float(ttl_seconds))
         await conn.execute(self.q["idempotency_put"], user_id, key, request_hash, session_id, answer)
 
-    async def lock_key(self, conn: Connection, scope: str, key: str) -> None:
-        """A session-level advisory lock on (scope, key); released by unlock_key or by disconnecting."""
-        await conn.execute(self.q["advisory_lock"], f"{scope}\n{key}")
-
-    async def unlock_key(self, conn: Connection, scope: str, key: str) -> None:
-        await conn.execute(self.q["advisory_unlock"], f"{scope}\n{key}")
+    @contextlib.asynccontextmanager
+    async def key_lock(self, conn: Connection, scope: str, key: str) -> AsyncIterator[None]:
+        """A session-level advisory lock on (scope, key), held for the block. A connection that died
+        took its locks with it, and the pool's reset unlocks whatever a cancelled block left."""
+        name = f"{scope}\n{key}"
+        await conn.execute(self.q["advisory_lock"], name)
+        try:
+            yield
+        finally:
+            if not conn.is_closed():
+                await conn.execute(self.q["advisory_unlock"], name)
 
     async def fork_rate_wait(self, conn: Connection, user_id: str, rate: int) -> float | None:
         """None if the user made fewer than `rate` forks in the last minute, else the seconds to wait."""

@@ -1,6 +1,15 @@
 -- Named queries of kagent-fork. {schema} is the service's own schema (validated at start-up).
 -- kagent's tables are read with named columns only (kagent may add more) and every read filters
--- deleted_at IS NULL, as kagent's backend does.
+-- deleted_at IS NULL, as kagent's backend does. {name} stands for the fragment of that name below.
+
+-- fragment: task_owned_by_$2
+-- kagent's owner rule for a task row (go/core/internal/database/queries/tasks.sql): task.user_id, or,
+-- for rows written before that column existed, the one user whose session of that id existed when
+-- the task was written. Anything ambiguous belongs to nobody.
+(task.user_id = $2 OR (task.user_id IS NULL AND $2 = (
+    SELECT min(s.user_id) FROM session s
+    WHERE s.id = task.session_id AND s.created_at <= task.created_at
+    HAVING count(DISTINCT s.user_id) = 1)))
 
 -- name: kagent_tables
 -- Which of kagent's tables and columns exist (start-up check).
@@ -64,10 +73,7 @@ LIMIT 1;
 SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
-      SELECT min(s.user_id) FROM session s
-      WHERE s.id = task.session_id AND s.created_at <= task.created_at
-      HAVING count(DISTINCT s.user_id) = 1)))
+  AND {task_owned_by_$2}
   AND (NOT $4 OR strpos(data, $3) > 0)
 ORDER BY created_at;
 
@@ -77,10 +83,7 @@ SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3)
-  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
-      SELECT min(s.user_id) FROM session s
-      WHERE s.id = task.session_id AND s.created_at <= task.created_at
-      HAVING count(DISTINCT s.user_id) = 1)))
+  AND {task_owned_by_$2}
 ORDER BY created_at DESC
 LIMIT 1;
 
@@ -91,10 +94,7 @@ SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3)
-  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
-      SELECT min(s.user_id) FROM session s
-      WHERE s.id = task.session_id AND s.created_at <= task.created_at
-      HAVING count(DISTINCT s.user_id) = 1)))
+  AND {task_owned_by_$2}
 ORDER BY created_at;
 
 -- name: count_events_before
@@ -190,10 +190,7 @@ SELECT DISTINCT protocol_version
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3)
-  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
-      SELECT min(s.user_id) FROM session s
-      WHERE s.id = task.session_id AND s.created_at <= task.created_at
-      HAVING count(DISTINCT s.user_id) = 1)));
+  AND {task_owned_by_$2};
 
 -- name: now
 -- The transaction's timestamp, used for every row a fork or rewind stamps.
@@ -204,10 +201,7 @@ SELECT NOW();
 SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
-  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
-      SELECT min(s.user_id) FROM session s
-      WHERE s.id = task.session_id AND s.created_at <= task.created_at
-      HAVING count(DISTINCT s.user_id) = 1)))
+  AND {task_owned_by_$2}
 ORDER BY created_at;
 
 -- name: count_events_from
@@ -224,10 +218,7 @@ WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS 
 -- Rewind: soft-delete the live tasks at or after $3 with one stamp $4.
 UPDATE task SET deleted_at = $4
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
-  AND (user_id = $2 OR (user_id IS NULL AND $2 = (
-      SELECT min(s.user_id) FROM session s
-      WHERE s.id = task.session_id AND s.created_at <= task.created_at
-      HAVING count(DISTINCT s.user_id) = 1)));
+  AND {task_owned_by_$2};
 
 -- name: touch_session
 -- What kagent does on every event or task write: lift the session in the sidebar.
