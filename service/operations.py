@@ -177,12 +177,11 @@ async def _default_name(svc: Services, conn: Connection, source: SessionRow) -> 
     if source.name and source.name != "Chat":
         return plan.default_name(source.name, None)
     text = None
-    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, None):
+    if (first := await svc.store.first_task(conn, source.id, source.user_id)) is not None:
         try:
-            text = tasks.first_user_text(tasks.decode(row.data), plan.dialect_of(row))
+            text = tasks.first_user_text(tasks.decode(first.data), plan.dialect_of(first))
         except (tasks.TaskFormatError, Unprocessable):
             text = None
-        break
     if text is None:
         text = await svc.store.first_user_event_text(conn, source.id, source.user_id)
     return plan.default_name(source.name, text)

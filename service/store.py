@@ -309,6 +309,10 @@ class Store:
         rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, text, prefilter)
         return [_task(r) for r in rows]
 
+    async def first_task(self, conn: Connection, session_id: str, owner: str) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["first_task"], session_id, owner)
+        return None if row is None else _task(row)
+
     async def last_task_before(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
     ) -> TaskRow | None:

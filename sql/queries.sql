@@ -322,3 +322,12 @@ LIMIT 1;
 -- name: export_snapshot
 -- The fork transaction's snapshot, so that a second connection reads exactly what it sees.
 SELECT pg_export_snapshot();
+
+-- name: first_task
+-- The session's oldest live task (its first user message names an unnamed fork).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2}
+ORDER BY created_at
+LIMIT 1;
