@@ -148,3 +148,53 @@ class TaskCopier:
             protocol_version=protocol_version,
             user_id=self.user_id,
         )
+
+
+@dataclass(kw_only=True)
+class ServerCopyCheck:
+    """Decides, task by task, whether the server-side copy of the kept tasks (their ids replaced as
+    text inside PostgreSQL, see tasks.quoted_ids_replaced) writes exactly what TaskCopier would.
+
+    It holds when the task is terminal and the text replacement decodes to the same JSON value as
+    tasks.rewrite: the ids stand only where the rewrite puts them and each holds the source's value.
+    Anything else (an unfinished task to close, an id written with escapes, a message pointing at another
+    task, metadata naming another user) needs TaskCopier. A placeholder stands for the new task id,
+    which PostgreSQL draws; the check does not depend on its value.
+    """
+
+    source_session_id: str
+    session_id: str
+    user_id: str
+    messages: int = 0
+    written: int = 0
+    mismatch: str | None = None
+    _placeholder: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def add(self, row: TaskRow) -> bool:
+        """Check one kept task (oldest first); False from the first that needs TaskCopier on."""
+        if self.mismatch is not None:
+            return False
+        dialect = dialect_of(row)
+        try:
+            data = tasks.decode(row.data)
+        except tasks.TaskFormatError as exc:
+            raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
+        expected = tasks.rewrite(
+            data, tasks.Rewrite(task_id=self._placeholder, context_id=self.session_id, user_id=self.user_id)
+        )
+        replaced = tasks.quoted_ids_replaced(
+            row.data, [(row.id, self._placeholder), (self.source_session_id, self.session_id)]
+        )
+        if not tasks.is_terminal(data, dialect):
+            self.mismatch = f"task {row.id} is not finished"
+        else:
+            try:
+                if tasks.decode(replaced) != expected:
+                    self.mismatch = f"task {row.id} holds ids the text replacement would not rewrite exactly"
+            except tasks.TaskFormatError:
+                self.mismatch = f"task {row.id} is not JSON once its ids are replaced"
+        if self.mismatch is not None:
+            return False
+        self.messages += len(tasks.history(data))
+        self.written += 1
+        return True

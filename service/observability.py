@@ -31,6 +31,13 @@ LATENCY = Histogram(
 FORKS = Counter("kagent_fork_forks_total", "Fork requests by outcome", ["outcome"])
 REWINDS = Counter("kagent_fork_rewinds_total", "Rewind and undo requests by outcome", ["outcome"])
 ROWS_COPIED = Counter("kagent_fork_rows_copied_total", "Rows written into forks, by kagent table", ["table"])
+TASK_COPIES = Counter(
+    "kagent_fork_task_copies_total",
+    "Large forks by how their tasks were written: server (ids replaced inside PostgreSQL), python (rewritten "
+    "by the service because the server copy would not have been exact), streamed (rewritten by the service: "
+    "merged layout or another user's fork)",
+    ["path"],
+)
 POOL = Gauge(
     "kagent_fork_db_pool_connections", "Database pool connections of this process", ["state"], multiprocess_mode="all"
 )

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import math
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import asyncpg
 import msgspec
@@ -19,6 +22,7 @@ from service import tasks
 from service.config import Settings
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Access, Caller, access_for
+from service.observability import TASK_COPIES
 from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, Session, rfc3339
 from service.store import (
     TASK_WRITE_BATCH_BYTES,
@@ -32,6 +36,9 @@ from service.store import (
 )
 
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("kagent_fork")
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +102,12 @@ class _Cut:
 
 
 async def _find_cut(
-    svc: Services, conn: Connection, source: SessionRow, req: ForkRequest, last_task: TaskRow | None
+    svc: Services,
+    conn: Connection,
+    reader: Connection | None,
+    source: SessionRow,
+    req: ForkRequest,
+    last_task: TaskRow | None,
 ) -> _Cut:
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = req.rewind_before_invocation_id
@@ -105,8 +117,16 @@ async def _find_cut(
     found = False
     if boundary is not None:
         prefilter = plan.verbatim_in_json(boundary)
-        events_before = await store.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
-        candidates = await store.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+        event_search = store.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
+        if reader is not None:
+            # Neither search has an index to use: each reads all of the session's rows of its table, so
+            # with a reader they run at once, on two connections in one snapshot.
+            events_before, candidates = await _together(
+                event_search, store.tasks_mentioning(reader, sid, owner, boundary, prefilter=prefilter)
+            )
+        else:
+            events_before = await event_search
+            candidates = await store.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
         boundary_task = plan.find_boundary_task(candidates, boundary)
         found = events_before is not None or boundary_task is not None
         if not found:
@@ -244,7 +264,7 @@ async def _fork_once(
     store = svc.store
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
     # changes nothing the fork sees, so the fork is a prefix of one state of the conversation.
-    async with conn.transaction(isolation="repeatable_read"):
+    async with conn.transaction(isolation="repeatable_read"), AsyncExitStack() as stack:
         if rate and (wait := await store.fork_rate_wait(conn, caller.user_id, rate)) is not None:
             retry = max(1, math.ceil(wait))
             raise TooManyRequests(
@@ -258,14 +278,17 @@ async def _fork_once(
                 "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
             )
         last_task = await store.last_task_before(conn, sid, owner, None)
-        cut = await _find_cut(svc, conn, source, req, last_task)
-        cap = svc.settings.max_fork_events
+        large = (
+            not req.dry_run and last_task is not None and await store.count_tasks(conn, sid, owner) >= LARGE_FORK_TASKS
+        )
+        reader = await stack.enter_async_context(_snapshot_reader(svc, conn, wanted=large))
+        cut = await _find_cut(svc, conn, reader, source, req, last_task)
         if last_task is not None and not await store.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         root_id, _root_owner, depth = await _lineage_parent(svc, conn, source)
         name = req.name or await _default_name(svc, conn, source)
-        dialects = await _kept_dialects(svc, conn, source, cut)
-        layout = plan.choose_layout(req.task_layout, dialects)
+        versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
+        layout = plan.choose_layout(req.task_layout, _dialects(versions, cut))
         now = await store.now(conn)
         new_id = str(uuid.uuid4())
         copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
@@ -273,7 +296,7 @@ async def _fork_once(
 
         if req.dry_run:
             stats = await store.event_stats(conn, sid, owner, cut.events_before)
-            if cap and stats.events > cap:
+            if (cap := svc.settings.max_fork_events) and stats.events > cap:
                 warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
             task_bytes = 0
             async for row in _kept_tasks(svc, conn, source, cut):
@@ -301,17 +324,7 @@ async def _fork_once(
             agent_id=source.agent_id,
             source="user",
         )
-        events = await store.copy_events(
-            conn, session_id=sid, owner=owner, before=cut.events_before, new_session_id=new_id,
-            new_user_id=caller.user_id,
-        )  # fmt: skip
-        if cap and events > cap:
-            # The copy stopped one row past the cap; raising rolls the whole fork back.
-            raise Unprocessable(
-                f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
-                "fork before an earlier turn, or ask the operator to raise the limit"
-            )
-        await _copy_tasks(svc, conn, source, cut, copier, events)
+        events = await _copy_rows(svc, conn, reader, source, cut, copier)
         warnings += copier.warnings
         info = ForkInfo(
             parent_session_id=sid, fork_root_session_id=root_id, depth=depth,
@@ -341,12 +354,10 @@ async def _fork_once(
         return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
 
 
-async def _kept_dialects(svc: Services, conn: Connection, source: SessionRow, cut: _Cut) -> set[tasks.TaskDialect]:
-    versions = await svc.store.task_versions_before(conn, source.id, source.user_id, cut.tasks_before)
-    if cut.partial is not None:
-        versions.append(cut.partial.row.protocol_version)
+def _dialects(versions: dict[str | None, int], cut: _Cut) -> set[tasks.TaskDialect]:
+    """The dialects of the kept tasks (`versions`: their protocol_version) and of the cut one."""
     dialects = set()
-    for version in versions:
+    for version in [*versions, *([cut.partial.row.protocol_version] if cut.partial is not None else [])]:
         dialect = tasks.TaskDialect.of(version)
         if dialect is None:
             raise Unprocessable(f"this session holds tasks of protocol_version {version!r}, unknown to this service")
@@ -361,21 +372,119 @@ async def _kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: 
         yield cut.partial.row
 
 
-# Below this many copied events a fork is small: a second connection would cost more round trips than
-# overlapping its task copy saves. A reader is taken only if the pool has one at hand.
-OVERLAP_MIN_EVENTS = 2000
+# Below this many tasks (about ten events each) a session is small: a second connection would cost a
+# fork more round trips than it saves. A reader is taken only if the pool has one at hand.
+LARGE_FORK_TASKS = 200
 READER_WAIT_SECONDS = 0.05
 
 
+class _CopyInPython(Exception):
+    """The server-side task copy would not write what the Python rewrite writes: undo it."""
+
+
+async def _copy_rows(
+    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
+) -> int:
+    """Write the fork's events and tasks; the number of events copied.
+
+    Large forks use a second connection in the fork's snapshot. When the per_task rows need no more
+    than their ids replaced, PostgreSQL copies the tasks itself while that connection checks, task by
+    task, that the copy is exact; otherwise the reader feeds the Python rewrite while one COPY writes.
+    """
+    path = "streamed"
+    if reader is not None and copier.layout == "per_task" and copier.user_id == source.user_id:
+        try:
+            events = await _server_copy(svc, conn, reader, source, cut, copier)
+            TASK_COPIES.labels("server").inc()
+            return events
+        except _CopyInPython as exc:
+            # The savepoint is rolled back: nothing of the attempt remains.
+            log.info("tasks copied by the service instead of PostgreSQL: %s", exc)
+            path = "python"
+    events = await _copy_events(svc, conn, source, cut, copier)
+    if reader is not None:
+        TASK_COPIES.labels(path).inc()
+    await _copy_tasks(svc, conn, reader, source, cut, copier)
+    return events
+
+
+async def _copy_events(svc: Services, conn: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier) -> int:
+    events = await svc.store.copy_events(
+        conn, session_id=source.id, owner=source.user_id, before=cut.events_before,
+        new_session_id=copier.session_id, new_user_id=copier.user_id,
+    )  # fmt: skip
+    cap = svc.settings.max_fork_events
+    if cap and events > cap:
+        # The copy stopped one row past the cap; raising rolls the whole fork back.
+        raise Unprocessable(
+            f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
+            "fork before an earlier turn, or ask the operator to raise the limit"
+        )
+    return events
+
+
+async def _server_copy(
+    svc: Services, conn: Connection, reader: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
+) -> int:
+    """Copy the whole kept tasks inside PostgreSQL, then the events, in a savepoint, while the reader
+    checks the same rows (fork.ServerCopyCheck); raise _CopyInPython, the savepoint undone, if one of
+    them needs the Python rewrite. The cut task, if any, is rewritten in Python afterwards."""
+    store = svc.store
+    check = plan.ServerCopyCheck(source_session_id=source.id, session_id=copier.session_id, user_id=copier.user_id)
+    refused: list[Unprocessable] = []
+
+    async def write() -> tuple[int, int]:
+        copied = await store.copy_tasks(
+            conn, session_id=source.id, owner=source.user_id, before=cut.tasks_before,
+            new_session_id=copier.session_id, new_user_id=copier.user_id,
+        )  # fmt: skip
+        return copied, await _copy_events(svc, conn, source, cut, copier)
+
+    async def verify() -> None:
+        try:
+            async for row in store.stream_tasks_before(reader, source.id, source.user_id, cut.tasks_before):
+                if not check.add(row):
+                    return
+        except Unprocessable as exc:
+            refused.append(exc)  # raised once the write is done: it is not cancelled mid-statement
+
+    async with conn.transaction():  # a savepoint
+        (copied, events), _ = await _together(write(), verify())
+        if refused:
+            raise refused[0]
+        if check.mismatch is not None or copied != check.written:
+            raise _CopyInPython(check.mismatch or f"{copied} tasks copied, {check.written} checked")
+    copier.messages += check.messages
+    copier.written += check.written
+    if cut.partial is not None:
+        new = copier.add(cut.partial.row, cut.partial.cut)
+        await store.insert_tasks(conn, [new] if new is not None else [])
+    return events
+
+
+async def _together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Run both at once; if one fails, the other is cancelled and awaited before the error goes on."""
+    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        await asyncio.wait((one, two), return_when=asyncio.FIRST_EXCEPTION)
+        for task in (one, two):
+            if task.done() and (error := task.exception()) is not None:
+                raise error
+        return one.result(), two.result()
+    finally:
+        for task in (one, two):
+            task.cancel()  # a no-op on a finished task
+        await asyncio.gather(one, two, return_exceptions=True)
+
+
 async def _copy_tasks(
-    svc: Services, conn: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier, events_copied: int
+    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
 ) -> None:
-    """Stream the kept tasks through the copier into new rows, with bounded memory."""
-    if events_copied >= OVERLAP_MIN_EVENTS:
-        async with _snapshot_reader(svc, conn) as reader:
-            if reader is not None:
-                await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
-                return
+    """Stream the kept tasks through the copier into new rows, with bounded memory: read on the reader
+    while one COPY writes, or, without a reader, batch by batch on the fork's connection."""
+    if reader is not None:
+        await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
+        return
     batch: list[NewTask] = []
     size = 0
     async for new in _new_tasks(svc, conn, source, cut, copier):
@@ -400,10 +509,13 @@ async def _new_tasks(
 
 
 @asynccontextmanager
-async def _snapshot_reader(svc: Services, conn: Connection) -> AsyncIterator[Connection | None]:
-    """A second connection that reads in the fork's own snapshot, so that reading and rewriting the kept
-    tasks overlaps with writing them (one COPY on the fork's connection). None when the pool has no
-    connection free right away: the fork then reads and writes on its own connection, batch by batch."""
+async def _snapshot_reader(svc: Services, conn: Connection, *, wanted: bool) -> AsyncIterator[Connection | None]:
+    """A second connection that reads in the fork's own snapshot, so that reading the kept tasks
+    overlaps with writing on the fork's connection. None when not wanted or when the pool has no
+    connection free right away: the fork then reads and writes on its own connection."""
+    if not wanted:
+        yield None
+        return
     try:
         reader = await svc.pool.acquire(timeout=READER_WAIT_SECONDS)
     except TimeoutError:

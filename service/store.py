@@ -303,6 +303,22 @@ class Store:
 
     # --- tasks -------------------------------------------------------------------------------------
 
+    async def copy_tasks(
+        self,
+        conn: Connection,
+        *,
+        session_id: str,
+        owner: str,
+        before: datetime | None,
+        new_session_id: str,
+        new_user_id: str,
+    ) -> int:
+        """Copy the kept tasks inside PostgreSQL with their ids replaced (see copy_tasks_before)."""
+        status: str = await conn.execute(
+            self.q["copy_tasks_before"], session_id, owner, before, new_session_id, new_user_id
+        )
+        return _count(status)
+
     async def tasks_mentioning(
         self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
     ) -> list[TaskRow]:
@@ -318,6 +334,10 @@ class Store:
     ) -> TaskRow | None:
         row = await conn.fetchrow(self.q["last_task_before"], session_id, owner, before)
         return None if row is None else _task(row)
+
+    async def count_tasks(self, conn: Connection, session_id: str, owner: str) -> int:
+        value: int = await conn.fetchval(self.q["count_tasks"], session_id, owner)
+        return value
 
     async def stream_tasks_before(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
@@ -339,10 +359,10 @@ class Store:
 
     async def task_versions_before(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
-    ) -> list[str | None]:
-        return [
-            r["protocol_version"] for r in await conn.fetch(self.q["task_versions_before"], session_id, owner, before)
-        ]
+    ) -> dict[str | None, int]:
+        """How many kept tasks there are of each protocol_version."""
+        rows = await conn.fetch(self.q["task_versions_before"], session_id, owner, before)
+        return {r["protocol_version"]: int(r["tasks"]) for r in rows}
 
     async def now(self, conn: Connection) -> datetime:
         value: datetime = await conn.fetchval(self.q["now"])

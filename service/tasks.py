@@ -241,6 +241,14 @@ def rewrite(task: JSON, rw: Rewrite) -> JSON:
     return out
 
 
+def quoted_ids_replaced(data: str, ids: Iterable[tuple[str, str]]) -> str:
+    """The task text with each old id, as a whole JSON string `"<old>"`, replaced by `"<new>"`, pair by
+    pair: what the server-side task copy (copy_tasks_before in sql/queries.sql) does in PostgreSQL."""
+    for old, new in ids:
+        data = data.replace(f'"{old}"', f'"{new}"')
+    return data
+
+
 def _rewrite_artifact(artifact: JSON, rw: Rewrite) -> JSON:
     return {**artifact, "metadata": _rewrite_metadata(artifact["metadata"], rw)} if "metadata" in artifact else artifact
 

@@ -87,6 +87,13 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
 ORDER BY created_at DESC
 LIMIT 1;
 
+-- name: count_tasks
+-- How many live tasks the session has (is the fork large enough for a second connection?).
+SELECT count(*)
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2};
+
 -- name: tasks_before
 -- The live tasks created before $3 (NULL: all), oldest first, with kagent's owner rule for rows
 -- written before task.user_id existed.
@@ -125,6 +132,26 @@ FROM event
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3)
 LIMIT {fork_events_limit};
+
+-- name: copy_tasks_before
+-- The fork's kept tasks, copied inside PostgreSQL (per_task layout): each gets a new id (uuid4), the
+-- fork's session and user, the source created_at, and data with the task's own id and the source
+-- session id ($1), each as a whole JSON string, replaced by the new ones (the fork is $4): the rewrite
+-- tasks.quoted_ids_replaced describes. The caller checks in the same snapshot that this is exactly
+-- what the Python rewrite would write (fork.ServerCopyCheck) and rolls the copy back otherwise.
+-- gen_random_uuid() in the subquery's select list is evaluated once per row (a volatile subquery is
+-- never flattened), and each replace() works on one detoasted copy of the row's text.
+INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id)
+SELECT t.new_id, t.created_at, NOW(),
+       replace(replace(t.data, '"' || t.id || '"', '"' || t.new_id || '"'), '"' || $1 || '"', '"' || $4 || '"'),
+       $4, t.protocol_version, $5
+FROM (
+    SELECT gen_random_uuid()::text AS new_id, id, created_at, data, protocol_version
+    FROM task
+    WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND ($3::timestamptz IS NULL OR created_at < $3)
+      AND {task_owned_by_$2}
+) AS t;
 
 -- name: first_user_event
 -- The text of the session's first user event, for a default fork name.
@@ -185,12 +212,13 @@ SELECT pg_advisory_lock(hashtextextended($1, 0));
 SELECT pg_advisory_unlock(hashtextextended($1, 0));
 
 -- name: task_versions_before
--- The protocol versions (dialects) of the live tasks created before $3 (NULL: all).
-SELECT DISTINCT protocol_version
+-- The protocol versions (dialects) of the live tasks created before $3 (NULL: all), and how many of each.
+SELECT protocol_version, count(*) AS tasks
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3)
-  AND {task_owned_by_$2};
+  AND {task_owned_by_$2}
+GROUP BY protocol_version;
 
 -- name: now
 -- The transaction's timestamp, used for every row a fork or rewind stamps.

@@ -215,6 +215,28 @@ STEPS = [
 @pytest.mark.parametrize(("table", "statement"), STEPS, ids=[t for t, _ in STEPS])
 async def test_connection_killed_mid_fork(database: str, side: asyncpg.Pool, table: str, statement: str) -> None:
     conv = await seed(side, dialect="legacy", turns=6, tool_calls=True)
+    await killed_mid_fork(database, side, conv, table, statement)
+
+
+# A large per_task fork copies its tasks inside PostgreSQL, then its events, in a savepoint, while a
+# second connection checks the tasks.
+SERVER_COPY_STEPS = [("task", "INSERT INTO task"), ("event", "INSERT INTO event")]
+
+
+@pytest.mark.parametrize(("table", "statement"), SERVER_COPY_STEPS, ids=[t for t, _ in SERVER_COPY_STEPS])
+async def test_connection_killed_mid_server_copy(
+    database: str, side: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, table: str, statement: str
+) -> None:
+    from service import operations
+
+    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
+    conv = await seed(side, dialect="v1", turns=6, tool_calls=True)
+    await killed_mid_fork(database, side, conv, table, statement)
+
+
+async def killed_mid_fork(database: str, side: asyncpg.Pool, conv: Conversation, table: str, statement: str) -> None:
+    """The fork's connection is terminated while it waits in `statement`: 503, nothing left behind, and
+    the retry with the same key makes the fork once."""
     me = {"X-User-Id": conv.user_id, "Idempotency-Key": f"k-{uuid.uuid4()}"}
     path = f"/api/sessions/{conv.session_id}/fork"
     async with in_process(database) as c:
@@ -236,10 +258,24 @@ async def test_connection_killed_mid_fork(database: str, side: asyncpg.Pool, tab
     await no_partial_forks(side, conv)
 
 
-@pytest.mark.parametrize(("table", "statement"), STEPS[:3], ids=[t for t, _ in STEPS[:3]])
-async def test_client_gone_mid_fork_in_process(database: str, side: asyncpg.Pool, table: str, statement: str) -> None:
+CLIENT_GONE = [(*step, False) for step in STEPS[:3]] + [(*step, True) for step in SERVER_COPY_STEPS]
+
+
+@pytest.mark.parametrize(
+    ("table", "statement", "server_copy"),
+    CLIENT_GONE,
+    ids=[f"{t}{'-server-copy' if server else ''}" for t, _, server in CLIENT_GONE],
+)
+async def test_client_gone_mid_fork_in_process(
+    database: str, side: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, table: str, statement: str, server_copy: bool
+) -> None:
     """The request is cancelled while the fork waits (the ASGI app is cancelled with it): nothing is left
-    behind, no connection or advisory lock leaks, and a retry with the same key makes the fork."""
+    behind, no connection or advisory lock leaks, and a retry with the same key makes the fork. With
+    the server copy, the reader connection's work is cancelled too."""
+    from service import operations
+
+    if server_copy:
+        monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
     conv = await seed(side, dialect="v1", turns=4, tool_calls=True)
     me = {"X-User-Id": conv.user_id, "Idempotency-Key": f"k-{uuid.uuid4()}"}
     path = f"/api/sessions/{conv.session_id}/fork"

@@ -319,7 +319,7 @@ async def test_task_copy_on_a_second_connection_equals_the_serial_one(
     from service.schemas import ForkRequest
     from service.store import Store
 
-    monkeypatch.setattr(operations, "OVERLAP_MIN_EVENTS", 0)
+    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
     conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
     small = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
     try:

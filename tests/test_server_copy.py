@@ -1,0 +1,193 @@
+"""Large per_task forks copy their tasks inside PostgreSQL (ids replaced as text) while a second
+connection checks each row against the Python rewrite; whatever the check refuses is rewritten by
+the service. Both ways must write the same fork."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from prometheus_client import REGISTRY
+
+from service import operations
+from service.config import Settings
+from service.errors import Unprocessable
+from service.identity import Caller
+from service.schemas import ForkRequest
+from service.store import Store
+from tests.helpers import new_user, seed, table_fingerprint
+from tests.support.conversations import Conversation, build_conversation, insert_conversation
+
+
+@pytest.fixture
+async def roomy(settings: Settings, database_url: str) -> AsyncIterator[operations.Services]:
+    """Services whose pool always has a second connection at hand (the reader)."""
+    pool = await asyncpg.create_pool(database_url, min_size=2, max_size=4)
+    try:
+        yield operations.Services(settings=settings, store=Store(settings.service_schema), pool=pool)
+    finally:
+        await pool.close()
+
+
+def copies(path: str) -> float:
+    return REGISTRY.get_sample_value("kagent_fork_task_copies_total", {"path": path}) or 0.0
+
+
+async def fork_via(
+    svc: operations.Services, monkeypatch: pytest.MonkeyPatch, conv: Conversation, *, server: bool, **req: Any
+) -> tuple[str, str]:
+    """Fork the conversation before its last turn, letting the server copy be tried or not; the new
+    session id and the path the tasks took."""
+    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0 if server else 10**9)
+    before = {path: copies(path) for path in ("server", "python", "streamed")}
+    request = ForkRequest(rewind_before_invocation_id=conv.turns[-1].invocation_id, **req)
+    outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, request)
+    assert outcome.created and outcome.session_id is not None
+    taken = [path for path, count in before.items() if copies(path) == count + 1]
+    return outcome.session_id, taken[0] if taken else "none"
+
+
+async def task_rows(pool: asyncpg.Pool, session_id: str) -> list[dict[str, Any]]:
+    """The fork's task rows as values, each task's own new id replaced by a marker wherever it appears."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT id, created_at, updated_at, data, protocol_version, user_id, session_id FROM task "
+            "WHERE session_id = $1 AND deleted_at IS NULL ORDER BY created_at",
+            session_id,
+        )
+    out = []
+    for row in rows:
+        assert json.loads(row["data"])["id"] == row["id"]
+        marks = {row["id"]: "<own id>", session_id: "<fork>"}
+        data = _replace_strings(json.loads(row["data"]), marks)
+        out.append({**dict(row), "id": None, "session_id": None, "data": data})
+    return out
+
+
+def _replace_strings(value: Any, marks: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return marks.get(value, value)
+    if isinstance(value, list):
+        return [_replace_strings(v, marks) for v in value]
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, marks) for k, v in value.items()}
+    return value
+
+
+async def same_fork_both_ways(
+    svc: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, conv: Conversation, **req: Any
+) -> tuple[str, list[dict[str, Any]]]:
+    """Fork twice, server copy allowed and not; the path the first took and its task rows (equal to the
+    second's but for the fork's ids and updated_at)."""
+    server_id, path = await fork_via(svc, monkeypatch, conv, server=True, **req)
+    python_id, _ = await fork_via(svc, monkeypatch, conv, server=False, **req)
+    on_server, in_python = await task_rows(pool, server_id), await task_rows(pool, python_id)
+    for row in on_server + in_python:
+        row.pop("updated_at")
+    assert on_server == in_python
+    assert len(on_server) == len(conv.turns) - 1
+    return path, on_server
+
+
+@pytest.mark.parametrize("dialect", ["v1", "legacy"])
+@pytest.mark.parametrize("metadata_style", ["sample", "kagent"])
+async def test_the_server_copy_writes_what_the_python_rewrite_writes(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, dialect: str, metadata_style: str
+) -> None:
+    conv = await seed(pool, dialect=dialect, turns=6, tool_calls=True, metadata_style=metadata_style)
+    path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, task_layout="per_task")
+    assert path == "server"
+    source = conv.task_data()
+    for row, original in zip(rows, source, strict=False):
+        assert row["data"]["contextId"] == "<fork>" and row["data"]["id"] == "<own id>"
+        assert len(row["data"].get("history", [])) == len(original.get("history", []))
+        assert conv.session_id not in json.dumps(row["data"])  # nothing points at the source any more
+
+
+def _oddity(name: str, conv: Conversation) -> None:
+    """Give the conversation's second task something the text replacement would get wrong."""
+    task = conv.tasks[1]
+    data = json.loads(task.data)
+    if name == "a message text that is the session id":
+        data["history"][0]["parts"] = [{"text": conv.session_id}]
+        text = json.dumps(data)
+    elif name == "a message of another task":
+        data["history"][0]["taskId"] = "another-task"
+        text = json.dumps(data)
+    elif name == "its id written with escapes":
+        compact = json.dumps(data, separators=(",", ":"))
+        escaped = "".join(f"\\u{ord(c):04x}" for c in task.id)
+        text = compact.replace(f'"id":"{task.id}"', f'"id":"{escaped}"', 1)
+        assert text != compact and json.loads(text) == data
+    elif name == "an unfinished task":
+        data["status"]["state"] = "TASK_STATE_WORKING"
+        text = json.dumps(data)
+    else:
+        raise AssertionError(name)
+    conv.tasks[1] = task._replace(data=text)
+
+
+ODDITIES = [
+    "a message text that is the session id",
+    "a message of another task",
+    "its id written with escapes",
+    "an unfinished task",
+]
+
+
+@pytest.mark.parametrize("oddity", ODDITIES)
+async def test_tasks_the_text_replacement_would_get_wrong_are_rewritten_by_the_service(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, oddity: str
+) -> None:
+    conv = build_conversation(dialect="v1", turns=5, tool_calls=True, user_id=new_user())
+    _oddity(oddity, conv)
+    async with pool.acquire() as conn:
+        await insert_conversation(conn, conv, schema_version_ok=False)
+    path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv)
+    assert path == "python"  # tried on the server, refused by the check, undone, done in Python
+    odd = rows[1]["data"]
+    if oddity == "a message text that is the session id":
+        assert odd["history"][0]["parts"] == [{"text": conv.session_id}]
+    elif oddity == "a message of another task":
+        assert odd["history"][0]["taskId"] == "<own id>"
+    elif oddity == "an unfinished task":
+        assert odd["status"]["state"] == "TASK_STATE_CANCELED"
+    assert odd["id"] == "<own id>"
+
+
+async def test_a_task_that_is_not_json_refuses_the_fork_and_writes_nothing(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE task SET data = '{\"id\": broken' WHERE id = $1", conv.tasks[2].id)
+    before = await table_fingerprint(pool)
+    with pytest.raises(Unprocessable, match="cannot be copied"):
+        await fork_via(roomy, monkeypatch, conv, server=True)
+    assert await table_fingerprint(pool) == before
+
+
+async def test_another_users_fork_is_rewritten_by_the_service(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share visitor's fork names the visitor in *_user_id metadata: more than ids to replace."""
+    conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
+    async with pool.acquire() as conn:
+        token = f"t-{conv.session_id}"
+        await conn.execute(
+            "INSERT INTO session_share (token, session_id, user_id, read_only) VALUES ($1, $2, $3, true)",
+            token,
+            conv.session_id,
+            conv.user_id,
+        )
+    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
+    before = copies("streamed")
+    request = ForkRequest(rewind_before_invocation_id=conv.turns[-1].invocation_id)
+    visitor = Caller(user_id="visitor@example.com", share_token=token)
+    outcome = await operations.fork(roomy, visitor, conv.session_id, request)
+    assert outcome.session_id is not None and copies("streamed") == before + 1
+    rows = await task_rows(pool, outcome.session_id)
+    assert {r["user_id"] for r in rows} == {"visitor@example.com"}
