@@ -160,11 +160,15 @@ class ServerCopyCheck:
     Anything else (an unfinished task to close, an id written with escapes, a message pointing at another
     task, metadata naming another user) needs TaskCopier. A placeholder stands for the new task id,
     which PostgreSQL draws; the check does not depend on its value.
+
+    With `boundary` (a boundary task guessed from the last turns), a kept task that carries that
+    invocation too proves the guess wrong.
     """
 
     source_session_id: str
     session_id: str
     user_id: str
+    boundary: str | None = None
     messages: int = 0
     written: int = 0
     mismatch: str | None = None
@@ -185,7 +189,9 @@ class ServerCopyCheck:
         replaced = tasks.quoted_ids_replaced(
             row.data, [(row.id, self._placeholder), (self.source_session_id, self.session_id)]
         )
-        if not tasks.is_terminal(data, dialect):
+        if self.boundary is not None and self.boundary in tasks.invocation_ids(data):
+            self.mismatch = f"task {row.id}, older than the guessed boundary task, carries the boundary too"
+        elif not tasks.is_terminal(data, dialect):
             self.mismatch = f"task {row.id} is not finished"
         else:
             try:

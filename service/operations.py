@@ -7,28 +7,33 @@ import hashlib
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
 
 import asyncpg
 import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
+from service import copying, tasks
 from service import fork as plan
-from service import tasks
 from service.config import Settings
+from service.copying import (
+    Cut,
+    Guess,
+    GuessWrong,
+    cancelled,
+    copy_rows,
+    kept_tasks,
+    snapshot_reader,
+    together,
+)
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Access, Caller, access_for
-from service.observability import TASK_COPIES
 from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, Session, rfc3339
 from service.store import (
-    TASK_WRITE_BATCH_BYTES,
     Connection,
     Lineage,
-    NewTask,
     SessionRow,
     Store,
     TaskRow,
@@ -37,8 +42,6 @@ from service.store import (
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("kagent_fork")
-A = TypeVar("A")
-B = TypeVar("B")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,17 +93,6 @@ async def visible_session(
     return row, access
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Cut:
-    """Where the fork ends: events and whole tasks before these times, and maybe part of one task."""
-
-    events_before: datetime | None
-    tasks_before: datetime | None
-    partial: plan.BoundaryTask | None
-    boundary_found: bool
-    warnings: tuple[str, ...]
-
-
 async def _find_cut(
     svc: Services,
     conn: Connection,
@@ -108,7 +100,7 @@ async def _find_cut(
     source: SessionRow,
     req: ForkRequest,
     last_task: TaskRow | None,
-) -> _Cut:
+) -> Cut:
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = req.rewind_before_invocation_id
     warnings: list[str] = []
@@ -121,7 +113,7 @@ async def _find_cut(
         if reader is not None:
             # Neither search has an index to use: each reads all of the session's rows of its table, so
             # with a reader they run at once, on two connections in one snapshot.
-            events_before, candidates = await _together(
+            events_before, candidates = await together(
                 event_search, store.tasks_mentioning(reader, sid, owner, boundary, prefilter=prefilter)
             )
         else:
@@ -157,7 +149,7 @@ async def _find_cut(
                 )
             start = start or row.created_at
             events_before = start if events_before is None else min(events_before, start)
-    return _Cut(
+    return Cut(
         events_before=events_before,
         tasks_before=tasks_before,
         partial=partial,
@@ -278,83 +270,153 @@ async def _fork_once(
                 "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
             )
         last_task = await store.last_task_before(conn, sid, owner, None)
-        large = (
-            not req.dry_run and last_task is not None and await store.count_tasks(conn, sid, owner) >= LARGE_FORK_TASKS
-        )
-        reader = await stack.enter_async_context(_snapshot_reader(svc, conn, wanted=large))
-        cut = await _find_cut(svc, conn, reader, source, req, last_task)
         if last_task is not None and not await store.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
-        root_id, _root_owner, depth = await _lineage_parent(svc, conn, source)
-        name = req.name or await _default_name(svc, conn, source)
-        versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
-        layout = plan.choose_layout(req.task_layout, _dialects(versions, cut))
-        now = await store.now(conn)
-        new_id = str(uuid.uuid4())
-        copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
-        warnings = list(cut.warnings)
-
-        if req.dry_run:
-            stats = await store.event_stats(conn, sid, owner, cut.events_before)
-            if (cap := svc.settings.max_fork_events) and stats.events > cap:
-                warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
-            task_bytes = 0
-            async for row in _kept_tasks(svc, conn, source, cut):
-                new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
-                task_bytes += len(new.data.encode()) if new else 0
-            final = copier.finish()
-            task_bytes += len(final.data.encode()) if final else 0
-            return ForkOutcome(
-                data=ForkPlan(
-                    dry_run=True, name=name, parent_session_id=sid, fork_root_session_id=root_id, depth=depth,
-                    rewind_before_invocation_id=req.rewind_before_invocation_id,
-                    boundary_found=cut.boundary_found, events_copied=stats.events,
-                    tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
-                    warnings=warnings + copier.warnings, bytes_to_copy=stats.bytes + task_bytes,
-                    estimated_context_tokens=math.ceil(stats.text_chars / 4),
-                ),
-                created=False, replayed=False, session_id=None,
-            )  # fmt: skip
-
-        new_session = await store.insert_session(
-            conn,
-            session_id=new_id,
-            user_id=caller.user_id,
-            name=name,
-            agent_id=source.agent_id,
-            source="user",
+        large = (
+            not req.dry_run
+            and last_task is not None
+            and await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
-        events = await _copy_rows(svc, conn, reader, source, cut, copier)
-        warnings += copier.warnings
-        info = ForkInfo(
-            parent_session_id=sid, fork_root_session_id=root_id, depth=depth,
+        reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
+        root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
+        fork = _Fork(
+            svc=svc, conn=conn, reader=reader, caller=caller, source=source, req=req, idempotency=idempotency,
+            name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
+            depth=depth,
+        )  # fmt: skip
+        boundary = req.rewind_before_invocation_id
+        if reader is not None and caller.user_id == owner and boundary is not None:
+            guessed = await _guess_cut(svc, conn, reader, source, boundary)
+            if guessed is not None:
+                cut, guess = guessed
+                stack.push_async_callback(cancelled, guess.events_search)
+                try:
+                    async with conn.transaction():  # a savepoint: a wrong guess leaves nothing behind
+                        return await _plan_and_write(fork, cut, guess)
+                except GuessWrong as exc:
+                    log.info("the boundary guessed from the last turns is not the fork's: %s", exc)
+                # Let the reader's search end: cancelled mid-statement, it would abort the reader's
+                # transaction, which the exact cut below reads in.
+                await asyncio.wait((guess.events_search,))
+        cut = await _find_cut(svc, conn, reader, source, req, last_task)
+        return await _plan_and_write(fork, cut, None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Fork:
+    """What one fork request has settled before its cut: who forks what, and where in the lineage."""
+
+    svc: Services
+    conn: Connection
+    reader: Connection | None
+    caller: Caller
+    source: SessionRow
+    req: ForkRequest
+    idempotency: tuple[str, str] | None
+    name: str
+    root_id: str
+    root_owner: str
+    depth: int
+
+
+async def _guess_cut(
+    svc: Services, conn: Connection, reader: Connection, source: SessionRow, boundary: str
+) -> tuple[Cut, Guess] | None:
+    """The cut of a large fork whose boundary turn is one of the last ones, found without reading
+    every task: the first of the session's newest tasks that carries the boundary, if it is newer than
+    the oldest of them. Its events end where the exact event search says, started here on the reader
+    so that it runs while the tasks are copied. None: the last turns do not settle it.
+
+    Guessed, because an older task could carry the boundary too: the server copy checks every kept
+    task and the caller undoes the fork's writes when one does (copying.GuessWrong)."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    prefilter = plan.verbatim_in_json(boundary)
+    recent = await store.recent_tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+    task = plan.find_boundary_task(recent.candidates, boundary)
+    if task is None or recent.oldest is None or task.row.created_at <= recent.oldest:
+        return None
+    events = asyncio.ensure_future(store.boundary_event_at(reader, sid, owner, boundary, prefilter=prefilter))
+    # The source's last task is at least as new as the boundary task, so it is not kept and no running
+    # turn is cut off: _find_cut would make this same cut, given the same boundary task.
+    cut = Cut(
+        events_before=None,  # the events end at the exact search's answer, else at the boundary task
+        tasks_before=task.row.created_at,
+        partial=task if task.cut > 0 else None,
+        boundary_found=True,
+        warnings=(),
+    )
+    return cut, Guess(invocation_id=boundary, events_search=events)
+
+
+async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOutcome:
+    """The fork's plan for this cut, and its rows written (for a dry run, the plan answered)."""
+    svc, conn, source, req, caller = fork.svc, fork.conn, fork.source, fork.req, fork.caller
+    store, sid, owner = svc.store, source.id, source.user_id
+    versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
+    layout = plan.choose_layout(req.task_layout, _dialects(versions, cut))
+    if guess is not None and layout != "per_task":
+        raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
+    now = await store.now(conn)
+    new_id = str(uuid.uuid4())
+    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
+    warnings = list(cut.warnings)
+
+    if req.dry_run:
+        stats = await store.event_stats(conn, sid, owner, cut.events_before)
+        if (cap := svc.settings.max_fork_events) and stats.events > cap:
+            warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
+        task_bytes = 0
+        async for row in kept_tasks(svc, conn, source, cut):
+            new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
+            task_bytes += len(new.data.encode()) if new else 0
+        final = copier.finish()
+        task_bytes += len(final.data.encode()) if final else 0
+        return ForkOutcome(
+            data=ForkPlan(
+                dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
+                depth=fork.depth, rewind_before_invocation_id=req.rewind_before_invocation_id,
+                boundary_found=cut.boundary_found, events_copied=stats.events,
+                tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
+                warnings=warnings + copier.warnings, bytes_to_copy=stats.bytes + task_bytes,
+                estimated_context_tokens=math.ceil(stats.text_chars / 4),
+            ),
+            created=False, replayed=False, session_id=None,
+        )  # fmt: skip
+
+    new_session = await store.insert_session(
+        conn, session_id=new_id, user_id=caller.user_id, name=fork.name, agent_id=source.agent_id, source="user"
+    )
+    events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess)
+    warnings += copier.warnings
+    info = ForkInfo(
+        parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
+        rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
+        events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
+        task_layout=layout, warnings=warnings,
+    )  # fmt: skip
+    await store.insert_lineage(
+        conn,
+        Lineage(
+            session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
+            root_session_id=fork.root_id, root_user_id=fork.root_owner, depth=fork.depth,
             rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
             events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
-            task_layout=layout, warnings=warnings,
+            task_layout=layout, warnings=_encoder.encode(warnings).decode(), created_at=now,
+        ),
+        created_by=caller.user_id,
+    )  # fmt: skip
+    s = session_json(new_session)
+    data = ForkedSession(**msgspec.structs.asdict(s), fork=info)
+    if fork.idempotency is not None:
+        key, digest = fork.idempotency
+        await store.remember_answer(
+            conn, user_id=caller.user_id, key=key, request_hash=digest, session_id=new_id,
+            answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
-        await store.insert_lineage(
-            conn,
-            Lineage(
-                session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
-                root_session_id=root_id, root_user_id=_root_owner, depth=depth,
-                rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
-                events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
-                task_layout=layout, warnings=_encoder.encode(warnings).decode(), created_at=now,
-            ),
-            created_by=caller.user_id,
-        )  # fmt: skip
-        s = session_json(new_session)
-        data = ForkedSession(**msgspec.structs.asdict(s), fork=info)
-        if idempotency is not None:
-            key, digest = idempotency
-            await store.remember_answer(
-                conn, user_id=caller.user_id, key=key, request_hash=digest, session_id=new_id,
-                answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
-            )  # fmt: skip
-        return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+    return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
 
 
-def _dialects(versions: dict[str | None, int], cut: _Cut) -> set[tasks.TaskDialect]:
+def _dialects(versions: dict[str | None, int], cut: Cut) -> set[tasks.TaskDialect]:
     """The dialects of the kept tasks (`versions`: their protocol_version) and of the cut one."""
     dialects = set()
     for version in [*versions, *([cut.partial.row.protocol_version] if cut.partial is not None else [])]:
@@ -363,168 +425,3 @@ def _dialects(versions: dict[str | None, int], cut: _Cut) -> set[tasks.TaskDiale
             raise Unprocessable(f"this session holds tasks of protocol_version {version!r}, unknown to this service")
         dialects.add(dialect)
     return dialects
-
-
-async def _kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: _Cut) -> AsyncIterator[TaskRow]:
-    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, cut.tasks_before):
-        yield row
-    if cut.partial is not None:
-        yield cut.partial.row
-
-
-# Below this many tasks (about ten events each) a session is small: a second connection would cost a
-# fork more round trips than it saves. A reader is taken only if the pool has one at hand.
-LARGE_FORK_TASKS = 200
-READER_WAIT_SECONDS = 0.05
-
-
-class _CopyInPython(Exception):
-    """The server-side task copy would not write what the Python rewrite writes: undo it."""
-
-
-async def _copy_rows(
-    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
-) -> int:
-    """Write the fork's events and tasks; the number of events copied.
-
-    Large forks use a second connection in the fork's snapshot. When the per_task rows need no more
-    than their ids replaced, PostgreSQL copies the tasks itself while that connection checks, task by
-    task, that the copy is exact; otherwise the reader feeds the Python rewrite while one COPY writes.
-    """
-    path = "streamed"
-    if reader is not None and copier.layout == "per_task" and copier.user_id == source.user_id:
-        try:
-            events = await _server_copy(svc, conn, reader, source, cut, copier)
-            TASK_COPIES.labels("server").inc()
-            return events
-        except _CopyInPython as exc:
-            # The savepoint is rolled back: nothing of the attempt remains.
-            log.info("tasks copied by the service instead of PostgreSQL: %s", exc)
-            path = "python"
-    events = await _copy_events(svc, conn, source, cut, copier)
-    if reader is not None:
-        TASK_COPIES.labels(path).inc()
-    await _copy_tasks(svc, conn, reader, source, cut, copier)
-    return events
-
-
-async def _copy_events(svc: Services, conn: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier) -> int:
-    events = await svc.store.copy_events(
-        conn, session_id=source.id, owner=source.user_id, before=cut.events_before,
-        new_session_id=copier.session_id, new_user_id=copier.user_id,
-    )  # fmt: skip
-    cap = svc.settings.max_fork_events
-    if cap and events > cap:
-        # The copy stopped one row past the cap; raising rolls the whole fork back.
-        raise Unprocessable(
-            f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
-            "fork before an earlier turn, or ask the operator to raise the limit"
-        )
-    return events
-
-
-async def _server_copy(
-    svc: Services, conn: Connection, reader: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
-) -> int:
-    """Copy the whole kept tasks inside PostgreSQL, then the events, in a savepoint, while the reader
-    checks the same rows (fork.ServerCopyCheck); raise _CopyInPython, the savepoint undone, if one of
-    them needs the Python rewrite. The cut task, if any, is rewritten in Python afterwards."""
-    store = svc.store
-    check = plan.ServerCopyCheck(source_session_id=source.id, session_id=copier.session_id, user_id=copier.user_id)
-    refused: list[Unprocessable] = []
-
-    async def write() -> tuple[int, int]:
-        copied = await store.copy_tasks(
-            conn, session_id=source.id, owner=source.user_id, before=cut.tasks_before,
-            new_session_id=copier.session_id, new_user_id=copier.user_id,
-        )  # fmt: skip
-        return copied, await _copy_events(svc, conn, source, cut, copier)
-
-    async def verify() -> None:
-        try:
-            async for row in store.stream_tasks_before(reader, source.id, source.user_id, cut.tasks_before):
-                if not check.add(row):
-                    return
-        except Unprocessable as exc:
-            refused.append(exc)  # raised once the write is done: it is not cancelled mid-statement
-
-    async with conn.transaction():  # a savepoint
-        (copied, events), _ = await _together(write(), verify())
-        if refused:
-            raise refused[0]
-        if check.mismatch is not None or copied != check.written:
-            raise _CopyInPython(check.mismatch or f"{copied} tasks copied, {check.written} checked")
-    copier.messages += check.messages
-    copier.written += check.written
-    if cut.partial is not None:
-        new = copier.add(cut.partial.row, cut.partial.cut)
-        await store.insert_tasks(conn, [new] if new is not None else [])
-    return events
-
-
-async def _together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-    """Run both at once; if one fails, the other is cancelled and awaited before the error goes on."""
-    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
-    try:
-        await asyncio.wait((one, two), return_when=asyncio.FIRST_EXCEPTION)
-        for task in (one, two):
-            if task.done() and (error := task.exception()) is not None:
-                raise error
-        return one.result(), two.result()
-    finally:
-        for task in (one, two):
-            task.cancel()  # a no-op on a finished task
-        await asyncio.gather(one, two, return_exceptions=True)
-
-
-async def _copy_tasks(
-    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
-) -> None:
-    """Stream the kept tasks through the copier into new rows, with bounded memory: read on the reader
-    while one COPY writes, or, without a reader, batch by batch on the fork's connection."""
-    if reader is not None:
-        await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
-        return
-    batch: list[NewTask] = []
-    size = 0
-    async for new in _new_tasks(svc, conn, source, cut, copier):
-        batch.append(new)
-        size += len(new.data)
-        if size >= TASK_WRITE_BATCH_BYTES:
-            await svc.store.insert_tasks(conn, batch)
-            batch, size = [], 0
-    await svc.store.insert_tasks(conn, batch)
-
-
-async def _new_tasks(
-    svc: Services, reader: Connection, source: SessionRow, cut: _Cut, copier: plan.TaskCopier
-) -> AsyncIterator[NewTask]:
-    async for row in _kept_tasks(svc, reader, source, cut):
-        new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
-        if new is not None:
-            yield new
-    final = copier.finish()
-    if final is not None:
-        yield final
-
-
-@asynccontextmanager
-async def _snapshot_reader(svc: Services, conn: Connection, *, wanted: bool) -> AsyncIterator[Connection | None]:
-    """A second connection that reads in the fork's own snapshot, so that reading the kept tasks
-    overlaps with writing on the fork's connection. None when not wanted or when the pool has no
-    connection free right away: the fork then reads and writes on its own connection."""
-    if not wanted:
-        yield None
-        return
-    try:
-        reader = await svc.pool.acquire(timeout=READER_WAIT_SECONDS)
-    except TimeoutError:
-        yield None
-        return
-    try:
-        snapshot = await svc.store.export_snapshot(conn)
-        async with reader.transaction(isolation="repeatable_read", readonly=True):
-            await svc.store.use_snapshot(reader, snapshot)
-            yield reader
-    finally:
-        await svc.pool.release(reader)

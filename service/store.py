@@ -118,6 +118,14 @@ class TaskRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecentTasks:
+    """Of the session's newest tasks, those that mention a text (oldest first), and the oldest's time."""
+
+    candidates: list[TaskRow]
+    oldest: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Share:
     session_id: str
     owner: str
@@ -324,6 +332,12 @@ class Store:
     ) -> list[TaskRow]:
         rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, text, prefilter)
         return [_task(r) for r in rows]
+
+    async def recent_tasks_mentioning(
+        self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
+    ) -> RecentTasks:
+        rows = await conn.fetch(self.q["recent_tasks_mentioning"], session_id, owner, text, prefilter)
+        return RecentTasks(candidates=[_task(r) for r in rows], oldest=rows[0]["oldest"] if rows else None)
 
     async def first_task(self, conn: Connection, session_id: str, owner: str) -> TaskRow | None:
         row = await conn.fetchrow(self.q["first_task"], session_id, owner)

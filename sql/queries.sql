@@ -77,6 +77,24 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND (NOT $4 OR strpos(data, $3) > 0)
 ORDER BY created_at;
 
+-- name: recent_tasks_mentioning
+-- Of the session's newest 8 live tasks, those that mention $3 (same pre-filter as
+-- tasks_mentioning), oldest first, each with the created_at of the oldest of the newest: a large
+-- fork's guess of its boundary task. The sort reads only created_at and the TOAST pointers; only the
+-- newest rows are decompressed.
+WITH recent AS MATERIALIZED (
+    SELECT id, created_at, protocol_version, data
+    FROM task
+    WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND {task_owned_by_$2}
+    ORDER BY created_at DESC
+    LIMIT 8
+)
+SELECT id, created_at, protocol_version, data, (SELECT min(created_at) FROM recent) AS oldest
+FROM recent
+WHERE (NOT $4 OR strpos(data, $3) > 0)
+ORDER BY created_at;
+
 -- name: last_task_before
 -- The newest live task created before $3 (NULL: of all), to see whether the last kept turn still runs.
 SELECT id, created_at, protocol_version, data

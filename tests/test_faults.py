@@ -227,9 +227,9 @@ SERVER_COPY_STEPS = [("task", "INSERT INTO task"), ("event", "INSERT INTO event"
 async def test_connection_killed_mid_server_copy(
     database: str, side: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, table: str, statement: str
 ) -> None:
-    from service import operations
+    from service import copying
 
-    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     conv = await seed(side, dialect="v1", turns=6, tool_calls=True)
     await killed_mid_fork(database, side, conv, table, statement)
 
@@ -272,10 +272,10 @@ async def test_client_gone_mid_fork_in_process(
     """The request is cancelled while the fork waits (the ASGI app is cancelled with it): nothing is left
     behind, no connection or advisory lock leaks, and a retry with the same key makes the fork. With
     the server copy, the reader connection's work is cancelled too."""
-    from service import operations
+    from service import copying
 
     if server_copy:
-        monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
+        monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     conv = await seed(side, dialect="v1", turns=4, tool_calls=True)
     me = {"X-User-Id": conv.user_id, "Idempotency-Key": f"k-{uuid.uuid4()}"}
     path = f"/api/sessions/{conv.session_id}/fork"

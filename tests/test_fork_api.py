@@ -314,12 +314,12 @@ async def test_task_copy_on_a_second_connection_equals_the_serial_one(
 ) -> None:
     """Large forks read their tasks on a second connection in the fork's snapshot; with no connection to
     spare they read them on their own. Both give the same fork, in one transaction."""
-    from service import operations
+    from service import copying, operations
     from service.identity import Caller
     from service.schemas import ForkRequest
     from service.store import Store
 
-    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
     small = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
     try:

@@ -5,6 +5,7 @@ the service. Both ways must write the same fork."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from service import operations
+from service import copying, operations
 from service.config import Settings
 from service.errors import Unprocessable
 from service.identity import Caller
@@ -37,13 +38,19 @@ def copies(path: str) -> float:
 
 
 async def fork_via(
-    svc: operations.Services, monkeypatch: pytest.MonkeyPatch, conv: Conversation, *, server: bool, **req: Any
+    svc: operations.Services,
+    monkeypatch: pytest.MonkeyPatch,
+    conv: Conversation,
+    *,
+    server: bool,
+    turn: int = -1,
+    **req: Any,
 ) -> tuple[str, str]:
-    """Fork the conversation before its last turn, letting the server copy be tried or not; the new
-    session id and the path the tasks took."""
-    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0 if server else 10**9)
+    """Fork the conversation before one of its turns (the last by default), as a large fork (second
+    connection, server copy tried) or not; the new session id and the path the tasks took."""
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if server else 10**9)
     before = {path: copies(path) for path in ("server", "python", "streamed")}
-    request = ForkRequest(rewind_before_invocation_id=conv.turns[-1].invocation_id, **req)
+    request = ForkRequest(rewind_before_invocation_id=conv.turns[turn].invocation_id, **req)
     outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, request)
     assert outcome.created and outcome.session_id is not None
     taken = [path for path, count in before.items() if copies(path) == count + 1]
@@ -78,18 +85,33 @@ def _replace_strings(value: Any, marks: dict[str, str]) -> Any:
 
 
 async def same_fork_both_ways(
-    svc: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, conv: Conversation, **req: Any
+    svc: operations.Services,
+    pool: asyncpg.Pool,
+    monkeypatch: pytest.MonkeyPatch,
+    conv: Conversation,
+    *,
+    kept: int | None = None,
+    **req: Any,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """Fork twice, server copy allowed and not; the path the first took and its task rows (equal to the
-    second's but for the fork's ids and updated_at)."""
+    """Fork twice, as a large fork and as a small one; the path the first took and its task rows
+    (equal to the second's but for the fork's ids and updated_at). Both hold the same events."""
     server_id, path = await fork_via(svc, monkeypatch, conv, server=True, **req)
     python_id, _ = await fork_via(svc, monkeypatch, conv, server=False, **req)
     on_server, in_python = await task_rows(pool, server_id), await task_rows(pool, python_id)
     for row in on_server + in_python:
         row.pop("updated_at")
     assert on_server == in_python
-    assert len(on_server) == len(conv.turns) - 1
+    assert len(on_server) == (len(conv.turns) - 1 if kept is None else kept)
+    assert await event_rows(pool, server_id) == await event_rows(pool, python_id)
     return path, on_server
+
+
+async def event_rows(pool: asyncpg.Pool, session_id: str) -> list[tuple[Any, ...]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT created_at, data, user_id FROM event WHERE session_id = $1 ORDER BY created_at", session_id
+        )
+    return [tuple(r) for r in rows]
 
 
 @pytest.mark.parametrize("dialect", ["v1", "legacy"])
@@ -183,7 +205,7 @@ async def test_another_users_fork_is_rewritten_by_the_service(
             conv.session_id,
             conv.user_id,
         )
-    monkeypatch.setattr(operations, "LARGE_FORK_TASKS", 0)
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     before = copies("streamed")
     request = ForkRequest(rewind_before_invocation_id=conv.turns[-1].invocation_id)
     visitor = Caller(user_id="visitor@example.com", share_token=token)
@@ -191,3 +213,38 @@ async def test_another_users_fork_is_rewritten_by_the_service(
     assert outcome.session_id is not None and copies("streamed") == before + 1
     rows = await task_rows(pool, outcome.session_id)
     assert {r["user_id"] for r in rows} == {"visitor@example.com"}
+
+
+async def test_a_wrong_guess_of_the_boundary_task_is_undone_and_the_fork_cut_exactly(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A large fork guesses its boundary task among the newest tasks; here an older task carries the
+    boundary invocation too (as a merged task would), so the guess is wrong: undone, cut exactly."""
+    conv = build_conversation(dialect="v1", turns=10, tool_calls=True, user_id=new_user())
+    older = json.loads(conv.tasks[1].data)  # older than the 8 newest tasks: only the check can see it
+    older.setdefault("metadata", {})["adk_invocation_id"] = conv.turns[-1].invocation_id
+    conv.tasks[1] = conv.tasks[1]._replace(data=json.dumps(older))
+    async with pool.acquire() as conn:
+        await insert_conversation(conn, conv, schema_version_ok=False)
+    with caplog.at_level(logging.INFO, logger="kagent_fork"):
+        path, _ = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=1)
+    assert "guessed from the last turns" in caplog.text
+    assert path == "server"  # the exact cut, copied inside PostgreSQL
+
+
+@pytest.mark.parametrize("turn", [1, 5, 9])
+async def test_a_boundary_anywhere_in_a_large_fork_gives_the_small_forks_cut(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, turn: int
+) -> None:
+    """Turns 1 and 5 are older than the newest tasks (no guess), turn 9 is among them (guessed)."""
+    conv = await seed(pool, dialect="v1", turns=12, tool_calls=True)
+    path, _ = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=turn, turn=turn)
+    assert path == "server"
+
+
+async def test_a_large_legacy_fork_merges_its_tasks_in_python(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = await seed(pool, dialect="legacy", turns=10, tool_calls=True)
+    path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=1)
+    assert path == "streamed" and len(rows[0]["data"]["history"]) > 9

@@ -1,0 +1,248 @@
+"""Writing a fork's rows: the events by one INSERT ... SELECT, the tasks inside PostgreSQL or through
+the Python rewrite, on the fork's connection, with a second connection in the same snapshot (the
+reader) for large forks. operations.py decides the cut; this module writes it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from service import fork as plan
+from service.errors import Unprocessable
+from service.observability import TASK_COPIES
+from service.store import TASK_WRITE_BATCH_BYTES, Connection, NewTask, SessionRow, TaskRow
+
+if TYPE_CHECKING:
+    from service.operations import Services
+
+log = logging.getLogger("kagent_fork")
+A = TypeVar("A")
+B = TypeVar("B")
+
+# Below this many tasks (about ten events each) a session is small: a second connection would cost a
+# fork more round trips than it saves. A reader is taken only if the pool has one at hand.
+LARGE_FORK_TASKS = 200
+READER_WAIT_SECONDS = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cut:
+    """Where the fork ends: events and whole tasks before these times, and maybe part of one task."""
+
+    events_before: datetime | None
+    tasks_before: datetime | None
+    partial: plan.BoundaryTask | None
+    boundary_found: bool
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Guess:
+    """A cut guessed from the last turns (operations._guess_cut): its boundary task is taken to be the
+    first that carries `invocation_id`, and the events end where the exact search on the reader says.
+    The server copy proves it (no kept task carries the boundary) or raises GuessWrong."""
+
+    invocation_id: str
+    events_search: asyncio.Task[datetime | None]
+
+
+class GuessWrong(Exception):
+    """A guessed cut was not proven: the caller undoes what was written and cuts exactly."""
+
+
+class _CopyInPython(Exception):
+    """The server-side task copy would not write what the Python rewrite writes: undo it."""
+
+
+async def copy_rows(
+    svc: Services,
+    conn: Connection,
+    reader: Connection | None,
+    source: SessionRow,
+    cut: Cut,
+    copier: plan.TaskCopier,
+    guess: Guess | None,
+) -> int:
+    """Write the fork's events and tasks; the number of events copied.
+
+    When the per_task rows need no more than their ids replaced, PostgreSQL copies the tasks itself
+    while the reader checks, task by task, that the copy is exact; otherwise the reader feeds the
+    Python rewrite while one COPY writes (without a reader: batch by batch on the one connection).
+    """
+    path = "streamed"
+    if reader is not None and copier.layout == "per_task" and copier.user_id == source.user_id:
+        try:
+            events = await _server_copy(svc, conn, reader, source, cut, copier, guess)
+            TASK_COPIES.labels("server").inc()
+            return events
+        except _CopyInPython as exc:
+            # The savepoint is rolled back: nothing of the attempt remains.
+            if guess is not None:
+                raise GuessWrong(f"the guessed boundary was not proven: {exc}") from None
+            log.info("tasks copied by the service instead of PostgreSQL: %s", exc)
+            path = "python"
+    if guess is not None:
+        raise GuessWrong("only the server copy proves a guessed boundary")
+    events = await _copy_events(svc, conn, source, copier, cut.events_before)
+    if reader is not None:
+        TASK_COPIES.labels(path).inc()
+    await _copy_tasks(svc, conn, reader, source, cut, copier)
+    return events
+
+
+async def _copy_events(
+    svc: Services, conn: Connection, source: SessionRow, copier: plan.TaskCopier, before: datetime | None
+) -> int:
+    events = await svc.store.copy_events(
+        conn, session_id=source.id, owner=source.user_id, before=before,
+        new_session_id=copier.session_id, new_user_id=copier.user_id,
+    )  # fmt: skip
+    cap = svc.settings.max_fork_events
+    if cap and events > cap:
+        # The copy stopped one row past the cap; raising rolls the whole fork back.
+        raise Unprocessable(
+            f"this fork would copy more than {cap} events, the most one fork may copy (MAX_FORK_EVENTS): "
+            "fork before an earlier turn, or ask the operator to raise the limit"
+        )
+    return events
+
+
+async def _server_copy(
+    svc: Services,
+    conn: Connection,
+    reader: Connection,
+    source: SessionRow,
+    cut: Cut,
+    copier: plan.TaskCopier,
+    guess: Guess | None,
+) -> int:
+    """Copy the whole kept tasks inside PostgreSQL, then the events, in a savepoint, while the reader
+    checks the same rows (fork.ServerCopyCheck); raise _CopyInPython, the savepoint undone, if one of
+    them needs the Python rewrite. The cut task, if any, is rewritten in Python afterwards.
+
+    With a guess, the events end where the exact event search (on the reader, started before) says,
+    and the check also proves that no kept task carries the boundary."""
+    store = svc.store
+    check = plan.ServerCopyCheck(
+        source_session_id=source.id, session_id=copier.session_id, user_id=copier.user_id,
+        boundary=guess.invocation_id if guess is not None else None,
+    )  # fmt: skip
+    refused: list[Unprocessable] = []
+
+    async def write() -> tuple[int, int]:
+        copied = await store.copy_tasks(
+            conn, session_id=source.id, owner=source.user_id, before=cut.tasks_before,
+            new_session_id=copier.session_id, new_user_id=copier.user_id,
+        )  # fmt: skip
+        before = cut.events_before
+        if guess is not None:
+            before = await guess.events_search or cut.tasks_before
+        return copied, await _copy_events(svc, conn, source, copier, before)
+
+    async def verify() -> None:
+        if guess is not None:
+            await asyncio.wait((guess.events_search,))  # the reader runs one statement at a time
+        try:
+            async for row in store.stream_tasks_before(reader, source.id, source.user_id, cut.tasks_before):
+                if not check.add(row):
+                    return
+        except Unprocessable as exc:
+            refused.append(exc)  # raised once the write is done: it is not cancelled mid-statement
+
+    async with conn.transaction():  # a savepoint
+        (copied, events), _ = await together(write(), verify())
+        if refused:
+            raise refused[0]
+        if check.mismatch is not None or copied != check.written:
+            raise _CopyInPython(check.mismatch or f"{copied} tasks copied, {check.written} checked")
+    copier.messages += check.messages
+    copier.written += check.written
+    if cut.partial is not None:
+        new = copier.add(cut.partial.row, cut.partial.cut)
+        await store.insert_tasks(conn, [new] if new is not None else [])
+    return events
+
+
+async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Run both at once; if one fails, the other is cancelled and awaited before the error goes on."""
+    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        await asyncio.wait((one, two), return_when=asyncio.FIRST_EXCEPTION)
+        for task in (one, two):
+            if task.done() and (error := task.exception()) is not None:
+                raise error
+        return one.result(), two.result()
+    finally:
+        await cancelled(one)
+        await cancelled(two)
+
+
+async def cancelled(task: asyncio.Future[Any]) -> None:
+    """Cancel the task (a no-op once it is done) and wait until it has stopped."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _copy_tasks(
+    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, cut: Cut, copier: plan.TaskCopier
+) -> None:
+    """Stream the kept tasks through the copier into new rows, with bounded memory: read on the reader
+    while one COPY writes, or, without a reader, batch by batch on the fork's connection."""
+    if reader is not None:
+        await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
+        return
+    batch: list[NewTask] = []
+    size = 0
+    async for new in _new_tasks(svc, conn, source, cut, copier):
+        batch.append(new)
+        size += len(new.data)
+        if size >= TASK_WRITE_BATCH_BYTES:
+            await svc.store.insert_tasks(conn, batch)
+            batch, size = [], 0
+    await svc.store.insert_tasks(conn, batch)
+
+
+async def kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: Cut) -> AsyncIterator[TaskRow]:
+    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, cut.tasks_before):
+        yield row
+    if cut.partial is not None:
+        yield cut.partial.row
+
+
+async def _new_tasks(
+    svc: Services, reader: Connection, source: SessionRow, cut: Cut, copier: plan.TaskCopier
+) -> AsyncIterator[NewTask]:
+    async for row in kept_tasks(svc, reader, source, cut):
+        new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
+        if new is not None:
+            yield new
+    final = copier.finish()
+    if final is not None:
+        yield final
+
+
+@asynccontextmanager
+async def snapshot_reader(svc: Services, conn: Connection, *, wanted: bool) -> AsyncIterator[Connection | None]:
+    """A second connection that reads in the fork's own snapshot, so that reading overlaps with writing
+    on the fork's connection. None when not wanted or when the pool has no connection free right away:
+    the fork then reads and writes on its own connection."""
+    if not wanted:
+        yield None
+        return
+    try:
+        reader = await svc.pool.acquire(timeout=READER_WAIT_SECONDS)
+    except TimeoutError:
+        yield None
+        return
+    try:
+        snapshot = await svc.store.export_snapshot(conn)
+        async with reader.transaction(isolation="repeatable_read", readonly=True):
+            await svc.store.use_snapshot(reader, snapshot)
+            yield reader
+    finally:
+        await svc.pool.release(reader)
