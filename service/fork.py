@@ -6,7 +6,6 @@ fork must hold; the task rows of the fork are built here, one at a time, from th
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,13 +18,7 @@ from service.tasks import TaskDialect
 
 Layout = str  # "merged" | "per_task"
 
-# An invocation id made only of these characters appears verbatim in any JSON encoding of it, so a
-# plain text search can pre-filter rows before parsing them.
-_VERBATIM = re.compile(r"^[A-Za-z0-9._:@+=-]+$")
-
-
-def verbatim_in_json(text: str) -> bool:
-    return bool(_VERBATIM.match(text))
+verbatim_in_json = tasks.verbatim_in_json  # the plain-text pre-filter of the boundary searches
 
 
 def default_name(source_name: str | None, first_user_text: str | None) -> str:
@@ -153,13 +146,11 @@ class TaskCopier:
 @dataclass(kw_only=True)
 class ServerCopyCheck:
     """Decides, task by task, whether the server-side copy of the kept tasks (their ids replaced as
-    text inside PostgreSQL, see tasks.quoted_ids_replaced) writes exactly what TaskCopier would.
-
-    It holds when the task is terminal and the text replacement decodes to the same JSON value as
-    tasks.rewrite: the ids stand only where the rewrite puts them and each holds the source's value.
-    Anything else (an unfinished task to close, an id written with escapes, a message pointing at another
-    task, metadata naming another user) needs TaskCopier. A placeholder stands for the new task id,
-    which PostgreSQL draws; the check does not depend on its value.
+    text inside PostgreSQL, see tasks.quoted_ids_replaced) writes exactly what TaskCopier would:
+    the task is terminal and the replacement makes exactly tasks.rewrite's change
+    (tasks.replacing_ids_rewrites). Anything else (an unfinished task to close, an id written with
+    escapes, a message pointing at another task, metadata naming another user, the id as a text)
+    needs TaskCopier.
 
     With `boundary` (a boundary task guessed from the last turns), a kept task that carries that
     invocation too proves the guess wrong.
@@ -172,7 +163,6 @@ class ServerCopyCheck:
     messages: int = 0
     written: int = 0
     mismatch: str | None = None
-    _placeholder: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def add(self, row: TaskRow) -> bool:
         """Check one kept task (oldest first); False from the first that needs TaskCopier on."""
@@ -183,24 +173,22 @@ class ServerCopyCheck:
             data = tasks.decode(row.data)
         except tasks.TaskFormatError as exc:
             raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
-        expected = tasks.rewrite(
-            data, tasks.Rewrite(task_id=self._placeholder, context_id=self.session_id, user_id=self.user_id)
-        )
-        replaced = tasks.quoted_ids_replaced(
-            row.data, [(row.id, self._placeholder), (self.source_session_id, self.session_id)]
-        )
-        if self.boundary is not None and self.boundary in tasks.invocation_ids(data):
+        if self.boundary is not None and self._mentions_boundary(row) and self.boundary in tasks.invocation_ids(data):
             self.mismatch = f"task {row.id}, older than the guessed boundary task, carries the boundary too"
         elif not tasks.is_terminal(data, dialect):
             self.mismatch = f"task {row.id} is not finished"
-        else:
-            try:
-                if tasks.decode(replaced) != expected:
-                    self.mismatch = f"task {row.id} holds ids the text replacement would not rewrite exactly"
-            except tasks.TaskFormatError:
-                self.mismatch = f"task {row.id} is not JSON once its ids are replaced"
+        elif not tasks.replacing_ids_rewrites(
+            row.data, data, task_id=row.id, context_id=self.source_session_id, user_id=self.user_id
+        ):
+            self.mismatch = f"task {row.id} holds ids the text replacement would not rewrite exactly"
         if self.mismatch is not None:
             return False
         self.messages += len(tasks.history(data))
         self.written += 1
         return True
+
+    def _mentions_boundary(self, row: TaskRow) -> bool:
+        """Whether the row's text may carry the boundary (the same plain-text pre-filter as the SQL
+        searches: an id of characters JSON never escapes appears verbatim wherever it is)."""
+        assert self.boundary is not None
+        return not verbatim_in_json(self.boundary) or self.boundary in row.data

@@ -14,8 +14,8 @@ from datetime import datetime
 
 import msgspec
 
+from service import copying, tasks
 from service import fork as plan
-from service import tasks
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.identity import Caller
 from service.operations import Services, session_json, visible_session
@@ -50,9 +50,19 @@ class _Boundary:
 
 
 async def _boundary(svc: Services, conn: Connection, source: SessionRow, invocation_id: str) -> _Boundary:
+    store, sid, owner = svc.store, source.id, source.user_id
     prefilter = plan.verbatim_in_json(invocation_id)
-    event_at = await svc.store.boundary_event_at(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
-    candidates = await svc.store.tasks_mentioning(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
+    large = await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+    async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
+        event_search = store.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
+        if reader is not None:
+            # Both searches read all of the session's rows of their table: at once, on two connections.
+            event_at, candidates = await copying.together(
+                event_search, store.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
+            )
+        else:
+            event_at = await event_search
+            candidates = await store.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
     task = plan.find_boundary_task(candidates, invocation_id)
     if event_at is None and task is None:
         # A destructive call never guesses.

@@ -7,6 +7,7 @@ only ever written back in the dialect it was read in (kagent-compat: never conve
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,14 @@ _USER_ROLE = {TaskDialect.LEGACY: "user", TaskDialect.V1: "ROLE_USER"}
 
 # kagent readers look for adk_<key> first, then kagent_<key>.
 _PREFIXES = ("adk_", "kagent_")
+
+# An id made only of these characters appears verbatim in any JSON encoding of it (no encoder has a
+# reason to escape them), so a plain text search finds it.
+_VERBATIM_ID = re.compile(r"^[A-Za-z0-9._:@+=-]+$")
+
+
+def verbatim_in_json(text: str) -> bool:
+    return bool(_VERBATIM_ID.match(text))
 
 
 class TaskFormatError(ValueError):
@@ -247,6 +256,81 @@ def quoted_ids_replaced(data: str, ids: Iterable[tuple[str, str]]) -> str:
     for old, new in ids:
         data = data.replace(f'"{old}"', f'"{new}"')
     return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewriteTargets:
+    """The values tasks.rewrite overwrites, one entry per place: with the new task id, with the new
+    context id, with the caller's user id."""
+
+    task_ids: list[object]
+    context_ids: list[object]
+    user_ids: list[object]
+
+
+def _metadata_targets(metadata: object, out: RewriteTargets) -> None:
+    if isinstance(metadata, dict):
+        for prefix in _PREFIXES:
+            if prefix + "session_id" in metadata:
+                out.context_ids.append(metadata[prefix + "session_id"])
+            if prefix + "user_id" in metadata:
+                out.user_ids.append(metadata[prefix + "user_id"])
+
+
+def rewrite_targets(task: JSON) -> RewriteTargets | None:
+    """Every place rewrite() overwrites, with its present value (None where rewrite adds the key); None
+    when rewrite would also change the task's shape (it drops history and artifact entries that are
+    not objects). Walks the task exactly as rewrite does: keep the two in step."""
+    for key in ("history", "artifacts"):
+        value = task.get(key)
+        if isinstance(value, list) and not all(isinstance(entry, dict) for entry in value):
+            return None
+    out = RewriteTargets(task_ids=[task.get("id")], context_ids=[task.get("contextId")], user_ids=[])
+    if "metadata" in task:
+        _metadata_targets(task["metadata"], out)
+    message = _status(task).get("message")
+    for m in [*history(task), *([message] if isinstance(message, dict) else [])]:
+        if "taskId" in m:
+            out.task_ids.append(m["taskId"])
+        if "contextId" in m:
+            out.context_ids.append(m["contextId"])
+        if "metadata" in m:
+            _metadata_targets(m["metadata"], out)
+    for artifact in artifacts(task):
+        if "metadata" in artifact:
+            _metadata_targets(artifact["metadata"], out)
+    return out
+
+
+# A \uXXXX escape of a character that verbatim ids may hold (verbatim_in_json: letters, digits and
+# "._:@+=-", over-approximated to 0x40-0x7F); Go's \u003c, \u003e and \u0026 are not among them.
+_ESCAPED_ID_CHAR = re.compile(r"\\u00(?:2[bde]|3[0-9ad]|[4-7][0-9a-f])", re.IGNORECASE)
+
+
+def replacing_ids_rewrites(text: str, task: JSON, *, task_id: str, context_id: str, user_id: str) -> bool:
+    """Whether quoted_ids_replaced(text, [(task_id, <new>), (context_id, <new>)]) decodes to what
+    rewrite(task, Rewrite(<new task id>, <new context id>, user_id)) makes, whatever the new ids (each
+    new, a verbatim id); `task` is `text` decoded.
+
+    It does when every place rewrite overwrites already holds the old value (the user's: the new one),
+    each of those places is written as the plain token "<old id>" (no escape: verbatim ids and no
+    escape of their characters anywhere in the text), and the text holds no other such token, not
+    even inside a string: then the replacement touches exactly the rewrite's places.
+    """
+    targets = rewrite_targets(task)
+    if targets is None or task_id == context_id:
+        return False
+    if not (
+        all(v == task_id for v in targets.task_ids)
+        and all(v == context_id for v in targets.context_ids)
+        and all(v == user_id for v in targets.user_ids)
+    ):
+        return False
+    if not (verbatim_in_json(task_id) and verbatim_in_json(context_id)) or _ESCAPED_ID_CHAR.search(text):
+        return False
+    return text.count(f'"{task_id}"') == len(targets.task_ids) and text.count(f'"{context_id}"') == len(
+        targets.context_ids
+    )
 
 
 def _rewrite_artifact(artifact: JSON, rw: Rewrite) -> JSON:

@@ -264,3 +264,44 @@ async def test_tree_survives_a_cycle_in_the_records(client: Any, pool: asyncpg.P
     assert r.status_code == 200
     ids = json.dumps(r.json()["data"])
     assert ids.count(a["id"]) >= 1 and ids.count(f'"session_id": "{conv.session_id}"') <= 1
+
+
+@pytest.mark.parametrize("dialect", LINES)
+async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the_same_rows(
+    settings: Any, database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, dialect: str
+) -> None:
+    from service import copying
+    from service import rewind as rewinding
+    from service.store import Store
+
+    class CountingStore(Store):
+        snapshots = 0
+
+        async def use_snapshot(self, conn: Any, snapshot: str) -> None:
+            CountingStore.snapshots += 1
+            await super().use_snapshot(conn, snapshot)
+
+    conv = await seed(pool, dialect=dialect, turns=6, tool_calls=True)
+    roomy = await asyncpg.create_pool(database_url, min_size=2, max_size=4)
+    svc = Services(settings=settings, store=CountingStore(settings.service_schema), pool=roomy)
+    req = RewindRequest(rewind_before_invocation_id=conv.turns[3].invocation_id)
+    hidden = []
+    try:
+        for large in (True, False):
+            monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
+            result = await rewind(svc, Caller(user_id=conv.user_id), conv.session_id, req)
+            assert isinstance(result, rewinding.RewindResult) and result.rewind.id is not None
+            async with pool.acquire() as conn:
+                hidden.append(
+                    await conn.fetch(
+                        "SELECT 'event' AS t, id FROM event WHERE session_id = $1 AND deleted_at IS NOT NULL "
+                        "UNION ALL SELECT 'task', id FROM task WHERE session_id = $1 AND deleted_at IS NOT NULL "
+                        "ORDER BY 1, 2",
+                        conv.session_id,
+                    )
+                )
+            await rewinding.undo(svc, Caller(user_id=conv.user_id), conv.session_id, result.rewind.id)
+    finally:
+        await roomy.close()
+    assert hidden[0] == hidden[1] and len(hidden[0]) > 2
+    assert CountingStore.snapshots == 1  # the large rewind's reader, and only that one
