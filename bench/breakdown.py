@@ -25,9 +25,12 @@ import asyncpg
 from bench.generate import SessionSpec, insert_population, insert_session
 from bench.run import DEFAULT_SERVER, USER, bench_database
 
+Span = tuple[str, object, float, float]  # store call, connection, start, end (perf_counter)
 
-def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int]) -> None:
-    """Wrap every public coroutine and async generator of the store so that their time is summed."""
+
+def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spans: list[Span]) -> None:
+    """Wrap every public coroutine and async generator of the store so that their time is summed (and
+    each call's span kept, for --timeline)."""
     for name, method in inspect.getmembers(store, inspect.ismethod):
         if name.startswith("_"):
             continue
@@ -38,12 +41,14 @@ def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int]) -> 
                 async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
                     calls[name] += 1
                     iterator = method(*args, **kwargs)
+                    first = time.perf_counter()
                     while True:
                         started = time.perf_counter()
                         try:
                             item = await iterator.__anext__()
                         except StopAsyncIteration:
                             spent[name] += time.perf_counter() - started
+                            spans.append((name, args[0] if args else None, first, time.perf_counter()))
                             return
                         spent[name] += time.perf_counter() - started
                         yield item
@@ -62,6 +67,7 @@ def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int]) -> 
                         return await method(*args, **kwargs)
                     finally:
                         spent[name] += time.perf_counter() - started
+                        spans.append((name, args[0] if args else None, started, time.perf_counter()))
 
                 return wrapper
 
@@ -128,7 +134,8 @@ async def profile(args: argparse.Namespace) -> None:
             await once()  # warm: connection, prepared statements, cached pages
             spent: dict[str, float] = defaultdict(float)
             calls: dict[str, int] = defaultdict(int)
-            _timed_store(store, spent, calls)
+            spans: list[Span] = []
+            _timed_store(store, spent, calls, spans)
             _timed_commit(spent, calls)
             profiler = cProfile.Profile() if args.cprofile else None
             started = time.perf_counter()
@@ -144,8 +151,20 @@ async def profile(args: argparse.Namespace) -> None:
     for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {seconds * 1000:8.1f} ms  {calls[name]:>3} x {name if name == 'COMMIT' else 'store.' + name}")
     print(f"  {(wall - sum(spent.values())) * 1000:8.1f} ms  the service's own work (Python) between them")
+    if args.timeline:
+        _print_timeline(spans, started)
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+
+
+def _print_timeline(spans: list[Span], started: float) -> None:
+    """Each store call's start and end, in ms from the operation's start, by connection (A: the
+    operation's own, B: the reader)."""
+    labels: dict[int, str] = {}
+    print("timeline (ms from the start; A = the operation's connection, B = its reader):")
+    for name, conn, begin, end in sorted(spans, key=lambda span: span[2]):
+        label = labels.setdefault(id(conn), "AB"[len(labels)] if len(labels) < 2 else "?")
+        print(f"  {label}  {(begin - started) * 1000:7.1f} -> {(end - started) * 1000:7.1f}  {name}")
 
 
 def main() -> None:
@@ -156,6 +175,7 @@ def main() -> None:
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--cprofile", action="store_true", help="also profile the Python functions")
     p.add_argument("--top", type=int, default=25, help="lines of the Python profile")
+    p.add_argument("--timeline", action="store_true", help="also print when each store call ran, by connection")
     asyncio.run(profile(p.parse_args()))
 
 
