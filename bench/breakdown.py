@@ -61,13 +61,15 @@ def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spa
             def call(method: Callable[..., Any] = method, name: str = name) -> Any:
                 @functools.wraps(method)
                 async def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    calls[name] += 1
+                    # copy_kept copies either table: tell them apart
+                    label = f"{name} {args[1]}" if name == "copy_kept" and len(args) > 1 else name
+                    calls[label] += 1
                     started = time.perf_counter()
                     try:
                         return await method(*args, **kwargs)
                     finally:
-                        spent[name] += time.perf_counter() - started
-                        spans.append((name, args[0] if args else None, started, time.perf_counter()))
+                        spent[label] += time.perf_counter() - started
+                        spans.append((label, args[0] if args else None, started, time.perf_counter()))
 
                 return wrapper
 

@@ -98,8 +98,8 @@ async def copy_rows(
 async def _copy_events(
     svc: Services, conn: Connection, source: SessionRow, copier: plan.TaskCopier, before: datetime | None
 ) -> int:
-    events = await svc.store.copy_events(
-        conn, session_id=source.id, owner=source.user_id, before=before,
+    events = await svc.store.copy_kept(
+        conn, "event", session_id=source.id, owner=source.user_id, before=before,
         new_session_id=copier.session_id, new_user_id=copier.user_id,
     )  # fmt: skip
     cap = svc.settings.max_fork_events
@@ -135,8 +135,8 @@ async def _server_copy(
     refused: list[Unprocessable] = []
 
     async def write() -> tuple[int, int]:
-        copied = await store.copy_tasks(
-            conn, session_id=source.id, owner=source.user_id, before=cut.tasks_before,
+        copied = await store.copy_kept(
+            conn, "task", session_id=source.id, owner=source.user_id, before=cut.tasks_before,
             new_session_id=copier.session_id, new_user_id=copier.user_id,
         )  # fmt: skip
         before = cut.events_before

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import asyncpg
 import msgspec
@@ -284,9 +284,10 @@ class Store:
         assert row is not None  # an aggregate always answers one row
         return EventStats(events=int(row["events"]), bytes=int(row["bytes"]), text_chars=int(row["text_chars"]))
 
-    async def copy_events(
+    async def copy_kept(
         self,
         conn: Connection,
+        table: Literal["event", "task"],
         *,
         session_id: str,
         owner: str,
@@ -294,10 +295,10 @@ class Store:
         new_session_id: str,
         new_user_id: str,
     ) -> int:
-        status: str = await conn.execute(
-            self.q["copy_events_before"], session_id, owner, before, new_user_id, new_session_id
-        )
-        return _count(status)
+        """Copy the kept events, or the kept tasks with their ids replaced, inside PostgreSQL
+        (copy_events_before, copy_tasks_before); how many rows were copied."""
+        query = self.q["copy_events_before" if table == "event" else "copy_tasks_before"]
+        return _count(await conn.execute(query, session_id, owner, before, new_user_id, new_session_id))
 
     async def first_user_event_text(self, conn: Connection, session_id: str, owner: str) -> str | None:
         parts = await conn.fetchval(self.q["first_user_event"], session_id, owner)
@@ -310,22 +311,6 @@ class Store:
         return "\n".join(texts) or None
 
     # --- tasks -------------------------------------------------------------------------------------
-
-    async def copy_tasks(
-        self,
-        conn: Connection,
-        *,
-        session_id: str,
-        owner: str,
-        before: datetime | None,
-        new_session_id: str,
-        new_user_id: str,
-    ) -> int:
-        """Copy the kept tasks inside PostgreSQL with their ids replaced (see copy_tasks_before)."""
-        status: str = await conn.execute(
-            self.q["copy_tasks_before"], session_id, owner, before, new_session_id, new_user_id
-        )
-        return _count(status)
 
     async def tasks_mentioning(
         self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
