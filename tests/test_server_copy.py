@@ -43,15 +43,18 @@ async def fork_via(
     conv: Conversation,
     *,
     server: bool,
-    turn: int = -1,
+    turn: int | None = -1,
+    source: str | None = None,
     **req: Any,
 ) -> tuple[str, str]:
-    """Fork the conversation before one of its turns (the last by default), as a large fork (second
-    connection, server copy tried) or not; the new session id and the path the tasks took."""
+    """Fork the conversation (or `source`, a fork of it) before one of its turns (the last by default;
+    None: the whole conversation), as a large fork (second connection, server copy tried) or not; the
+    new session id and the path the tasks took."""
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if server else 10**9)
     before = {path: copies(path) for path in ("server", "python", "streamed")}
-    request = ForkRequest(rewind_before_invocation_id=conv.turns[turn].invocation_id, **req)
-    outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, request)
+    boundary = conv.turns[turn].invocation_id if turn is not None else None
+    request = ForkRequest(rewind_before_invocation_id=boundary, **req)
+    outcome = await operations.fork(svc, Caller(user_id=conv.user_id), source or conv.session_id, request)
     assert outcome.created and outcome.session_id is not None
     taken = [path for path, count in before.items() if copies(path) == count + 1]
     return outcome.session_id, taken[0] if taken else "none"
@@ -248,3 +251,29 @@ async def test_a_large_legacy_fork_merges_its_tasks_in_python(
     conv = await seed(pool, dialect="legacy", turns=10, tool_calls=True)
     path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=1)
     assert path == "streamed" and len(rows[0]["data"]["history"]) > 9
+
+
+@pytest.mark.parametrize("last_turn", ["running_last_turn", "awaiting_approval_last_turn"])
+@pytest.mark.parametrize("turn", [None, 3], ids=["whole", "before-turn-3"])
+async def test_a_large_fork_leaves_a_running_last_turn_out_as_a_small_one_does(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, last_turn: str, turn: int | None
+) -> None:
+    conv = await seed(pool, dialect="v1", turns=6, tool_calls=True, **{last_turn: True})
+    path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=5 if turn is None else 3, turn=turn)
+    assert path == "server"
+    assert {row["data"]["status"]["state"] for row in rows} == {"TASK_STATE_COMPLETED"}
+
+
+async def test_a_large_per_task_fork_of_a_merged_fork_cuts_the_merged_task_as_a_small_one_does(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of a legacy session holds one merged task of all its turns; a fork of that fork before a
+    middle turn cuts inside the merged task (in Python) after the server copy of the tasks before it."""
+    conv = await seed(pool, dialect="legacy", turns=6, tool_calls=True)
+    merged, _ = await fork_via(roomy, monkeypatch, conv, server=False, turn=None)
+    path, rows = await same_fork_both_ways(
+        roomy, pool, monkeypatch, conv, kept=1, turn=3, source=merged, task_layout="per_task"
+    )
+    assert path == "server"
+    sizes = [len(json.loads(t.data)["history"]) for t in conv.tasks]
+    assert sizes[0] < len(rows[0]["data"]["history"]) < sum(sizes)  # cut inside the merged task
