@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from service import fork as plan
 from service.errors import Unprocessable
 from service.observability import TASK_COPIES
-from service.store import TASK_WRITE_BATCH_BYTES, Connection, NewTask, SessionRow, TaskRow
+from service.store import CONNECTION_ERRORS, TASK_WRITE_BATCH_BYTES, Connection, NewTask, SessionRow, TaskRow
 
 if TYPE_CHECKING:
+    from asyncpg import Record
+    from asyncpg.pool import PoolConnectionProxy
+    from asyncpg.transaction import Transaction
+
     from service.operations import Services
 
 log = logging.getLogger("kagent_fork")
@@ -28,6 +32,7 @@ B = TypeVar("B")
 # fork more round trips than it saves. A reader is taken only if the pool has one at hand.
 LARGE_FORK_TASKS = 200
 READER_WAIT_SECONDS = 0.05
+READER_RELEASE_SECONDS = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,10 +244,29 @@ async def snapshot_reader(svc: Services, conn: Connection, *, wanted: bool) -> A
     except TimeoutError:
         yield None
         return
+    snapshot = reader.transaction(isolation="repeatable_read", readonly=True)
+    started = False
     try:
-        snapshot = await svc.store.export_snapshot(conn)
-        async with reader.transaction(isolation="repeatable_read", readonly=True):
-            await svc.store.use_snapshot(reader, snapshot)
-            yield reader
+        await snapshot.start()
+        started = True
+        await svc.store.use_snapshot(reader, await svc.store.export_snapshot(conn))
+        yield reader
     finally:
-        await svc.pool.release(reader)
+        await _let_go(svc, reader, snapshot if started else None)
+
+
+async def _let_go(svc: Services, reader: PoolConnectionProxy[Record], snapshot: Transaction | None) -> None:
+    """End the reader's transaction and return it to the pool. It only read, so neither step can change
+    the fork or rewind: a failure (a reader the database dropped, a reset slower than allowed) is
+    logged, the pool closes that connection, and the operation goes on. (asyncpg would apply the
+    acquire's 50 ms timeout to the reset on release: the release gets its own.)"""
+    try:
+        if snapshot is not None:
+            await snapshot.rollback()  # read only: the same as a commit
+    except CONNECTION_ERRORS as exc:
+        log.warning("the reader's transaction did not end: %s", type(exc).__name__)
+    finally:
+        try:
+            await svc.pool.release(reader, timeout=READER_RELEASE_SECONDS)
+        except CONNECTION_ERRORS as exc:
+            log.warning("the reader connection was not returned to the pool: %s", type(exc).__name__)

@@ -4,6 +4,7 @@ the service. Both ways must write the same fork."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -278,3 +279,25 @@ async def test_a_large_per_task_fork_of_a_merged_fork_cuts_the_merged_task_as_a_
     # turns 0-2 of the merged task (whose history is de-duplicated by messageId), cut before turn 3
     kept = dict.fromkeys(m["messageId"] for t in conv.tasks[:3] for m in json.loads(t.data)["history"])
     assert [m["messageId"] for m in rows[0]["data"]["history"]] == list(kept)
+
+
+async def test_a_reader_slow_to_reset_does_not_fail_the_fork(
+    settings: Settings, database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg applies an acquire's timeout to the release's reset too; the reader is acquired with
+    50 ms, so a reset slower than that (a busy server) used to fail the finished fork with a 503."""
+
+    async def slow_reset(conn: asyncpg.Connection) -> None:
+        await conn.reset()
+        await asyncio.sleep(0.2)
+
+    slow = await asyncpg.create_pool(database_url, min_size=2, max_size=4, reset=slow_reset)
+    try:
+        svc = operations.Services(settings=settings, store=Store(settings.service_schema), pool=slow)
+        conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
+        new_id, path = await fork_via(svc, monkeypatch, conv, server=True)
+        assert path == "server"
+        assert len(await task_rows(pool, new_id)) == 5
+        assert slow.get_idle_size() == slow.get_size()  # both connections back in the pool
+    finally:
+        await slow.close()
