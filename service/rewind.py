@@ -123,7 +123,7 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
                 tasks_removed=hidden_count, created_at=None,
             )  # fmt: skip
             return RewindPlan(dry_run=True, rewind=info)
-        stamp = await store.now(conn)
+        stamp = await store.rewind_stamp(conn, sid, owner)
         events, hidden = await store.hide_from(
             conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
         )

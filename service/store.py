@@ -482,6 +482,11 @@ class Store:
         assert row is not None  # the caller holds the session's row lock
         return _session(row)
 
+    async def rewind_stamp(self, conn: Connection, session_id: str, owner: str) -> datetime:
+        """The stamp of a rewind of this (locked) session: later than the session's earlier ones."""
+        value: datetime = await conn.fetchval(self.q["rewind_stamp"], session_id, owner)
+        return value
+
     async def insert_rewind(self, conn: Connection, r: Rewind, *, requested_by: str) -> datetime:
         created: datetime = await conn.fetchval(
             self.q["insert_rewind"], r.id, r.session_id, r.user_id, r.rewind_before_invocation_id, r.deleted_at,

@@ -271,11 +271,19 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND crea
 UPDATE session SET updated_at = NOW() WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
 RETURNING id, user_id, name, agent_id, source, created_at, updated_at;
 
+-- name: rewind_stamp
+-- A rewind's one stamp, taken once the session row is locked: later than every earlier rewind of the
+-- session. NOW() is the transaction's start, which two rewinds can share (one undo would then restore
+-- both's rows) and which need not follow the order in which they took the lock (undos go by it).
+SELECT greatest(clock_timestamp(), (
+    SELECT max(created_at) + interval '1 microsecond' FROM {schema}.rewind WHERE session_id = $1 AND user_id = $2
+));
+
 -- name: insert_rewind
--- The record of a rewind.
+-- The record of a rewind; created_at is its stamp ($5), so that records sort in the order applied.
 INSERT INTO {schema}.rewind (id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed,
-                             tasks_removed, replaced_task_id, replacement_task_id, requested_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                             tasks_removed, replaced_task_id, replacement_task_id, requested_by, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $5)
 RETURNING created_at;
 
 -- name: get_rewind

@@ -305,3 +305,49 @@ async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the
         await roomy.close()
     assert hidden[0] == hidden[1] and len(hidden[0]) > 2
     assert CountingStore.snapshots == 1  # the large rewind's reader, and only that one
+
+
+async def test_each_rewind_gets_its_own_stamp_after_the_sessions_last_one(
+    services: Services, pool: asyncpg.Pool
+) -> None:
+    """A rewind's stamp is taken after the session lock and after every earlier rewind of the session,
+    not the transaction's start: two rewinds that began in the same microsecond, or a clock that went
+    back, would otherwise share one stamp or sort out of order, and one undo would restore both."""
+    from service import rewind as rewinding
+
+    conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
+    caller = Caller(user_id=conv.user_id)
+    first = await rewind(
+        services, caller, conv.session_id, RewindRequest(rewind_before_invocation_id=conv.turns[4].invocation_id)
+    )
+    assert isinstance(first, rewinding.RewindResult) and first.rewind.id is not None
+    async with pool.acquire() as conn:  # as if the first rewind's stamp were later than the clock now
+        ahead = await conn.fetchval(
+            "UPDATE kagent_fork.rewind SET created_at = created_at + interval '1 hour', "
+            "deleted_at = deleted_at + interval '1 hour' WHERE id = $1 RETURNING created_at",
+            first.rewind.id,
+        )
+        for table in ("event", "task"):
+            await conn.execute(
+                f"UPDATE {table} SET deleted_at = deleted_at + interval '1 hour' "
+                "WHERE session_id = $1 AND deleted_at IS NOT NULL",
+                conv.session_id,
+            )
+    second = await rewind(
+        services, caller, conv.session_id, RewindRequest(rewind_before_invocation_id=conv.turns[2].invocation_id)
+    )
+    assert isinstance(second, rewinding.RewindResult) and second.rewind.id is not None
+    async with pool.acquire() as conn:
+        stamps = await conn.fetch(
+            "SELECT id, created_at, deleted_at FROM kagent_fork.rewind WHERE session_id = $1 ORDER BY created_at",
+            conv.session_id,
+        )
+    assert [s["id"] for s in stamps] == [first.rewind.id, second.rewind.id]
+    assert stamps[1]["deleted_at"] > ahead
+    # newest first: the second undo restores its own rows only, then the first restores the rest
+    await rewinding.undo(services, caller, conv.session_id, second.rewind.id)
+    assert (await kagent_sees(pool, conv.session_id, conv.user_id))[0] == [
+        e.id for e in conv.events if e.created_at < conv.turns[4].started_at
+    ]
+    await rewinding.undo(services, caller, conv.session_id, first.rewind.id)
+    assert (await kagent_sees(pool, conv.session_id, conv.user_id))[0] == [e.id for e in conv.events]
