@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from service import fork as plan
 from service.errors import Unprocessable
 from service.observability import TASK_COPIES
-from service.store import CONNECTION_ERRORS, TASK_WRITE_BATCH_BYTES, Connection, NewTask, SessionRow, TaskRow
+from service.store import (
+    CONNECTION_ERRORS,
+    TASK_WRITE_BATCH_BYTES,
+    Connection,
+    NewTask,
+    SessionRow,
+    TaskRow,
+    copy_text,
+    copy_text_fields,
+)
 
 if TYPE_CHECKING:
     from asyncpg import Record
@@ -198,6 +207,9 @@ async def _copy_tasks(
 ) -> None:
     """Stream the kept tasks through the copier into new rows, with bounded memory: read on the reader
     while one COPY writes, or, without a reader, batch by batch on the fork's connection."""
+    if reader is not None and copier.layout == "merged":
+        await svc.store.copy_task_text(conn, _merged_row(svc, reader, source, cut, copier))
+        return
     if reader is not None:
         await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
         return
@@ -217,6 +229,37 @@ async def kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: C
         yield row
     if cut.partial is not None:
         yield cut.partial.row
+
+
+# The merged row goes to PostgreSQL in pieces of about this size.
+MERGED_CHUNK_BYTES = 256 * 1024
+
+
+async def _merged_row(
+    svc: Services, reader: Connection, source: SessionRow, cut: Cut, copier: plan.TaskCopier
+) -> AsyncIterator[bytes]:
+    """The merged task as one row of COPY text (store.TASK_TEXT_COLUMNS), made while it is written:
+    each kept task read on the reader is merged and its messages sent on, so the service holds a
+    piece of the row and the artifacts, never the whole merged task. Nothing when no task is kept."""
+    pending = bytearray()
+    started = False
+    async for row in kept_tasks(svc, reader, source, cut):
+        parts = copier.merge(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
+        if not started:
+            # The row's first fields, known once the first task is merged: data follows them.
+            pending += copy_text_fields(
+                copier.merged_task_id, copier.merged_created_at, copier.now, copier.session_id, copier.user_id
+            )
+            started = True
+        for part in parts:
+            pending += copy_text(part)
+        if len(pending) >= MERGED_CHUNK_BYTES:
+            yield bytes(pending)
+            pending.clear()
+    end = copier.merged_end()
+    if end is not None:
+        pending += copy_text(end) + b"\t" + copy_text(copier.merged_version) + b"\n"
+        yield bytes(pending)
 
 
 async def _new_tasks(

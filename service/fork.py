@@ -77,7 +77,9 @@ def find_boundary_task(candidates: Sequence[TaskRow], invocation_id: str) -> Bou
 class TaskCopier:
     """Builds the fork's task rows from the kept source tasks, fed oldest first.
 
-    per_task: each task is copied with a new id; merged: the kept histories become one completed task.
+    per_task: each task is copied with a new id (`add` gives its row). merged: the kept histories become
+    one completed task, whose text comes in pieces (`merge`, then `merged_end`) so that it can be
+    written while it is made; `add` and `finish` gather the pieces into one row instead.
     """
 
     layout: Layout
@@ -90,45 +92,81 @@ class TaskCopier:
     _merger: tasks.Merger | None = None
     _merge_created_at: datetime | None = None
     _merge_version: str | None = None
+    _gathered: list[bytes] = field(default_factory=list)
 
     def _rewrite(self) -> tasks.Rewrite:
         return tasks.Rewrite(task_id=str(uuid.uuid4()), context_id=self.session_id, user_id=self.user_id)
 
-    def add(self, row: TaskRow, cut: int | None = None) -> NewTask | None:
-        """Take one source task (only history[:cut] of it when cut is given); return a row to write."""
+    def _prepared(self, row: TaskRow, cut: int | None) -> tasks.JSON:
+        """The source task decoded, cut (only history[:cut]) when cut is given, closed if unfinished."""
         dialect = dialect_of(row)
         try:
             data = tasks.decode(row.data)
         except tasks.TaskFormatError as exc:
             raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
         if cut is not None:
-            data = tasks.cut(data, dialect, cut)
-        elif not tasks.is_terminal(data, dialect):
+            return tasks.cut(data, dialect, cut)
+        if not tasks.is_terminal(data, dialect):
             # A turn that never finished (its agent gone): copying it live would make kagent's UI
             # resubscribe to a task nobody runs, so its copy is closed as canceled.
             self.warnings.append(
                 f"task {row.id} was left in state {tasks.state(data)!r}: its copy is closed as canceled"
             )
-            data = tasks.cancel(data, dialect)
+            return tasks.cancel(data, dialect)
+        return data
+
+    def add(self, row: TaskRow, cut: int | None = None) -> NewTask | None:
+        """Take one source task (only history[:cut] of it when cut is given); return a row to write."""
         if self.layout == "merged":
-            self._merger = self._merger or tasks.Merger(dialect, self._rewrite())
-            self._merger.add(data)
-            self._merge_created_at = self._merge_created_at or row.created_at
-            self._merge_version = row.protocol_version
+            self._gathered += self.merge(row, cut)
             return None
+        data = self._prepared(row, cut)
         self.messages += len(tasks.history(data))
         self.written += 1
         rw = self._rewrite()
         return self._row(rw.task_id, row.created_at, tasks.encode(tasks.rewrite(data, rw)), row.protocol_version)
 
-    def finish(self) -> NewTask | None:
-        """The merged task, once every kept task has been added (per_task: nothing more)."""
+    def merge(self, row: TaskRow, cut: int | None = None) -> list[bytes]:
+        """Merged layout: the merged task's next pieces of text, from this kept task (the first call's
+        begin with the task's beginning)."""
+        data = self._prepared(row, cut)
+        first = self._merger is None
+        self._merger = self._merger or tasks.Merger(dialect_of(row), self._rewrite())
+        self._merge_created_at = self._merge_created_at or row.created_at
+        self._merge_version = row.protocol_version
+        parts = self._merger.add(data)
+        return [tasks.Merger.HEAD, *parts] if first else parts
+
+    @property
+    def merged_task_id(self) -> str | None:
+        return self._merger.rw.task_id if self._merger is not None else None
+
+    @property
+    def merged_created_at(self) -> datetime | None:
+        """The merged task's created_at: its first kept task's."""
+        return self._merge_created_at
+
+    @property
+    def merged_version(self) -> str | None:
+        """The merged task's protocol_version: its last kept task's."""
+        return self._merge_version
+
+    def merged_end(self) -> bytes | None:
+        """The merged task's last piece of text, once every kept task was merged (None: there was
+        none); the task counts as written from here."""
         if self._merger is None:
             return None
-        assert self._merge_created_at is not None
         self.messages += self._merger.count
         self.written += 1
-        data = self._merger.encode()
+        return self._merger.tail()
+
+    def finish(self) -> NewTask | None:
+        """The merged task, gathered by `add` (per_task: nothing more)."""
+        end = self.merged_end()
+        if end is None or self._merger is None or self._merge_created_at is None:
+            return None
+        data = b"".join([*self._gathered, end]).decode()
+        self._gathered = []
         return self._row(self._merger.rw.task_id, self._merge_created_at, data, self._merge_version)
 
     def _row(self, task_id: str, created_at: datetime, data: str, protocol_version: str | None) -> NewTask:

@@ -365,12 +365,14 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         stats = await store.event_stats(conn, sid, owner, cut.events_before)
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
-        task_bytes = 0
+        task_bytes = 0  # counted as the rows are made, none of them kept
         async for row in kept_tasks(svc, conn, source, cut):
-            new = copier.add(row, cut.partial.cut if cut.partial and row is cut.partial.row else None)
-            task_bytes += len(new.data.encode()) if new else 0
-        final = copier.finish()
-        task_bytes += len(final.data.encode()) if final else 0
+            part_of = cut.partial.cut if cut.partial and row is cut.partial.row else None
+            if layout == "merged":
+                task_bytes += sum(len(part) for part in copier.merge(row, part_of))
+            elif (new := copier.add(row, part_of)) is not None:
+                task_bytes += len(new.data.encode())
+        task_bytes += len(copier.merged_end() or b"")
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,

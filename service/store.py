@@ -23,6 +23,9 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _FRAGMENT = re.compile(r"^-- fragment: (\S+)\s*$", re.M)
 _SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
 _TASK_COLUMNS = ["id", "created_at", "updated_at", "data", "session_id", "protocol_version", "user_id"]
+# A task row written as COPY text while it is made (copy_task_text): data near the end, and after it
+# only what is known once data is.
+TASK_TEXT_COLUMNS = ["id", "created_at", "updated_at", "session_id", "user_id", "data", "protocol_version"]
 
 # Batches bound the memory a fork holds: tasks are parsed and written a few at a time.
 TASK_FETCH_BATCH = 64
@@ -96,6 +99,22 @@ def load_queries(path: Path, schema: str, max_fork_events: int = 0) -> dict[str,
         end = names[i + 1].start() if i + 1 < len(names) else len(text)
         queries[match.group(1)] = text[match.end() : end].strip().replace("{schema}", schema)
     return queries
+
+
+def copy_text(value: str | bytes | datetime | None) -> bytes:
+    """One field in COPY's text format: \\N for NULL, else the UTF-8 text with backslash, newline,
+    carriage return and tab escaped (a part of a field escapes the same way)."""
+    if value is None:
+        return b"\\N"
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    raw = value.encode() if isinstance(value, str) else value
+    return raw.replace(b"\\", b"\\\\").replace(b"\n", b"\\n").replace(b"\r", b"\\r").replace(b"\t", b"\\t")
+
+
+def copy_text_fields(*values: str | datetime | None) -> bytes:
+    """Fields in COPY's text format, each followed by the tab that ends it."""
+    return b"".join(copy_text(v) + b"\t" for v in values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,6 +405,11 @@ class Store:
                 yield (t.id, t.created_at, t.updated_at, t.data, t.session_id, t.protocol_version, t.user_id)
 
         await conn.copy_records_to_table("task", records=records(), columns=_TASK_COLUMNS)
+
+    async def copy_task_text(self, conn: Connection, text: AsyncIterator[bytes]) -> None:
+        """Write task rows given as COPY text in TASK_TEXT_COLUMNS, read from `text` while it is made
+        (nothing when it gives nothing)."""
+        await conn.copy_to_table("task", source=text, columns=TASK_TEXT_COLUMNS, format="text")
 
     async def insert_tasks(self, conn: Connection, tasks: list[NewTask]) -> None:
         """Write new task rows with COPY; session.updated_at is the caller's to set."""

@@ -384,37 +384,44 @@ def _tag_artifacts(task: JSON) -> list[JSON]:
 
 class Merger:
     """Builds one completed task from the given tasks' histories in order, de-duplicated by messageId
-    (kagent's fork design), and their artifacts, one task at a time.
+    (kagent's fork design), and their artifacts, one task at a time, as JSON text in pieces.
 
-    Each kept message is rewritten and encoded as soon as its task is added, so a long merge holds
-    the merged row's bytes, not every task decoded (several times larger).
+    `add` gives the text of each kept message as soon as its task is added (after HEAD, joined by
+    commas already), and `tail` the rest: the artifacts, the last task's other keys and a completed
+    status. "history" comes first so that a long merge can be written while it is made: the merger
+    holds the artifacts, never the whole merged task.
     """
+
+    HEAD = b'{"history":['
 
     def __init__(self, dialect: TaskDialect, rw: Rewrite) -> None:
         self.dialect = dialect
         self.rw = rw
         self.count = 0
-        self._messages: list[msgspec.Raw] = []
         self._artifacts: list[msgspec.Raw] | None = None
         self._seen: set[str] = set()
         self._last: JSON | None = None
 
-    def add(self, task: JSON) -> None:
+    def add(self, task: JSON) -> list[bytes]:
+        parts: list[bytes] = []
         for message in history(task):
             message_id = message.get("messageId")
             if isinstance(message_id, str):
                 if message_id in self._seen:
                     continue
                 self._seen.add(message_id)
-            self._messages.append(msgspec.Raw(_encoder.encode(_rewrite_message(message, self.rw))))
+            text = _encoder.encode(_rewrite_message(message, self.rw))
+            parts.append(text if self.count == 0 and not parts else b"," + text)
+        self.count += len(parts)
         if "artifacts" in task:
             self._artifacts = self._artifacts if self._artifacts is not None else []
             for artifact in _tag_artifacts(task):
                 self._artifacts.append(msgspec.Raw(_encoder.encode(_rewrite_artifact(artifact, self.rw))))
         self._last = {k: v for k, v in task.items() if k not in ("history", "artifacts")}
-        self.count = len(self._messages)
+        return parts
 
-    def encode(self) -> str:
+    def tail(self) -> bytes:
+        """The merged task's text after its last message, up to its end."""
         if self._last is None:
             raise ValueError("merge needs at least one task")
         merged: JSON = {k: v for k, v in self._last.items() if k != "status"}
@@ -423,20 +430,16 @@ class Merger:
         if "metadata" in merged:
             merged["metadata"] = _rewrite_metadata(merged["metadata"], self.rw)
         merged["status"] = _closed_status(self._last, _COMPLETED[self.dialect])
-        merged["history"] = self._messages
         if self._artifacts is not None:
             merged["artifacts"] = self._artifacts
-        encoded = _encoder.encode(merged)
-        # The parts are in `encoded` now: let them go before the text copy is made (a merged row can
-        # be tens of megabytes, and each copy of it counts in the worker's peak memory).
-        del merged
-        self._messages, self._artifacts = [], None
-        return encoded.decode()
+        self._artifacts = None
+        return b"]," + _encoder.encode(merged)[1:]  # the object's keys, after the history's end
 
 
 def merge(tasks: Iterable[JSON], dialect: TaskDialect, rw: Rewrite) -> tuple[JSON, int]:
     """The merged task of `tasks` (see Merger), decoded, and its message count."""
     merger = Merger(dialect, rw)
+    parts = [Merger.HEAD]
     for task in tasks:
-        merger.add(task)
-    return decode(merger.encode()), merger.count
+        parts += merger.add(task)
+    return decode(b"".join([*parts, merger.tail()])), merger.count

@@ -18,10 +18,10 @@ from service import copying, operations
 from service.config import Settings
 from service.errors import Unprocessable
 from service.identity import Caller
-from service.schemas import ForkRequest
+from service.schemas import ForkPlan, ForkRequest
 from service.store import Store
 from tests.helpers import new_user, seed, table_fingerprint
-from tests.support.conversations import Conversation, build_conversation, insert_conversation
+from tests.support.conversations import Conversation, build_conversation, create_share, insert_conversation
 
 
 @pytest.fixture
@@ -301,3 +301,47 @@ async def test_a_reader_slow_to_reset_does_not_fail_the_fork(
         assert slow.get_idle_size() == slow.get_size()  # both connections back in the pool
     finally:
         await slow.close()
+
+
+async def test_a_visitors_large_legacy_fork_streams_a_row_whose_text_needs_escaping(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merged task of a large fork is written as COPY text while it is made: a caller id with a tab
+    and a backslash (an X-User-Id may hold both) and JSON full of backslashes must arrive as they were."""
+    conv = await seed(pool, dialect="legacy", turns=6, tool_calls=True)
+    async with pool.acquire() as conn:
+        token = await create_share(conn, session_id=conv.session_id, owner=conv.user_id, read_only=True)
+    visitor = "DOMAIN\\\\jane\tdoe"
+    request = ForkRequest(rewind_before_invocation_id=conv.turns[-1].invocation_id)
+    made = []
+    for large in (True, False):
+        monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
+        outcome = await operations.fork(roomy, Caller(user_id=visitor, share_token=token), conv.session_id, request)
+        assert outcome.session_id is not None
+        made.append([{**row, "updated_at": None} for row in await task_rows(pool, outcome.session_id)])
+    assert made[0] == made[1] and len(made[0]) == 1
+    (row,) = made[0]
+    assert row["user_id"] == visitor and row["protocol_version"] is None
+    assert {m.get("metadata", {}).get("kagent_user_id") for m in row["data"]["history"]} <= {visitor, None}
+
+
+@pytest.mark.parametrize("large", [True, False])
+async def test_a_dry_run_counts_the_bytes_the_fork_writes(
+    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    conv = await seed(pool, dialect="legacy", turns=6, tool_calls=True)
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
+    boundary = conv.turns[4].invocation_id
+    caller = Caller(user_id=conv.user_id)
+    planned = await operations.fork(
+        roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary, dry_run=True)
+    )
+    made = await operations.fork(roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary))
+    assert made.session_id is not None
+    async with pool.acquire() as conn:
+        written = await conn.fetchval(
+            "SELECT (SELECT sum(octet_length(data)) FROM event WHERE session_id = $1)"
+            " + (SELECT sum(octet_length(data)) FROM task WHERE session_id = $1)",
+            made.session_id,
+        )
+    assert isinstance(planned.data, ForkPlan) and planned.data.bytes_to_copy == written
