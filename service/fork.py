@@ -18,8 +18,6 @@ from service.tasks import TaskDialect
 
 Layout = str  # "merged" | "per_task"
 
-verbatim_in_json = tasks.verbatim_in_json  # the plain-text pre-filter of the boundary searches
-
 
 def default_name(source_name: str | None, first_user_text: str | None) -> str:
     """`Fork of <name>`; for an unnamed source or the UI's placeholder `Chat`, the first user message."""
@@ -184,7 +182,7 @@ class TaskCopier:
 @dataclass(kw_only=True)
 class ServerCopyCheck:
     """Decides, task by task, whether the server-side copy of the kept tasks (their ids replaced as
-    text inside PostgreSQL, see tasks.quoted_ids_replaced) writes exactly what TaskCopier would:
+    text inside PostgreSQL, copy_tasks_before in sql/queries.sql) writes exactly what TaskCopier would:
     the task is terminal and the replacement makes exactly tasks.rewrite's change
     (tasks.replacing_ids_rewrites). Anything else (an unfinished task to close, an id written with
     escapes, a message pointing at another task, metadata naming another user, the id as a text)
@@ -229,4 +227,4 @@ class ServerCopyCheck:
         """Whether the row's text may carry the boundary (the same plain-text pre-filter as the SQL
         searches: an id of characters JSON never escapes appears verbatim wherever it is)."""
         assert self.boundary is not None
-        return not verbatim_in_json(self.boundary) or self.boundary in row.data
+        return not tasks.verbatim_in_json(self.boundary) or self.boundary in row.data

@@ -108,7 +108,7 @@ async def _find_cut(
     partial = None
     found = False
     if boundary is not None:
-        prefilter = plan.verbatim_in_json(boundary)
+        prefilter = tasks.verbatim_in_json(boundary)
         event_search = store.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
         if reader is not None:
             # Neither search has an index to use: each reads all of the session's rows of its table, so
@@ -145,7 +145,7 @@ async def _find_cut(
             start = None
             if invocation is not None:
                 start = await store.boundary_event_at(
-                    conn, sid, owner, invocation, prefilter=plan.verbatim_in_json(invocation)
+                    conn, sid, owner, invocation, prefilter=tasks.verbatim_in_json(invocation)
                 )
             start = start or row.created_at
             events_before = start if events_before is None else min(events_before, start)
@@ -330,7 +330,7 @@ async def _guess_cut(
     Guessed, because an older task could carry the boundary too: the server copy checks every kept
     task and the caller undoes the fork's writes when one does (copying.GuessWrong)."""
     store, sid, owner = svc.store, source.id, source.user_id
-    prefilter = plan.verbatim_in_json(boundary)
+    prefilter = tasks.verbatim_in_json(boundary)
     recent = await store.recent_tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
     task = plan.find_boundary_task(recent.candidates, boundary)
     if task is None or recent.oldest is None or task.row.created_at <= recent.oldest:

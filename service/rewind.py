@@ -51,7 +51,7 @@ class _Boundary:
 
 async def _boundary(svc: Services, conn: Connection, source: SessionRow, invocation_id: str) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
-    prefilter = plan.verbatim_in_json(invocation_id)
+    prefilter = tasks.verbatim_in_json(invocation_id)
     large = await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
     async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
         event_search = store.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)

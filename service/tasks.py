@@ -250,14 +250,6 @@ def rewrite(task: JSON, rw: Rewrite) -> JSON:
     return out
 
 
-def quoted_ids_replaced(data: str, ids: Iterable[tuple[str, str]]) -> str:
-    """The task text with each old id, as a whole JSON string `"<old>"`, replaced by `"<new>"`, pair by
-    pair: what the server-side task copy (copy_tasks_before in sql/queries.sql) does in PostgreSQL."""
-    for old, new in ids:
-        data = data.replace(f'"{old}"', f'"{new}"')
-    return data
-
-
 @dataclass(frozen=True, kw_only=True)
 class RewriteTargets:
     """The values tasks.rewrite overwrites, one entry per place: with the new task id, with the new
@@ -308,9 +300,10 @@ _ESCAPED_ID_CHAR = re.compile(r"\\u00(?:2[bde]|3[0-9ad]|[4-7][0-9a-f])", re.IGNO
 
 
 def replacing_ids_rewrites(text: str, task: JSON, *, task_id: str, context_id: str, user_id: str) -> bool:
-    """Whether quoted_ids_replaced(text, [(task_id, <new>), (context_id, <new>)]) decodes to what
-    rewrite(task, Rewrite(<new task id>, <new context id>, user_id)) makes, whatever the new ids (each
-    new, a verbatim id); `task` is `text` decoded.
+    """Whether replacing, in the text, each whole JSON string "<task_id>" and then "<context_id>" by a
+    new id (what copy_tasks_before in sql/queries.sql does) gives what rewrite(task, Rewrite(<new task
+    id>, <new context id>, user_id)) makes, whatever the new ids (each new, a verbatim id); `task` is
+    `text` decoded.
 
     It does when every place rewrite overwrites already holds the old value (the user's: the new one),
     each of those places is written as the plain token "<old id>" (no escape: verbatim ids and no

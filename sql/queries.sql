@@ -154,9 +154,9 @@ LIMIT {fork_events_limit};
 -- name: copy_tasks_before
 -- The fork's kept tasks, copied inside PostgreSQL (per_task layout): each gets a new id (uuid4), the
 -- fork's session and user, the source created_at, and data with the task's own id and the source
--- session id ($1), each as a whole JSON string, replaced by the new ones (the fork is $5): the rewrite
--- tasks.quoted_ids_replaced describes. The caller checks in the same snapshot that this is exactly
--- what the Python rewrite would write (fork.ServerCopyCheck) and rolls the copy back otherwise.
+-- session id ($1), each as a whole JSON string, replaced by the new ones (the fork is $5). The caller
+-- checks in the same snapshot that this is exactly what the Python rewrite would write
+-- (fork.ServerCopyCheck, tasks.replacing_ids_rewrites) and rolls the copy back otherwise.
 -- gen_random_uuid() in the subquery's select list is evaluated once per row (a volatile subquery is
 -- never flattened), and each replace() works on one detoasted copy of the row's text.
 INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id)

@@ -42,9 +42,9 @@ def test_choose_layout() -> None:
 
 
 def test_verbatim_prefilter_only_for_ids_json_cannot_escape() -> None:
-    assert plan.verbatim_in_json("e-6f1c2a7e-3b4d-4e8a-9c2f-1a2b3c4d5e6f")
-    assert not plan.verbatim_in_json('e-"quoted"')
-    assert not plan.verbatim_in_json("e-é")
+    assert tasks.verbatim_in_json("e-6f1c2a7e-3b4d-4e8a-9c2f-1a2b3c4d5e6f")
+    assert not tasks.verbatim_in_json('e-"quoted"')
+    assert not tasks.verbatim_in_json("e-é")
 
 
 def test_find_boundary_task_skips_unreadable_rows_and_cuts_merged_ones() -> None:

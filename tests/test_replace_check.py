@@ -21,10 +21,18 @@ USER = "admin@kagent.dev"
 Task = dict[str, Any]
 
 
+def quoted_ids_replaced(text: str, ids: list[tuple[str, str]]) -> str:
+    """What copy_tasks_before (sql/queries.sql) does to a task's text: each old id, as a whole JSON
+    string "<old>", replaced by "<new>", pair by pair (PostgreSQL's replace() and Python's agree)."""
+    for old, new in ids:
+        text = text.replace(f'"{old}"', f'"{new}"')
+    return text
+
+
 def definition(text: str, task_id: str, context_id: str, user: str = USER) -> bool:
     """What the check stands for, computed the slow way (decode the replaced text and compare)."""
     new_task, new_context = str(uuid.uuid4()), str(uuid.uuid4())
-    replaced = tasks.quoted_ids_replaced(text, [(task_id, new_task), (context_id, new_context)])
+    replaced = quoted_ids_replaced(text, [(task_id, new_task), (context_id, new_context)])
     try:
         got = tasks.decode(replaced)
     except tasks.TaskFormatError:
