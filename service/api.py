@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,9 +15,10 @@ from litestar import Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
+from litestar.response import Stream
 from prometheus_client import Counter
 
-from service import lineage, operations, rewind, turns
+from service import compare, lineage, operations, rewind, transcript, turns
 from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller
 from service.migrate import check_kagent_schema
@@ -212,19 +213,70 @@ def _query_int(request: AnyRequest, name: str, default: int) -> int:
         raise BadRequest(f"query parameter {name} must be a whole number") from None
 
 
+def _query_text(request: AnyRequest, name: str) -> str | None:
+    values = request.query_params.getall(name, [])
+    if len(values) > 1:
+        raise BadRequest(f"query parameter {name} must be given once")
+    return checked_id(values[0], name) if values else None
+
+
 @get("/api/sessions/{session_id:str}/invocations")
 async def list_invocations(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
-    after = request.query_params.getall("after", [])
-    if len(after) > 1:
-        raise BadRequest("query parameter after must be given once")
     page = await turns.invocations(
         services(request),
         caller_of(request),
         checked_id(session_id),
         limit=_query_int(request, "limit", 100),
-        after=checked_id(after[0], "after") if after else None,
+        after=_query_text(request, "after"),
     )
     return ok(page.items, "end" if page.last else "more")
+
+
+TRANSCRIPT_FORMATS = {"json": "application/json", "markdown": "text/markdown; charset=utf-8"}
+
+
+@get("/api/sessions/{session_id:str}/transcript")
+async def session_transcript(request: AnyRequest, session_id: FromPath[str]) -> Stream:
+    """Streamed while the events are read: every refusal (400, 404) is raised before the first byte."""
+    form = _query_text(request, "format") or "json"
+    if form not in TRANSCRIPT_FORMATS:
+        raise BadRequest(f"query parameter format must be one of {sorted(TRANSCRIPT_FORMATS)}, got {form!r}")
+    before = _query_text(request, "before")
+    svc, caller = services(request), caller_of(request)
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        async with transcript.reading(svc, caller, checked_id(session_id), before=before) as r:
+            yield b""  # the session is visible and `before` found: the answer can start
+            if form == "markdown":
+                async for chunk in transcript.markdown_chunks(r):
+                    yield chunk
+            else:
+                async for chunk in transcript.json_chunks(r, message="Successfully read transcript"):
+                    yield chunk
+
+    chunks = body()
+    try:
+        await anext(chunks)
+    except BaseException:
+        await chunks.aclose()
+        raise
+    return Stream(chunks, media_type=TRANSCRIPT_FORMATS[form])
+
+
+@get("/api/sessions/{session_id:str}/rewinds")
+async def list_rewinds(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    entries = await rewind.rewinds(services(request), caller_of(request), checked_id(session_id))
+    return ok(entries, "Successfully listed rewinds")
+
+
+@get("/api/sessions/{session_id:str}/compare/{other_session_id:str}")
+async def compare_sessions(
+    request: AnyRequest, session_id: FromPath[str], other_session_id: FromPath[str]
+) -> Response[bytes]:
+    result = await compare.compare(
+        services(request), caller_of(request), checked_id(session_id), checked_id(other_session_id)
+    )
+    return ok(result, "Successfully compared sessions")
 
 
 @get("/api/sessions/{session_id:str}/forks")
@@ -289,6 +341,9 @@ def handlers() -> list[HTTPRouteHandler]:
         rewind_session,
         undo_rewind,
         list_invocations,
+        session_transcript,
+        list_rewinds,
+        compare_sessions,
         list_forks,
         fork_tree,
         healthz,

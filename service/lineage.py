@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 
+from service import summary
 from service.identity import Access, Caller
 from service.operations import Services, resolve_access, visible_session
 from service.schemas import LineageRecord, rfc3339
@@ -42,7 +43,7 @@ def record(lineage: Lineage) -> LineageRecord:
         boundary_found=lineage.boundary_found, events_copied=lineage.events_copied,
         tasks_copied=lineage.tasks_copied, messages_copied=lineage.messages_copied,
         task_layout=lineage.task_layout, warnings=msgspec.json.decode(lineage.warnings, type=list[str]),
-        created_at=rfc3339(lineage.created_at),
+        summary=summary.loaded(lineage.summary), created_at=rfc3339(lineage.created_at),
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ import asyncpg
 import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
-from service import copying, tasks
+from service import copying, summary, tasks
 from service import fork as plan
 from service.config import Settings
 from service.copying import (
@@ -373,13 +373,14 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             elif (new := copier.add(row, part_of)) is not None:
                 task_bytes += len(new.data.encode())
         task_bytes += len(copier.merged_end() or b"")
+        left = await summary.summarize_events(store, conn, sid, owner, cut.events_before)
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
                 depth=fork.depth, rewind_before_invocation_id=req.rewind_before_invocation_id,
                 boundary_found=cut.boundary_found, events_copied=stats.events,
                 tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
-                warnings=warnings + copier.warnings, bytes_to_copy=stats.bytes + task_bytes,
+                warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
                 estimated_context_tokens=math.ceil(stats.text_chars / 4),
             ),
             created=False, replayed=False, session_id=None,
@@ -390,11 +391,15 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     )
     events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess)
     warnings += copier.warnings
+    # The source turns the fork left behind: the events from where its events end (a guessed cut's
+    # end is the exact search's answer, settled by the copy).
+    left_from = cut.events_before if guess is None else (guess.events_search.result() or cut.tasks_before)
+    left = await summary.summarize_events(store, conn, sid, owner, left_from)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
         rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
         events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
-        task_layout=layout, warnings=warnings,
+        task_layout=layout, warnings=warnings, summary=left,
     )  # fmt: skip
     await store.insert_lineage(
         conn,
@@ -403,7 +408,8 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             root_session_id=fork.root_id, root_user_id=fork.root_owner, depth=fork.depth,
             rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
             events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
-            task_layout=layout, warnings=_encoder.encode(warnings).decode(), created_at=now,
+            task_layout=layout, warnings=_encoder.encode(warnings).decode(), summary=summary.stored(left),
+            created_at=now,
         ),
         created_by=caller.user_id,
     )  # fmt: skip

@@ -14,12 +14,12 @@ from datetime import datetime
 
 import msgspec
 
-from service import copying, tasks
+from service import copying, summary, tasks
 from service import fork as plan
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.identity import Caller
 from service.operations import Services, session_json, visible_session
-from service.schemas import RewindRequest, Session, rfc3339
+from service.schemas import RewindRequest, Session, Summary, rfc3339
 from service.store import Connection, NewTask, Rewind, SessionRow
 
 
@@ -29,7 +29,22 @@ class RewindInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     events_removed: int
     tasks_removed: int
     created_at: str | None
+    summary: Summary | None
     undone_at: str | None = None
+
+
+class RewindEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A rewind as the session's rewinds list shows it."""
+
+    id: str
+    rewind_before_invocation_id: str
+    events_removed: int
+    tasks_removed: int
+    created_at: str
+    requested_by: str
+    undone_at: str | None
+    undoable: bool
+    summary: Summary | None
 
 
 class RewindResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,11 +131,12 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
                 f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
                 "wait for it, or send force: true"
             )
+        # What the rewind hides, told before it hides it (the same transaction, after the row lock).
+        hides = await summary.summarize_events(store, conn, sid, owner, boundary.events_from)
         if req.dry_run:
-            events = await store.count_events_from(conn, sid, owner, boundary.events_from)
             info = RewindInfo(
-                id=None, rewind_before_invocation_id=invocation_id, events_removed=events,
-                tasks_removed=hidden_count, created_at=None,
+                id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
+                tasks_removed=hidden_count, created_at=None, summary=hides,
             )  # fmt: skip
             return RewindPlan(dry_run=True, rewind=info)
         stamp = await store.rewind_stamp(conn, sid, owner)
@@ -135,9 +151,10 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
             id=str(uuid.uuid4()), session_id=sid, user_id=owner, rewind_before_invocation_id=invocation_id,
             deleted_at=stamp, events_removed=events, tasks_removed=hidden,
             replaced_task_id=boundary.partial.row.id if boundary.partial else None,
-            replacement_task_id=replacement.id if replacement else None, created_at=stamp, undone_at=None,
+            replacement_task_id=replacement.id if replacement else None, requested_by=caller.user_id,
+            summary=summary.stored(hides), created_at=stamp, undone_at=None,
         )  # fmt: skip
-        created = await store.insert_rewind(conn, record, requested_by=caller.user_id)
+        created = await store.insert_rewind(conn, record)
         return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
 
 
@@ -146,7 +163,7 @@ def _info(r: Rewind, *, created_at: datetime | None = None, undone_at: datetime 
     return RewindInfo(
         id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id, events_removed=r.events_removed,
         tasks_removed=r.tasks_removed, created_at=rfc3339(created_at or r.created_at),
-        undone_at=rfc3339(undone) if undone else None,
+        summary=summary.loaded(r.summary), undone_at=rfc3339(undone) if undone else None,
     )  # fmt: skip
 
 
@@ -160,13 +177,40 @@ async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -
         record = await store.get_rewind(conn, rewind_id, source.id, source.user_id)
         if record is None:
             raise NotFound(f"rewind {rewind_id} not found in session {session_id}")
-        if record.undone_at is not None:
-            raise Conflict(f"rewind {rewind_id} was already undone")
-        if await store.later_rewind_pending(conn, record):
-            raise Conflict("a later rewind of this session is not undone: undo that one first")
-        if await store.activity_since(conn, record):
-            raise Conflict("the session has new events or tasks since this rewind: it can no longer be undone")
+        if (refusal := await _undo_refusal(svc, conn, record)) is not None:
+            raise Conflict(refusal)
         await store.restore(conn, record)
         session = await store.touch_session(conn, source.id, source.user_id)
         undone = await store.mark_undone(conn, record.id)
         return RewindResult(session=session_json(session), rewind=_info(record, undone_at=undone))
+
+
+async def _undo_refusal(svc: Services, conn: Connection, record: Rewind) -> str | None:
+    """Why an undo of this rewind would be refused now (409), or None: the one rule for undo and for
+    the rewinds list's `undoable`."""
+    if record.undone_at is not None:
+        return f"rewind {record.id} was already undone"
+    if await svc.store.later_rewind_pending(conn, record):
+        return "a later rewind of this session is not undone: undo that one first"
+    if await svc.store.activity_since(conn, record):
+        return "the session has new events or tasks since this rewind: it can no longer be undone"
+    return None
+
+
+async def rewinds(svc: Services, caller: Caller, session_id: str) -> list[RewindEntry]:
+    """The session's rewinds, newest first; `undoable`: this caller's undo would succeed now."""
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        source, access = await visible_session(svc, conn, caller, session_id)
+        entries = []
+        for r in await svc.store.list_rewinds(conn, source.id, source.user_id):
+            undoable = not access.read_only and await _undo_refusal(svc, conn, r) is None
+            entries.append(
+                RewindEntry(
+                    id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id,
+                    events_removed=r.events_removed, tasks_removed=r.tasks_removed,
+                    created_at=rfc3339(r.created_at), requested_by=r.requested_by,
+                    undone_at=rfc3339(r.undone_at) if r.undone_at else None, undoable=undoable,
+                    summary=summary.loaded(r.summary),
+                )
+            )  # fmt: skip
+        return entries

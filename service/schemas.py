@@ -48,6 +48,18 @@ class Session(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     source: str | None = None
 
 
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """A branch summary: what a fork left behind or a rewind hid (api-contract "Branch summary")."""
+
+    strategy: Literal["deterministic_v1"] = "deterministic_v1"
+    turns: int
+    events: int
+    tool_calls: dict[str, int]
+    first_user_text: str | None
+    last_agent_text: str | None
+    total_tokens: int
+
+
 class ForkInfo(msgspec.Struct, frozen=True, kw_only=True):
     parent_session_id: str
     fork_root_session_id: str
@@ -59,6 +71,7 @@ class ForkInfo(msgspec.Struct, frozen=True, kw_only=True):
     messages_copied: int
     task_layout: str
     warnings: list[str]
+    summary: Summary | None
 
 
 class ForkedSession(Session, frozen=True, kw_only=True):

@@ -167,6 +167,7 @@ class Lineage:
     messages_copied: int
     task_layout: str
     warnings: str  # a JSON array, as stored
+    summary: str | None  # the branch summary as stored (JSON), None when the fork left nothing behind
     created_at: datetime
 
 
@@ -181,6 +182,8 @@ class Rewind:
     tasks_removed: int
     replaced_task_id: str | None
     replacement_task_id: str | None
+    requested_by: str
+    summary: str | None  # the branch summary as stored (JSON), None when the rewind hid no event
     created_at: datetime
     undone_at: datetime | None
 
@@ -191,6 +194,37 @@ class EventTurn:
     started_at: datetime
     event_count: int
     user_text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventTally:
+    """What a stretch of a session's events holds (events_tally)."""
+
+    events: int
+    turns: int
+    total_tokens: int
+    first_at: datetime | None
+    last_at: datetime | None
+    tool_calls: dict[str, int]
+    first_user_text: str | None
+    last_agent_text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptEvent:
+    """One event as a transcript reads it (transcript_events): messages is a JSON array, as PostgreSQL
+    made it; doc_kind the JSON type of the row (None: not JSON)."""
+
+    id: str
+    created_at: datetime
+    invocation_id: str | None
+    turn_key: str
+    doc_kind: str | None
+    author: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    messages: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,6 +331,41 @@ class Store:
             self.q["boundary_event"], session_id, owner, invocation_id, prefilter
         )
         return value
+
+    async def event_tally(
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        since: datetime,
+        until: datetime | None,
+        *,
+        user_text_chars: int,
+        agent_text_chars: int,
+    ) -> EventTally:
+        row = await conn.fetchrow(
+            self.q["events_tally"], session_id, owner, since, until, user_text_chars, agent_text_chars
+        )
+        assert row is not None  # an aggregate always answers one row
+        return EventTally(
+            events=int(row["events"]), turns=int(row["turns"]), total_tokens=int(row["total_tokens"]),
+            first_at=row["first_at"], last_at=row["last_at"],
+            tool_calls=msgspec.json.decode(row["tool_calls"], type=dict[str, int]),
+            first_user_text=row["first_user_text"], last_agent_text=row["last_agent_text"],
+        )  # fmt: skip
+
+    async def stream_transcript_events(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, *, cut_chars: int
+    ) -> AsyncIterator[TranscriptEvent]:
+        """The events in transcript order through a server-side cursor (needs a transaction)."""
+        query = self.q["transcript_events"]
+        async for r in conn.cursor(query, session_id, owner, before, cut_chars, prefetch=TASK_FETCH_BATCH):
+            yield TranscriptEvent(
+                id=r["id"], created_at=r["created_at"], invocation_id=r["invocation_id"], turn_key=r["turn_key"],
+                doc_kind=r["doc_kind"], author=r["author"], prompt_tokens=int(r["prompt_tokens"]),
+                completion_tokens=int(r["completion_tokens"]), total_tokens=int(r["total_tokens"]),
+                messages=r["messages"],
+            )  # fmt: skip
 
     async def event_stats(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> EventStats:
         row = await conn.fetchrow(self.q["count_events_before"], session_id, owner, before)
@@ -435,7 +504,7 @@ class Store:
             record.session_id, record.user_id, record.parent_session_id, record.parent_user_id,
             record.root_session_id, record.root_user_id, record.depth, record.rewind_before_invocation_id,
             record.boundary_found, record.events_copied, record.tasks_copied, record.messages_copied,
-            record.task_layout, record.warnings, created_by,
+            record.task_layout, record.warnings, record.summary, created_by,
         )  # fmt: skip
 
     # --- idempotency -------------------------------------------------------------------------------
@@ -511,16 +580,20 @@ class Store:
         value: datetime = await conn.fetchval(self.q["rewind_stamp"], session_id, owner)
         return value
 
-    async def insert_rewind(self, conn: Connection, r: Rewind, *, requested_by: str) -> datetime:
+    async def insert_rewind(self, conn: Connection, r: Rewind) -> datetime:
         created: datetime = await conn.fetchval(
             self.q["insert_rewind"], r.id, r.session_id, r.user_id, r.rewind_before_invocation_id, r.deleted_at,
-            r.events_removed, r.tasks_removed, r.replaced_task_id, r.replacement_task_id, requested_by,
+            r.events_removed, r.tasks_removed, r.replaced_task_id, r.replacement_task_id, r.requested_by,
+            r.summary,
         )  # fmt: skip
         return created
 
     async def get_rewind(self, conn: Connection, rewind_id: str, session_id: str, owner: str) -> Rewind | None:
         row = await conn.fetchrow(self.q["get_rewind"], rewind_id, session_id, owner)
         return None if row is None else Rewind(**dict(row))
+
+    async def list_rewinds(self, conn: Connection, session_id: str, owner: str) -> list[Rewind]:
+        return [Rewind(**dict(r)) for r in await conn.fetch(self.q["list_rewinds"], session_id, owner)]
 
     async def later_rewind_pending(self, conn: Connection, r: Rewind) -> bool:
         return bool(await conn.fetchval(self.q["later_rewind_pending"], r.session_id, r.user_id, r.created_at, r.id))

@@ -13,6 +13,7 @@ from service.errors import BadRequest
 from service.identity import Caller
 from service.operations import Services, visible_session
 from service.schemas import rfc3339
+from service.store import Connection, SessionRow
 
 MAX_PAGE = 1000
 USER_TEXT_CHARS = 200
@@ -34,7 +35,9 @@ class Page:
 
 
 @dataclass(kw_only=True)
-class _Turn:
+class TurnInfo:
+    """A turn as the listing knows it: from its events, completed by its task."""
+
     invocation_id: str
     started_at: datetime
     event_count: int = 0
@@ -43,35 +46,50 @@ class _Turn:
     state: str | None = None
 
 
+async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dict[str, TurnInfo]:
+    """Every turn of the session by invocation id: from the events (Python and Go ADK, parsed in
+    PostgreSQL), completed by the tasks (task id, state, and turns known only to the tasks), streamed.
+    Needs a transaction."""
+    turns = {
+        t.invocation_id: TurnInfo(
+            invocation_id=t.invocation_id, started_at=t.started_at, event_count=t.event_count,
+            user_text=t.user_text,
+        )
+        for t in await svc.store.event_turns(conn, source.id, source.user_id)
+    }  # fmt: skip
+    return await with_tasks(svc, conn, source, turns)
+
+
+async def with_tasks(
+    svc: Services, conn: Connection, source: SessionRow, turns: dict[str, TurnInfo]
+) -> dict[str, TurnInfo]:
+    """`turns` completed by the session's tasks (streamed): each turn's first task and its state, the
+    user text when the events had none, and the turns only tasks know (started at the task's time)."""
+    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, None):
+        try:
+            data = tasks.decode(row.data)
+        except tasks.TaskFormatError:
+            continue
+        dialect = plan.dialect_of(row)
+        for invocation_id in tasks.invocation_ids(data):
+            turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
+            if turn.task_id is None:
+                turn.task_id, turn.state = row.id, tasks.state(data)
+            if turn.user_text is None:
+                text = tasks.first_user_text(data, dialect, invocation_id)
+                turn.user_text = text[:USER_TEXT_CHARS] if text else None
+    return turns
+
+
 async def invocations(
     svc: Services, caller: Caller, session_id: str, *, limit: int = 100, after: str | None = None
 ) -> Page:
-    """Every turn: from the events (Python and Go ADK), completed by the tasks (task id, state, and
-    turns known only to the tasks). One snapshot; events are parsed in PostgreSQL, tasks streamed."""
+    """Every turn, in order, a page at a time. One snapshot."""
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
-        turns = {
-            t.invocation_id: _Turn(
-                invocation_id=t.invocation_id, started_at=t.started_at, event_count=t.event_count,
-                user_text=t.user_text,
-            )
-            for t in await svc.store.event_turns(conn, source.id, source.user_id)
-        }  # fmt: skip
-        async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, None):
-            try:
-                data = tasks.decode(row.data)
-            except tasks.TaskFormatError:
-                continue
-            dialect = plan.dialect_of(row)
-            for invocation_id in tasks.invocation_ids(data):
-                turn = turns.setdefault(invocation_id, _Turn(invocation_id=invocation_id, started_at=row.created_at))
-                if turn.task_id is None:
-                    turn.task_id, turn.state = row.id, tasks.state(data)
-                if turn.user_text is None:
-                    text = tasks.first_user_text(data, dialect, invocation_id)
-                    turn.user_text = text[:USER_TEXT_CHARS] if text else None
+        turns = await turn_index(svc, conn, source)
     ordered = sorted(turns.values(), key=lambda t: t.started_at)
     start = 0
     if after is not None:

@@ -123,18 +123,16 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
 ORDER BY created_at;
 
 -- name: count_events_before
--- How many live events, and how many bytes, lie before $3 (NULL: all); and their text for a token
--- estimate (dry runs only: this parses every event).
+-- How many live events, and how many bytes, lie before $3 (NULL: all); and the characters of their
+-- text messages (event_messages) for a token estimate (dry runs only: this parses every event).
 SELECT count(*) AS events,
        coalesce(sum(octet_length(data)), 0) AS bytes,
        coalesce(sum((
-           SELECT sum(length(p ->> 'text'))
-           FROM jsonb_array_elements(
-               CASE WHEN jsonb_typeof(doc.parts) = 'array' THEN doc.parts ELSE '[]'::jsonb END) AS p
+           SELECT sum(length(m.text)) FROM {schema}.event_messages(doc.doc) AS m WHERE m.kind = 'text'
        )), 0) AS text_chars
 FROM event
--- OFFSET 0 keeps the subquery whole: each row is parsed once, not once for every use of doc.parts.
-CROSS JOIN LATERAL (SELECT {schema}.try_jsonb(data) -> 'content' -> 'parts' AS parts OFFSET 0) AS doc
+-- OFFSET 0 keeps the subquery whole: each row is parsed once, not once for every use of doc.
+CROSS JOIN LATERAL (SELECT {schema}.try_jsonb(data) AS doc OFFSET 0) AS doc
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR created_at < $3);
 
@@ -191,7 +189,7 @@ RETURNING id, user_id, name, agent_id, source, created_at, updated_at;
 -- A session's own lineage record, if it is a fork.
 SELECT session_id, user_id, parent_session_id, parent_user_id, root_session_id, root_user_id, depth,
        rewind_before_invocation_id, boundary_found, events_copied, tasks_copied, messages_copied,
-       task_layout, warnings::text AS warnings, created_at
+       task_layout, warnings::text AS warnings, summary::text AS summary, created_at
 FROM {schema}.fork
 WHERE session_id = $1 AND user_id = $2;
 
@@ -200,8 +198,8 @@ WHERE session_id = $1 AND user_id = $2;
 INSERT INTO {schema}.fork (session_id, user_id, parent_session_id, parent_user_id, root_session_id,
                            root_user_id, depth, rewind_before_invocation_id, boundary_found,
                            events_copied, tasks_copied, messages_copied, task_layout, warnings,
-                           created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15);
+                           summary, created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16);
 
 -- name: idempotency_get
 -- A stored fork answer for this caller's key, if still fresh.
@@ -282,16 +280,25 @@ SELECT greatest(clock_timestamp(), (
 -- name: insert_rewind
 -- The record of a rewind; created_at is its stamp ($5), so that records sort in the order applied.
 INSERT INTO {schema}.rewind (id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed,
-                             tasks_removed, replaced_task_id, replacement_task_id, requested_by, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $5)
+                             tasks_removed, replaced_task_id, replacement_task_id, requested_by, summary,
+                             created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $5)
 RETURNING created_at;
 
 -- name: get_rewind
 -- A rewind of one session.
 SELECT id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed, tasks_removed,
-       replaced_task_id, replacement_task_id, created_at, undone_at
+       replaced_task_id, replacement_task_id, requested_by, summary::text AS summary, created_at, undone_at
 FROM {schema}.rewind
 WHERE id = $1 AND session_id = $2 AND user_id = $3;
+
+-- name: list_rewinds
+-- The rewinds of one session, newest first.
+SELECT id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed, tasks_removed,
+       replaced_task_id, replacement_task_id, requested_by, summary::text AS summary, created_at, undone_at
+FROM {schema}.rewind
+WHERE session_id = $1 AND user_id = $2
+ORDER BY created_at DESC;
 
 -- name: later_rewind_pending
 -- Is there a later rewind of the session that is not undone? (undos go newest first)
@@ -331,8 +338,8 @@ UPDATE {schema}.rewind SET undone_at = NOW() WHERE id = $1 RETURNING undone_at;
 
 -- name: event_turns
 -- Every turn the events show, in order: invocation id, first event time, event count, and the text of
--- its first user event. Each row is parsed once (MATERIALIZED: inlined, the parse would run once for
--- every use of doc).
+-- its first user event (its text messages, event_messages). Each row is parsed once (MATERIALIZED:
+-- inlined, the parse would run once for every use of doc).
 WITH parsed AS MATERIALIZED (
     SELECT created_at, {schema}.try_jsonb(data) AS doc
     FROM event
@@ -340,9 +347,9 @@ WITH parsed AS MATERIALIZED (
 ), turns AS (
     SELECT coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id,
            created_at,
-           CASE WHEN doc ->> 'author' = 'user' AND jsonb_typeof(doc -> 'content' -> 'parts') = 'array'
-                THEN (SELECT string_agg(p ->> 'text', E'\n') FROM jsonb_array_elements(doc -> 'content' -> 'parts') p
-                      WHERE jsonb_typeof(p -> 'text') = 'string')
+           CASE WHEN doc ->> 'author' = 'user'
+                THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(doc) AS m
+                      WHERE m.kind = 'text')
            END AS user_text
     FROM parsed
     WHERE jsonb_typeof(doc) = 'object'
@@ -354,11 +361,70 @@ WHERE invocation_id IS NOT NULL
 GROUP BY invocation_id
 ORDER BY started_at;
 
+-- name: events_tally
+-- What the live events with $3 <= created_at < $4 (NULL: no end) hold, for a branch summary, a
+-- comparison or a what-if's result: events, turns, tool calls by name, the first user text and the
+-- last agent text (cut to $5 and $6 characters; event order, row id breaking created_at ties so that
+-- the answer never depends on the plan), total tokens, first and last event times. Each row is
+-- parsed once.
+WITH parsed AS MATERIALIZED (
+    SELECT id, created_at, {schema}.try_jsonb(data) AS doc
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND created_at >= $3 AND ($4::timestamptz IS NULL OR created_at < $4)
+), messages AS MATERIALIZED (
+    SELECT e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text, m.tool_name
+    FROM parsed AS e
+    CROSS JOIN LATERAL {schema}.event_messages(e.doc) AS m
+)
+SELECT (SELECT count(*) FROM parsed) AS events,
+       (SELECT count(DISTINCT coalesce(doc ->> 'invocation_id', doc ->> 'invocationId')) FROM parsed) AS turns,
+       (SELECT coalesce(sum({schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount')), 0)
+        FROM parsed) AS total_tokens,
+       (SELECT min(created_at) FROM parsed) AS first_at,
+       (SELECT max(created_at) FROM parsed) AS last_at,
+       (SELECT coalesce(jsonb_object_agg(tool_name, calls), '{}'::jsonb)::text
+        FROM (SELECT tool_name, count(*) AS calls FROM messages
+              WHERE kind = 'tool_call' AND tool_name IS NOT NULL GROUP BY tool_name) AS t) AS tool_calls,
+       (SELECT left(text, $5) FROM messages WHERE from_user AND kind = 'text'
+        ORDER BY created_at, id, ord LIMIT 1) AS first_user_text,
+       (SELECT left(text, $6) FROM messages WHERE NOT from_user AND kind = 'text'
+        ORDER BY created_at DESC, id DESC, ord DESC LIMIT 1) AS last_agent_text;
+
+-- name: transcript_events
+-- The live events before $3 (NULL: all) as a transcript reads them: turns in the order of their first
+-- event, each turn's events by created_at (row id breaking ties), an event without an invocation id a
+-- turn of its own. Each row is parsed once; its messages (event_messages) come as one JSON array with
+-- tool arguments and responses cut to $4 characters, and its usage as three numbers. doc_kind is NULL
+-- for a row that is not JSON.
+WITH parsed AS MATERIALIZED (
+    SELECT id, created_at, {schema}.try_jsonb(data) AS doc
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND ($3::timestamptz IS NULL OR created_at < $3)
+), keyed AS (
+    SELECT id, created_at, doc, coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id
+    FROM parsed
+)
+SELECT id, created_at, invocation_id, jsonb_typeof(doc) AS doc_kind, doc ->> 'author' AS author,
+       coalesce(invocation_id, 'event:' || id) AS turn_key,
+       {schema}.event_tokens(doc, 'prompt_token_count', 'promptTokenCount') AS prompt_tokens,
+       {schema}.event_tokens(doc, 'candidates_token_count', 'candidatesTokenCount') AS completion_tokens,
+       {schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount') AS total_tokens,
+       (SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+                   'kind', m.kind, 'text', m.text, 'tool_name', m.tool_name, 'tool_call_id', m.tool_call_id,
+                   'args', {schema}.cut_json(m.args, $4), 'response', {schema}.cut_json(m.response, $4)))
+               ORDER BY m.ord), '[]'::jsonb)::text
+        FROM {schema}.event_messages(doc) AS m) AS messages
+FROM keyed
+ORDER BY min(created_at) OVER (PARTITION BY coalesce(invocation_id, 'event:' || id)),
+         coalesce(invocation_id, 'event:' || id), created_at, id;
+
 -- name: forks_of
 -- The direct forks of a session, oldest first, with their session's name and state.
 SELECT f.session_id, f.user_id, f.parent_session_id, f.parent_user_id, f.root_session_id, f.root_user_id,
        f.depth, f.rewind_before_invocation_id, f.boundary_found, f.events_copied, f.tasks_copied,
-       f.messages_copied, f.task_layout, f.warnings::text AS warnings, f.created_at
+       f.messages_copied, f.task_layout, f.warnings::text AS warnings, f.summary::text AS summary, f.created_at
 FROM {schema}.fork f
 WHERE f.parent_session_id = $1 AND f.parent_user_id = $2
 ORDER BY f.created_at;

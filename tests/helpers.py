@@ -63,3 +63,44 @@ async def session_rows(pool: asyncpg.Pool, session_id: str, user_id: str) -> dic
 
 def digest(rows: Any) -> str:
     return hashlib.sha256(json.dumps(rows, default=str, sort_keys=True).encode()).hexdigest()
+
+
+def _part_call(part: dict[str, Any], snake: str, camel: str) -> dict[str, Any] | None:
+    value = part.get(snake) if isinstance(part.get(snake), dict) else part.get(camel)
+    return value if isinstance(value, dict) else None
+
+
+def expected_summary(conv: Conversation, since: Any) -> dict[str, Any] | None:
+    """The branch summary of the conversation's events from `since` on, worked out here from the
+    fixture's own JSON (an oracle independent of the service's SQL reader), as the contract defines it."""
+    docs = [
+        json.loads(e.data) for e in sorted(conv.events, key=lambda e: (e.created_at, e.id)) if e.created_at >= since
+    ]
+    if not docs:
+        return None
+    tools: dict[str, int] = {}
+    user_texts, agent_texts, total = [], [], 0
+    for doc in docs:
+        content = doc.get("content") if isinstance(doc.get("content"), dict) else {}
+        for part in content.get("parts") or []:
+            call = _part_call(part, "function_call", "functionCall")
+            if call is not None:
+                tools[call["name"]] = tools.get(call["name"], 0) + 1
+            elif (
+                _part_call(part, "function_response", "functionResponse") is None
+                and isinstance(part.get("text"), str)
+                and part.get("thought") is not True
+            ):
+                (user_texts if doc.get("author") == "user" else agent_texts).append(part["text"])
+        usage = doc.get("usage_metadata") or doc.get("usageMetadata") or {}
+        total += usage.get("total_token_count") or usage.get("totalTokenCount") or 0
+    invocations = {doc.get("invocation_id") or doc.get("invocationId") for doc in docs}
+    return {
+        "strategy": "deterministic_v1",
+        "turns": len(invocations - {None}),
+        "events": len(docs),
+        "tool_calls": dict(sorted(tools.items())),
+        "first_user_text": user_texts[0][:200] if user_texts else None,
+        "last_agent_text": agent_texts[-1][:480] if agent_texts else None,
+        "total_tokens": total,
+    }

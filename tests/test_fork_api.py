@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.helpers import digest, new_user, seed, session_rows, table_fingerprint
+from tests.helpers import digest, expected_summary, new_user, seed, session_rows, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.conversations import Conversation, build_conversation, insert_conversation
 from tests.support.ui_transcript import transcript_main, transcript_v010
@@ -67,7 +67,11 @@ async def test_fork_before_a_turn_holds_exactly_the_earlier_conversation(
         "events_copied": len(kept_events), "tasks_copied": fork_info["tasks_copied"],
         "messages_copied": fork_info["messages_copied"],
         "task_layout": "merged" if dialect == "legacy" else "per_task", "warnings": [],
+        "summary": expected_summary(conv, boundary.started_at),
     }  # fmt: skip
+    # The summary names exactly the left-behind turns (2 and 3): their tool calls, their texts.
+    assert fork_info["summary"]["turns"] == 2 and fork_info["summary"]["tool_calls"]
+    assert fork_info["summary"]["first_user_text"] == boundary.user_text[:200]
     assert fork_info["tasks_copied"] == (1 if dialect == "legacy" else 2)
 
     view = await kagent_view(pool, new_id, conv.user_id, dialect)

@@ -110,6 +110,10 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.path_parameters["rewind_id"] = rnd.choice(seeded.rewinds)
     if case.path_parameters and "session_id" in case.path_parameters:
         case.path_parameters["session_id"] = conv.session_id
+    if case.path_parameters and "other_session_id" in case.path_parameters:
+        case.path_parameters["other_session_id"] = seeded.conversation().session_id
+    if case.query and "before" in case.query:
+        case.query["before"] = rnd.choice(conv.invocation_ids)
     if case.headers is not None and "X-User-Id" in case.headers:
         case.headers["X-User-Id"] = conv.user_id
     if case.query and "user_id" in case.query:

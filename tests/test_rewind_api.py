@@ -13,7 +13,7 @@ from service.identity import Caller
 from service.operations import Services
 from service.rewind import rewind
 from service.schemas import RewindRequest
-from tests.helpers import digest, new_user, seed, session_rows, table_fingerprint
+from tests.helpers import digest, expected_summary, new_user, seed, session_rows, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.conversations import create_share
 from tests.support.ui_transcript import transcript_main, transcript_v010
@@ -53,8 +53,10 @@ async def test_rewind_hides_the_turn_and_after_and_undo_restores_exactly(
     assert dry.json()["data"] == {
         "dry_run": True,
         "rewind": {"id": None, "rewind_before_invocation_id": boundary.invocation_id,
-                   "events_removed": len(hidden_events), "tasks_removed": 2, "created_at": None},
+                   "events_removed": len(hidden_events), "tasks_removed": 2, "created_at": None,
+                   "summary": expected_summary(conv, boundary.started_at)},
     }  # fmt: skip
+    assert dry.json()["data"]["rewind"]["summary"]["turns"] == 2
     assert digest(await session_rows(pool, conv.session_id, conv.user_id)) == digest(original)
 
     r = await post(client, path, conv.user_id, {"rewind_before_invocation_id": boundary.invocation_id})

@@ -1,0 +1,58 @@
+"""Branch summaries: what a stretch of a conversation's events holds, told the same way every time.
+
+A fork's summary describes the source turns it left behind (at and after its boundary), a rewind's the
+turns it hid. Both are computed by one query over those events (store.event_tally, which reads each
+event through the service's one event reader in SQL) in the operation's own transaction, and kept in
+its record, so that the views show them later without recomputing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from service.schemas import Summary
+from service.store import Connection, EventTally, Store
+
+USER_TEXT_CHARS = 200
+AGENT_TEXT_CHARS = 480
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+async def tally(
+    store: Store, conn: Connection, session_id: str, owner: str, since: datetime, until: datetime | None = None
+) -> EventTally:
+    """The live events with since <= created_at < until (None: to the end)."""
+    return await store.event_tally(
+        conn, session_id, owner, since, until, user_text_chars=USER_TEXT_CHARS, agent_text_chars=AGENT_TEXT_CHARS
+    )
+
+
+def of_tally(t: EventTally) -> Summary | None:
+    if t.events == 0:
+        return None
+    return Summary(
+        turns=t.turns, events=t.events, tool_calls=dict(sorted(t.tool_calls.items())),
+        first_user_text=t.first_user_text, last_agent_text=t.last_agent_text, total_tokens=t.total_tokens,
+    )  # fmt: skip
+
+
+async def summarize_events(
+    store: Store, conn: Connection, session_id: str, owner: str, since: datetime | None, until: datetime | None = None
+) -> Summary | None:
+    """The summary of the live events from `since` (None: nothing left behind) to `until`, or None
+    when there are none."""
+    if since is None:
+        return None
+    return of_tally(await tally(store, conn, session_id, owner, since, until))
+
+
+def stored(summary: Summary | None) -> str | None:
+    """As kept in the service's tables (JSON, keys sorted), None for no summary."""
+    return None if summary is None else _encoder.encode(summary).decode()
+
+
+def loaded(text: str | None) -> Summary | None:
+    return None if text is None else msgspec.json.decode(text, type=Summary)
