@@ -1,4 +1,5 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree: one entry point for people and scripts.
+"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare: one entry point
+for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -28,6 +29,9 @@ EXIT_HELP = (
     "exit codes: 0 done, 1 unexpected error, 2 bad input, 3 not found, 4 not allowed, "
     "5 conflict (e.g. a turn still running), 6 refused (e.g. fork depth), 7 rate limited, 8 database unavailable"
 )
+
+
+STREAMED = object()  # a command that wrote its output while it ran
 
 
 def _database_url(settings: Settings, *, demo: bool) -> str:
@@ -121,11 +125,45 @@ def _show_tree(node: dict[str, Any], prefix: str = "", last: bool = True, top: b
     return "\n".join(lines)
 
 
+def _show_rewinds(items: list[dict[str, Any]]) -> str:
+    if not items:
+        return "No rewinds."
+    lines = []
+    for r in items:
+        state = f"undone {r['undone_at']}" if r["undone_at"] else ("undoable" if r["undoable"] else "not undoable")
+        lines.append(
+            f"{r['id']}  {r['created_at']}  before {r['rewind_before_invocation_id']}: {r['events_removed']} events, "
+            f"{r['tasks_removed']} tasks hidden by {r['requested_by']} ({state})"
+        )
+        if r["summary"]:
+            lines.append("    " + _show_summary(r["summary"]))
+    return "\n".join(lines)
+
+
+def _show_summary(s: dict[str, Any]) -> str:
+    tools = ", ".join(f"{name} x{count}" for name, count in s["tool_calls"].items()) or "no tool calls"
+    first = (s["first_user_text"] or "").replace("\n", " ")[:60]
+    return f"{s['turns']} turns, {s['events']} events, {tools}, {s['total_tokens']} tokens; starts {first!r}"
+
+
+def _show_comparison(c: dict[str, Any]) -> str:
+    lines = [f"{c['common_turns']} turns in common"]
+    for side in ("left", "right"):
+        s = c[side]
+        tools = sum(s["tool_calls"].values())
+        last = (s["last_agent_text"] or "").replace("\n", " ")[:80]
+        lines.append(
+            f"{side:<5} {s['session_id']} {s['name']!r}: {s['turns_after']} turns after, {tools} tool calls, "
+            f"{s['total_tokens']} tokens, {s['duration_seconds']:.1f} s; last answer {last!r}"
+        )
+    return "\n".join(lines)
+
+
 # --- operator commands -------------------------------------------------------------------------------
 
 
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
-    from service import lineage, operations, rewind, turns
+    from service import compare, lineage, operations, rewind, transcript, turns
     from service.app import open_pool, prepare_database
     from service.identity import Caller
     from service.schemas import ForkRequest, RewindRequest
@@ -173,7 +211,28 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             data = msgspec.to_builtins(await lineage.tree(svc, caller, args.session_id))
             return data, _show_tree(data)
 
-        commands.update(fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree)
+        async def do_rewinds() -> tuple[object, str]:
+            data = msgspec.to_builtins(await rewind.rewinds(svc, caller, args.session_id))
+            return data, _show_rewinds(data)
+
+        async def do_compare() -> tuple[object, str]:
+            data = msgspec.to_builtins(await compare.compare(svc, caller, args.session_id, args.other_session_id))
+            return data, _show_comparison(data)
+
+        async def do_show() -> tuple[object, str]:
+            # Written while it is read, as the HTTP answer is: nothing is returned to print afterwards.
+            async with transcript.reading(svc, caller, args.session_id, before=args.before) as r:
+                chunks = transcript.json_chunks(r, message=None) if args.json else transcript.markdown_chunks(r)
+                async for chunk in chunks:
+                    sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.write(b"\n")
+            sys.stdout.flush()
+            return STREAMED, ""
+
+        commands.update(
+            fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree,
+            rewinds=do_rewinds, compare=do_compare, show=do_show,
+        )  # fmt: skip
         return await commands[args.command]()
     finally:
         await pool.close()
@@ -192,7 +251,8 @@ def operate(settings: Settings, args: argparse.Namespace) -> int:
         return _fail(args, f"invalid arguments: {exc}", 2)
     except CONNECTION_ERRORS as exc:
         return _fail(args, f"database unavailable: {type(exc).__name__}: {exc}", 8)
-    print(msgspec.json.encode(data).decode() if args.json else text)
+    if data is not STREAMED:
+        print(msgspec.json.encode(data).decode() if args.json else text)
     return 0
 
 
@@ -234,6 +294,12 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("rewind_id")
     operator("invocations", "list the turns of a session")
     operator("tree", "print the fork tree that holds a session")
+    sh = operator("show", "print a session's transcript (Markdown; --json for the API's data)")
+    sh.add_argument("--before", help="only the turns before this invocation (what a fork there would hold)")
+    sh.add_argument("--markdown", action="store_true", help="Markdown (the default without --json)")
+    operator("rewinds", "list a session's rewinds, newest first, and whether each can be undone now")
+    c = operator("compare", "compare two sessions: their common turns and what each holds after them")
+    c.add_argument("other_session_id")
     return p
 
 

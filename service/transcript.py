@@ -96,21 +96,23 @@ class Reading:
     count: int = 0
 
     async def turns(self) -> AsyncIterator[Turn]:
-        """The events grouped into turns; rows that are not JSON objects are counted, not shown."""
+        """The events grouped into turns: runs of consecutive events of one invocation. Rows that are
+        not JSON objects are counted, not shown; a run without any message is bookkeeping (kagent
+        0.10.x's "header_update" events before every turn), not a turn, as in the turn listing."""
         current: _Open | None = None
         async for event in self.events:
             if event.doc_kind != "object":
                 self.skipped += 1
                 continue
             if current is None or current.key != event.turn_key:
-                if current is not None:
-                    yield self._turn(current)
+                if current is not None and (turn := self._turn(current)) is not None:
+                    yield turn
                 current = _Open(key=event.turn_key, invocation_id=event.invocation_id)
             current.events.append(event)
-        if current is not None:
-            yield self._turn(current)
+        if current is not None and (turn := self._turn(current)) is not None:
+            yield turn
 
-    def _turn(self, turn: _Open) -> Turn:
+    def _turn(self, turn: _Open) -> Turn | None:
         messages = []
         for event in turn.events:
             author = event.author or "unknown"
@@ -125,6 +127,8 @@ class Reading:
                         tool_call_id=part.tool_call_id, args=part.args, response=part.response,
                     )
                 )  # fmt: skip
+        if not messages:
+            return None
         info = self.known.get(turn.invocation_id) if turn.invocation_id is not None else None
         self.count += 1
         return Turn(

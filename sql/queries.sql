@@ -350,7 +350,8 @@ WITH parsed AS MATERIALIZED (
            CASE WHEN doc ->> 'author' = 'user'
                 THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(doc) AS m
                       WHERE m.kind = 'text')
-           END AS user_text
+           END AS user_text,
+           EXISTS (SELECT 1 FROM {schema}.event_messages(doc)) AS has_messages
     FROM parsed
     WHERE jsonb_typeof(doc) = 'object'
 )
@@ -359,6 +360,9 @@ SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count,
 FROM turns
 WHERE invocation_id IS NOT NULL
 GROUP BY invocation_id
+-- An invocation none of whose events holds a message is bookkeeping, not a turn (kagent 0.10.x's
+-- "header_update" events, written before every turn under that one invocation id).
+HAVING bool_or(has_messages)
 ORDER BY started_at;
 
 -- name: events_tally
@@ -373,12 +377,14 @@ WITH parsed AS MATERIALIZED (
     WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
       AND created_at >= $3 AND ($4::timestamptz IS NULL OR created_at < $4)
 ), messages AS MATERIALIZED (
-    SELECT e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text, m.tool_name
+    SELECT e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text, m.tool_name,
+           coalesce(e.doc ->> 'invocation_id', e.doc ->> 'invocationId') AS invocation_id
     FROM parsed AS e
     CROSS JOIN LATERAL {schema}.event_messages(e.doc) AS m
 )
 SELECT (SELECT count(*) FROM parsed) AS events,
-       (SELECT count(DISTINCT coalesce(doc ->> 'invocation_id', doc ->> 'invocationId')) FROM parsed) AS turns,
+       -- turns as the listing counts them: invocations with at least one message
+       (SELECT count(DISTINCT invocation_id) FROM messages) AS turns,
        (SELECT coalesce(sum({schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount')), 0)
         FROM parsed) AS total_tokens,
        (SELECT min(created_at) FROM parsed) AS first_at,
@@ -392,9 +398,9 @@ SELECT (SELECT count(*) FROM parsed) AS events,
         ORDER BY created_at DESC, id DESC, ord DESC LIMIT 1) AS last_agent_text;
 
 -- name: transcript_events
--- The live events before $3 (NULL: all) as a transcript reads them: turns in the order of their first
--- event, each turn's events by created_at (row id breaking ties), an event without an invocation id a
--- turn of its own. Each row is parsed once; its messages (event_messages) come as one JSON array with
+-- The live events before $3 (NULL: all) as a transcript reads them, in kagent's order (created_at; the
+-- row id breaks ties so that the order never depends on the plan), each with the key of the turn it
+-- belongs to (its invocation id; an event without one is a turn of its own). Each row is parsed once; its messages (event_messages) come as one JSON array with
 -- tool arguments and responses cut to $4 characters, and its usage as three numbers. doc_kind is NULL
 -- for a row that is not JSON.
 WITH parsed AS MATERIALIZED (
@@ -417,8 +423,7 @@ SELECT id, created_at, invocation_id, jsonb_typeof(doc) AS doc_kind, doc ->> 'au
                ORDER BY m.ord), '[]'::jsonb)::text
         FROM {schema}.event_messages(doc) AS m) AS messages
 FROM keyed
-ORDER BY min(created_at) OVER (PARTITION BY coalesce(invocation_id, 'event:' || id)),
-         coalesce(invocation_id, 'event:' || id), created_at, id;
+ORDER BY created_at, id;
 
 -- name: forks_of
 -- The direct forks of a session, oldest first, with their session's name and state.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -80,21 +81,21 @@ def expected_summary(conv: Conversation, since: Any) -> dict[str, Any] | None:
         return None
     tools: dict[str, int] = {}
     user_texts, agent_texts, total = [], [], 0
+    invocations = set()  # those with a message: the others are bookkeeping, not turns
     for doc in docs:
         content = doc.get("content") if isinstance(doc.get("content"), dict) else {}
         for part in content.get("parts") or []:
             call = _part_call(part, "function_call", "functionCall")
+            response = _part_call(part, "function_response", "functionResponse")
+            text = part.get("text") if isinstance(part.get("text"), str) and part.get("thought") is not True else None
             if call is not None:
                 tools[call["name"]] = tools.get(call["name"], 0) + 1
-            elif (
-                _part_call(part, "function_response", "functionResponse") is None
-                and isinstance(part.get("text"), str)
-                and part.get("thought") is not True
-            ):
-                (user_texts if doc.get("author") == "user" else agent_texts).append(part["text"])
+            elif response is None and text is not None:
+                (user_texts if doc.get("author") == "user" else agent_texts).append(text)
+            if call is not None or response is not None or text is not None:
+                invocations.add(doc.get("invocation_id") or doc.get("invocationId"))
         usage = doc.get("usage_metadata") or doc.get("usageMetadata") or {}
         total += usage.get("total_token_count") or usage.get("totalTokenCount") or 0
-    invocations = {doc.get("invocation_id") or doc.get("invocationId") for doc in docs}
     return {
         "strategy": "deterministic_v1",
         "turns": len(invocations - {None}),
@@ -104,3 +105,45 @@ def expected_summary(conv: Conversation, since: Any) -> dict[str, Any] | None:
         "last_agent_text": agent_texts[-1][:480] if agent_texts else None,
         "total_tokens": total,
     }
+
+
+async def append_turns(
+    pool: asyncpg.Pool, session_id: str, user_id: str, *, dialect: str, turns: int, **kwargs: Any
+) -> Conversation:
+    """New turns written into an existing session as kagent writes a chat's next turns (its events and
+    one task a turn, built by the same libraries as `seed`), from now on (kagent stamps NOW()), and
+    after everything the session holds."""
+    async with pool.acquire() as conn:
+        last = await conn.fetchval(
+            "SELECT greatest((SELECT max(created_at) FROM event WHERE session_id = $1 AND user_id = $2),"
+            " (SELECT max(created_at) FROM task WHERE session_id = $1))",
+            session_id,
+            user_id,
+        )
+        conv = build_conversation(
+            dialect=dialect,
+            turns=turns,
+            user_id=user_id,
+            session_id=session_id,
+            start=max(last + timedelta(seconds=1), datetime.now(UTC)),
+            **kwargs,
+        )
+        await conn.executemany(
+            "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) VALUES ($1, $2, $3, $4, $4, $5)",
+            [(e.id, user_id, session_id, e.created_at, e.data) for e in conv.events],
+        )
+        await conn.executemany(
+            "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            [(t.id, t.created_at, t.updated_at, t.data, session_id, t.protocol_version, user_id) for t in conv.tasks],
+        )
+    return conv
+
+
+def first_event_at(conv: Conversation, invocation_id: str) -> Any:
+    """When the first event of that invocation was written (a fork's or a rewind's event boundary)."""
+    return min(
+        e.created_at
+        for e in conv.events
+        if invocation_id in (json.loads(e.data).get("invocation_id"), json.loads(e.data).get("invocationId"))
+    )

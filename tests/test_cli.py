@@ -74,3 +74,28 @@ async def test_exit_codes(database_url: str, pool: asyncpg.Pool) -> None:
     assert bad.returncode in (2, 3)
     usage = cli(database_url, "rewind", conv.session_id)
     assert usage.returncode == 2 and "--before" in usage.stderr
+
+
+async def test_show_rewinds_and_compare(database_url: str, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True)
+    user = ["--user", conv.user_id]
+    markdown = cli(database_url, "show", conv.session_id, *user)
+    assert markdown.returncode == 0, markdown.stderr
+    assert markdown.stdout.startswith(f"# {conv.name}") and conv.turns[2].user_text in markdown.stdout
+    data = ok_json(cli(database_url, "show", conv.session_id, *user, "--before", conv.invocation_ids[1], "--json"))
+    assert [t["invocation_id"] for t in data["turns"]] == conv.invocation_ids[:1]
+    missing = cli(database_url, "show", conv.session_id, *user, "--before", "e-nope")
+    assert missing.returncode == 3 and "e-nope" in missing.stderr
+
+    fork = ok_json(cli(database_url, "fork", conv.session_id, *user, "--before", conv.invocation_ids[2], "--json"))
+    assert fork["fork"]["summary"]["turns"] == 1
+    compared = ok_json(cli(database_url, "compare", conv.session_id, fork["id"], *user, "--json"))
+    assert compared["common_turns"] == 2 and compared["left"]["turns_after"] == 1
+    readable = cli(database_url, "compare", conv.session_id, fork["id"], *user)
+    assert readable.returncode == 0 and readable.stdout.startswith("2 turns in common")
+
+    rewound = ok_json(cli(database_url, "rewind", conv.session_id, *user, "--before", conv.invocation_ids[1], "--json"))
+    listed = ok_json(cli(database_url, "rewinds", conv.session_id, *user, "--json"))
+    assert [(r["id"], r["undoable"]) for r in listed] == [(rewound["rewind"]["id"], True)]
+    table = cli(database_url, "rewinds", conv.session_id, *user)
+    assert table.returncode == 0 and rewound["rewind"]["id"] in table.stdout and "undoable" in table.stdout

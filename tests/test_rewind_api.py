@@ -13,7 +13,7 @@ from service.identity import Caller
 from service.operations import Services
 from service.rewind import rewind
 from service.schemas import RewindRequest
-from tests.helpers import digest, expected_summary, new_user, seed, session_rows, table_fingerprint
+from tests.helpers import append_turns, digest, expected_summary, new_user, seed, session_rows, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.conversations import create_share
 from tests.support.ui_transcript import transcript_main, transcript_v010
@@ -353,3 +353,46 @@ async def test_each_rewind_gets_its_own_stamp_after_the_sessions_last_one(
     ]
     await rewinding.undo(services, caller, conv.session_id, first.rewind.id)
     assert (await kagent_sees(pool, conv.session_id, conv.user_id))[0] == [e.id for e in conv.events]
+
+
+@pytest.mark.parametrize("dialect", LINES)
+async def test_rewinds_list_says_what_undo_would_do(client: Any, pool: asyncpg.Pool, dialect: str) -> None:
+    conv = await seed(pool, dialect=dialect, turns=4, tool_calls=True)
+    path = f"/api/sessions/{conv.session_id}"
+
+    async def listed(user: str = conv.user_id, **headers: str) -> list[dict[str, Any]]:
+        r = await client.get(f"{path}/rewinds", headers={"X-User-Id": user, **headers})
+        assert r.status_code == 200, r.text
+        data: list[dict[str, Any]] = r.json()["data"]
+        return data
+
+    assert await listed() == []
+    first = await post(client, f"{path}/rewind", conv.user_id, {"rewind_before_invocation_id": conv.invocation_ids[3]})
+    second = await post(client, f"{path}/rewind", conv.user_id, {"rewind_before_invocation_id": conv.invocation_ids[2]})
+    ids = [first.json()["data"]["rewind"]["id"], second.json()["data"]["rewind"]["id"]]
+    entries = await listed()
+    assert [e["id"] for e in entries] == ids[::-1]  # newest first
+    assert [e["undoable"] for e in entries] == [True, False]
+    assert all(e["requested_by"] == conv.user_id and e["undone_at"] is None for e in entries)
+    assert [e["rewind_before_invocation_id"] for e in entries] == conv.invocation_ids[2:4]
+    assert [e["summary"]["turns"] for e in entries] == [1, 1]
+
+    # `undoable` is undo's own decision: the older one is refused, the newer one done
+    refused = await post(client, f"{path}/rewinds/{ids[0]}/undo", conv.user_id)
+    assert refused.status_code == 409
+    assert (await post(client, f"{path}/rewinds/{ids[1]}/undo", conv.user_id)).status_code == 200
+    entries = await listed()
+    assert [(e["id"], e["undoable"], e["undone_at"] is not None) for e in entries] == [
+        (ids[1], False, True),
+        (ids[0], True, False),
+    ]
+    # a read-only share sees the list but cannot undo; another user sees nothing
+    async with pool.acquire() as conn:
+        token = await create_share(conn, session_id=conv.session_id, owner=conv.user_id, read_only=True)
+    assert [e["undoable"] for e in await listed(new_user(), **{"X-Share-Token": token})] == [False, False]
+    other = await client.get(f"{path}/rewinds", headers={"X-User-Id": new_user()})
+    assert other.status_code == 404
+    # new activity in the session: nothing can be undone any more
+    await append_turns(pool, conv.session_id, conv.user_id, dialect=dialect, turns=1)
+    assert [e["undoable"] for e in await listed()] == [False, False]
+    assert (await post(client, f"{path}/rewinds/{ids[0]}/undo", conv.user_id)).status_code == 409
