@@ -227,7 +227,8 @@ async def markdown_chunks(r: Reading) -> AsyncIterator[bytes]:
         if size >= CHUNK_BYTES:
             yield "".join(pending).encode()
             pending, size = [], 0
-    pending.append(f"\n---\n\n{r.count} turns, about {r.estimated_context_tokens} context tokens.\n")
+    turns_said = "1 turn" if r.count == 1 else f"{r.count} turns"
+    pending.append(f"\n---\n\n{turns_said}, about {r.estimated_context_tokens} context tokens.\n")
     pending += [f"\n> warning: {w}\n" for w in r.warnings]
     yield "".join(pending).encode()
 
