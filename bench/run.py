@@ -411,6 +411,34 @@ async def measure_reads(b: Bench, s: GeneratedSession) -> None:
                          f"{b.args.reps}", value=f"{median_ms(listing):.0f} ms", target="reported"))  # fmt: skip
 
 
+async def measure_transcript(b: Bench, s: GeneratedSession, label: str) -> None:
+    """The transcript of a whole session (JSON, streamed): time to the last byte, and the workers' peak
+    RSS growth against the answer's size (the service holds one turn at a time, not the answer)."""
+    took, size, growth = [], 0, 0.0
+    for _ in range(b.args.reps):
+        await b.quiesce()
+        base = b.service.reset_peaks()
+        started = time.perf_counter()
+        size = 0
+        async with b.client.stream("GET", f"/api/sessions/{s.session_id}/transcript", headers=HEADERS) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"transcript answered {response.status_code}")
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+        took.append(time.perf_counter() - started)
+        growth = max(growth, max(_status_kb(pid, "VmHWM") - rss for pid, rss in base.items()) / 1024)
+    b.report.add(
+        Row(
+            measure=f"transcript (GET transcript, JSON, streamed) of {label}, {size / MB:.1f} MB answered, median of "
+            f"{b.args.reps}; peak RSS growth, worst worker and run",
+            value=f"{median_ms(took):.0f} ms",
+            floor=f"{growth:.1f} MB",
+            target="reported; memory flat",
+            met="yes" if growth <= 10 else "**no**",
+        )
+    )
+
+
 async def naive_fork(conn: asyncpg.Connection, s: GeneratedSession, boundary: str, *, row_by_row: bool) -> str:
     """A fork the way kagent's design describes it: every event into the application, parsed, copied back.
 
@@ -635,7 +663,7 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
-MEASURES = ("memory", "forks", "legacy", "reads", "rewind", "throughput", "naive", "pglz")
+MEASURES = ("memory", "forks", "legacy", "reads", "transcript", "rewind", "throughput", "naive", "pglz")
 
 
 async def measure_all(
@@ -663,6 +691,9 @@ async def measure_all(
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
         if "reads" in want:
             await phase("(g) dry run and turn listing", measure_reads(b, s100k))
+        if "transcript" in want:
+            await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
+            await phase("transcript 100k", measure_transcript(b, s100k, "100,000 events"))
         if "rewind" in want:
             await phase("(d) rewind 10% of 100k", measure_rewind(b, s100k))
         if "throughput" in want:

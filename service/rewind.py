@@ -8,6 +8,7 @@ never waits for them: it holds the conversation either before or after a concurr
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,20 +65,20 @@ class _Boundary:
     partial: plan.BoundaryTask | None  # a task holding turns before the boundary: replaced by its kept part
 
 
-async def _boundary(svc: Services, conn: Connection, source: SessionRow, invocation_id: str) -> _Boundary:
+async def _boundary(
+    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, invocation_id: str
+) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
     prefilter = tasks.verbatim_in_json(invocation_id)
-    large = await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
-    async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
-        event_search = store.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
-        if reader is not None:
-            # Both searches read all of the session's rows of their table: at once, on two connections.
-            event_at, candidates = await copying.together(
-                event_search, store.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
-            )
-        else:
-            event_at = await event_search
-            candidates = await store.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
+    event_search = store.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
+    if reader is not None:
+        # Both searches read all of the session's rows of their table: at once, on two connections.
+        event_at, candidates = await copying.together(
+            event_search, store.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
+        )
+    else:
+        event_at = await event_search
+        candidates = await store.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
     task = plan.find_boundary_task(candidates, invocation_id)
     if event_at is None and task is None:
         # A destructive call never guesses.
@@ -124,25 +125,38 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
         if access.read_only:
             raise Forbidden("This share link is read-only")
         sid, owner = source.id, source.user_id
-        boundary = await _boundary(svc, conn, source, invocation_id)
-        hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from)
-        if running and not req.force:
-            raise Conflict(
-                f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
-                "wait for it, or send force: true"
-            )
-        # What the rewind hides, told before it hides it (the same transaction, after the row lock).
-        hides = await summary.summarize_events(store, conn, sid, owner, boundary.events_from)
-        if req.dry_run:
-            info = RewindInfo(
-                id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
-                tasks_removed=hidden_count, created_at=None, summary=hides,
+        large = await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+        # A large session's second connection, in the snapshot taken after the row lock: the boundary
+        # searches run at once, and the summary of what the rewind hides reads the rows as they were
+        # while the UPDATEs hide them.
+        async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
+            boundary = await _boundary(svc, conn, reader, source, invocation_id)
+            hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from)
+            if running and not req.force:
+                raise Conflict(
+                    f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
+                    "wait for it, or send force: true"
+                )
+            if req.dry_run:
+                hides = await summary.summarize_events(store, reader or conn, sid, owner, boundary.events_from)
+                info = RewindInfo(
+                    id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
+                    tasks_removed=hidden_count, created_at=None, summary=hides,
+                )  # fmt: skip
+                return RewindPlan(dry_run=True, rewind=info)
+            stamp = await store.rewind_stamp(conn, sid, owner)
+            hide = functools.partial(
+                store.hide_from, conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from,
+                stamp=stamp,
             )  # fmt: skip
-            return RewindPlan(dry_run=True, rewind=info)
-        stamp = await store.rewind_stamp(conn, sid, owner)
-        events, hidden = await store.hide_from(
-            conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
-        )
+            if reader is not None:
+                (events, hidden), hides = await copying.together(
+                    hide(), summary.summarize_events(store, reader, sid, owner, boundary.events_from)
+                )
+            else:
+                # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
+                hides = await summary.summarize_events(store, conn, sid, owner, boundary.events_from)
+                events, hidden = await hide()
         replacement = _replacement(boundary.partial, source, stamp) if boundary.partial else None
         if replacement is not None:
             await store.insert_tasks(conn, [replacement])

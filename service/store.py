@@ -552,9 +552,6 @@ class Store:
 
     # --- rewinds -----------------------------------------------------------------------------------
 
-    async def count_events_from(self, conn: Connection, session_id: str, owner: str, start: datetime) -> int:
-        return int(await conn.fetchval(self.q["count_events_from"], session_id, owner, start))
-
     async def hide_from(
         self,
         conn: Connection,

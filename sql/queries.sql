@@ -248,11 +248,6 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND crea
   AND {task_owned_by_$2}
 ORDER BY created_at;
 
--- name: count_events_from
--- How many live events a rewind at $3 would hide.
-SELECT count(*) FROM event
-WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3;
-
 -- name: hide_events_from
 -- Rewind: soft-delete the live events at or after $3 with one stamp $4 (undo finds them by it).
 UPDATE event SET deleted_at = $4

@@ -287,12 +287,13 @@ async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the
     roomy = await asyncpg.create_pool(database_url, min_size=2, max_size=4)
     svc = Services(settings=settings, store=CountingStore(settings.service_schema), pool=roomy)
     req = RewindRequest(rewind_before_invocation_id=conv.turns[3].invocation_id)
-    hidden = []
+    hidden, summaries = [], []
     try:
         for large in (True, False):
             monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
             result = await rewind(svc, Caller(user_id=conv.user_id), conv.session_id, req)
             assert isinstance(result, rewinding.RewindResult) and result.rewind.id is not None
+            summaries.append(result.rewind.summary)
             async with pool.acquire() as conn:
                 hidden.append(
                     await conn.fetch(
@@ -306,6 +307,8 @@ async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the
     finally:
         await roomy.close()
     assert hidden[0] == hidden[1] and len(hidden[0]) > 2
+    # the large rewind told on its reader, while it hid them, what the small one told before hiding them
+    assert summaries[0] == summaries[1] and summaries[0] is not None and summaries[0].turns == 3
     assert CountingStore.snapshots == 1  # the large rewind's reader, and only that one
 
 

@@ -107,6 +107,12 @@ async def same_fork_both_ways(
     assert on_server == in_python
     assert len(on_server) == (len(conv.turns) - 1 if kept is None else kept)
     assert await event_rows(pool, server_id) == await event_rows(pool, python_id)
+    # what each left behind is told the same way, whichever way (and cut: guessed or exact) it took
+    async with pool.acquire() as conn:
+        summaries = await conn.fetch(
+            "SELECT summary::text FROM kagent_fork.fork WHERE session_id = ANY($1::text[])", [server_id, python_id]
+        )
+    assert len({r[0] for r in summaries}) == 1 and len(summaries) == 2
     return path, on_server
 
 
