@@ -8,7 +8,7 @@ never waits for them: it holds the conversation either before or after a concurr
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -127,36 +127,40 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
         sid, owner = source.id, source.user_id
         large = await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         # A large session's second connection, in the snapshot taken after the row lock: the boundary
-        # searches run at once, and the summary of what the rewind hides reads the rows as they were
-        # while the UPDATEs hide them.
+        # searches run at once, then the summary of what the rewind hides reads the rows as they were
+        # while this connection checks the turns' states and the UPDATEs hide them.
         async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
             boundary = await _boundary(svc, conn, reader, source, invocation_id)
-            hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from)
-            if running and not req.force:
-                raise Conflict(
-                    f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
-                    "wait for it, or send force: true"
-                )
-            if req.dry_run:
-                hides = await summary.summarize_events(store, reader or conn, sid, owner, boundary.events_from)
-                info = RewindInfo(
-                    id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
-                    tasks_removed=hidden_count, created_at=None, summary=hides,
-                )  # fmt: skip
-                return RewindPlan(dry_run=True, rewind=info)
-            stamp = await store.rewind_stamp(conn, sid, owner)
-            hide = functools.partial(
-                store.hide_from, conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from,
-                stamp=stamp,
-            )  # fmt: skip
+            telling = None
             if reader is not None:
-                (events, hidden), hides = await copying.together(
-                    hide(), summary.summarize_events(store, reader, sid, owner, boundary.events_from)
+                telling = asyncio.ensure_future(
+                    summary.summarize_events(store, reader, sid, owner, boundary.events_from)
                 )
-            else:
-                # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
-                hides = await summary.summarize_events(store, conn, sid, owner, boundary.events_from)
-                events, hidden = await hide()
+            try:
+                hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from)
+                if running and not req.force:
+                    raise Conflict(
+                        f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
+                        "wait for it, or send force: true"
+                    )
+                if telling is None or req.dry_run:
+                    # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
+                    hides = await (telling or summary.summarize_events(store, conn, sid, owner, boundary.events_from))
+                if req.dry_run:
+                    info = RewindInfo(
+                        id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
+                        tasks_removed=hidden_count, created_at=None, summary=hides,
+                    )  # fmt: skip
+                    return RewindPlan(dry_run=True, rewind=info)
+                stamp = await store.rewind_stamp(conn, sid, owner)
+                events, hidden = await store.hide_from(
+                    conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
+                )
+                if telling is not None:
+                    hides = await telling
+            finally:
+                if telling is not None:
+                    await copying.cancelled(telling)
         replacement = _replacement(boundary.partial, source, stamp) if boundary.partial else None
         if replacement is not None:
             await store.insert_tasks(conn, [replacement])
