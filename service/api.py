@@ -20,11 +20,11 @@ from prometheus_client import Counter
 
 from service import compare, lineage, operations, rewind, transcript, turns
 from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
-from service.identity import Caller, resolve_caller
+from service.identity import Caller, resolve_caller, scope_headers
 from service.migrate import check_kagent_schema
 from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
 from service.operations import Services
-from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest
+from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest, checked_id
 
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
@@ -44,12 +44,6 @@ def ok(data: object, message: str, status: int = 200, headers: dict[str, str] | 
         media_type="application/json",
         headers=headers,
     )
-
-
-def checked_id(value: str, what: str = "session id") -> str:
-    if not value or len(value) > 256 or "\x00" in value:
-        raise BadRequest(f"{what} must be 1 to 256 characters without NUL")
-    return value
 
 
 async def decode_body(request: AnyRequest, kind: type[T]) -> T:
@@ -85,17 +79,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def raw_headers(request: AnyRequest) -> dict[str, list[str]]:
-    """Headers from the raw ASGI scope: a header sent twice must be seen twice, not joined into one.
-    Values are read as UTF-8, as kagent's Go backend takes their bytes (a user id `zoë` must match the
-    rows it wrote); bytes that are not UTF-8 fall back to Latin-1 (and then match no one)."""
-    headers: dict[str, list[str]] = {}
-    for raw_name, raw_value in request.scope["headers"]:
-        try:
-            value = raw_value.decode("utf-8")
-        except UnicodeDecodeError:
-            value = raw_value.decode("latin-1")
-        headers.setdefault(raw_name.decode("latin-1").lower(), []).append(value)
-    return headers
+    return scope_headers(request.scope)
 
 
 def caller_of(request: AnyRequest) -> Caller:

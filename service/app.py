@@ -10,10 +10,11 @@ from typing import Any
 
 import asyncpg
 import msgspec
-from litestar import Litestar, Request, Response
+from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions import HTTPException
+from litestar.types import Receive, Scope, Send
 
-from service import api
+from service import api, mcp_tools
 from service.config import Settings
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.migrate import check_kagent_schema, migrate
@@ -125,18 +126,28 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
     store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
     stamp_request_ids()
 
+    services: list[Services] = []
+    tools = mcp_tools.mcp_server(lambda: services[0])
+    tools_app = tools.streamable_http_app()
+
+    @asgi("/mcp", is_mount=True, copy_scope=True)
+    async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await tools_app(scope, receive, send)  # type: ignore[arg-type]
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         pool = await open_pool(settings, dsn)
         try:
             await prepare_database(settings, store, pool)
             app.state.services = Services(settings=settings, store=store, pool=pool)
-            yield
+            services.append(app.state.services)
+            async with tools.session_manager.run():
+                yield
         finally:
             await pool.close()
 
     return Litestar(
-        route_handlers=api.handlers(),
+        route_handlers=[*api.handlers(), mcp_endpoint],
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,

@@ -28,6 +28,21 @@ JWT_LEEWAY_SECONDS = 30  # clock skew tolerated between the token's issuer and t
 _SINGLE_HEADERS = ("authorization", "x-user-id", "x-share-token", "x-agent-name", "idempotency-key")
 
 
+def scope_headers(scope: Mapping[str, object]) -> dict[str, list[str]]:
+    """Headers from a request's raw ASGI scope: a header sent twice must be seen twice, not joined into
+    one. Values are read as UTF-8, as kagent's Go backend takes their bytes (a user id `zoë` must match
+    the rows it wrote); bytes that are not UTF-8 fall back to Latin-1 (and then match no one)."""
+    headers: dict[str, list[str]] = {}
+    raw: Sequence[tuple[bytes, bytes]] = scope["headers"]  # type: ignore[assignment]
+    for raw_name, raw_value in raw:
+        try:
+            value = raw_value.decode("utf-8")
+        except UnicodeDecodeError:
+            value = raw_value.decode("latin-1")
+        headers.setdefault(raw_name.decode("latin-1").lower(), []).append(value)
+    return headers
+
+
 @dataclass(frozen=True, kw_only=True)
 class Caller:
     user_id: str

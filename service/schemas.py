@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from service.errors import BadRequest
+
 # Every string a caller sends: at most 256 characters and no NUL (PostgreSQL text cannot hold one).
 Text = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
 
@@ -99,6 +101,13 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     data: object
     message: str
     error: bool = False
+
+
+def checked_id(value: str, what: str = "session id") -> str:
+    """An id from a path, a query or a tool's arguments: 1 to 256 characters without NUL, as `Text`."""
+    if not value or len(value) > 256 or "\x00" in value:
+        raise BadRequest(f"{what} must be 1 to 256 characters without NUL")
+    return value
 
 
 def rfc3339(value: datetime | None) -> str:

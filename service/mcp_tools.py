@@ -1,0 +1,171 @@
+"""The service's operations as MCP tools, for kagent agents (a RemoteMCPServer pointing at /mcp).
+
+Each tool is a thin wrapper over the operation its HTTP call runs, as the caller the request's headers
+name (the same identity rules as every HTTP call: kagent forwards a user's headers to an agent's MCP
+calls only for the headers its tool entry allows). A tool answers its result as JSON text (the HTTP
+answer's `data`); a refusal is a tool error whose text is the HTTP error's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
+
+import msgspec
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, TextContent
+
+from service import compare, operations, rewind, transcript, turns
+from service.errors import ServiceError
+from service.identity import Caller, resolve_caller, scope_headers
+from service.operations import Services
+from service.schemas import ForkRequest, RewindRequest, checked_id
+from service.store import CONNECTION_ERRORS
+
+_encoder = msgspec.json.Encoder()
+Operation = Callable[[Services, Caller], Awaitable[object]]
+
+
+R = TypeVar("R", ForkRequest, RewindRequest)
+
+
+def _request(kind: type[R], **fields: object) -> R:
+    """A tool's arguments as the HTTP body would carry them, checked by the same rules (lengths, NUL)."""
+    return msgspec.convert({k: v for k, v in fields.items() if v is not None}, kind)
+
+
+def _text(text: str, *, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], isError=error)
+
+
+def mcp_server(services: Callable[[], Services]) -> FastMCP:
+    """The MCP server, mounted by the app at /mcp; `services` gives the app's services once it runs."""
+    server = FastMCP(
+        "kagent-fork",
+        instructions="Fork, rewind and compare kagent conversations. Session ids are kagent session ids; "
+        "turns are named by their invocation ids (list_turns).",
+        stateless_http=True,
+        json_response=True,
+        streamable_http_path="/",
+        # In a cluster the Host is the Service's name: the SDK's check for browsers reaching a localhost
+        # server (DNS rebinding) would refuse every agent. Who calls is decided by the headers, as for HTTP.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+    async def run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
+        request = ctx.request_context.request
+        if request is None:
+            return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
+        svc = services()
+        try:
+            query = {name: request.query_params.getlist(name) for name in request.query_params}
+            caller = resolve_caller(svc.settings, scope_headers(request.scope), query)
+            result = await operation(svc, caller)
+        except ServiceError as exc:
+            return _text(exc.message, error=True)
+        except msgspec.ValidationError as exc:
+            return _text(f"invalid arguments: {exc}", error=True)
+        except CONNECTION_ERRORS:
+            await svc.pool.expire_connections()
+            return _text("database unavailable, try again later", error=True)
+        if raw:
+            assert isinstance(result, str)
+            return _text(result)
+        return _text(_encoder.encode(result).decode())
+
+    @server.tool()
+    async def list_turns(
+        ctx: Context[Any, Any, Any], session_id: str, limit: int = 100, after: str | None = None
+    ) -> CallToolResult:
+        """The turns of a session, in order (invocation id, task, state, user text): pick one to fork,
+        rewind or regenerate."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            after_id = checked_id(after, "after") if after is not None else None
+            page = await turns.invocations(svc, caller, checked_id(session_id), limit=limit, after=after_id)
+            return {"turns": page.items, "last_page": page.last}
+
+        return await run(ctx, op)
+
+    @server.tool()
+    async def show_transcript(
+        ctx: Context[Any, Any, Any],
+        session_id: str,
+        before: str | None = None,
+        format: Literal["markdown", "json"] = "markdown",
+    ) -> CallToolResult:
+        """A session's conversation as the agent sees it, turn by turn; `before`: only the turns before
+        that invocation (what a fork there would hold)."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            sid, until = checked_id(session_id), checked_id(before, "before") if before is not None else None
+            if format == "json":
+                return await transcript.read(svc, caller, sid, before=until)
+            async with transcript.reading(svc, caller, sid, before=until) as r:
+                return b"".join([chunk async for chunk in transcript.markdown_chunks(r)]).decode()
+
+        return await run(ctx, op, raw=format == "markdown")
+
+    @server.tool()
+    async def fork_session(
+        ctx: Context[Any, Any, Any],
+        session_id: str,
+        rewind_before_invocation_id: str | None = None,
+        name: str | None = None,
+        if_boundary_missing: Literal["copy_all", "error"] = "error",
+        task_layout: Literal["auto", "merged", "per_task"] = "auto",
+        dry_run: bool = False,
+    ) -> CallToolResult:
+        """Fork chat from here: a new session holding the conversation before the turn
+        `rewind_before_invocation_id` (none: all of it). The source is not changed. `dry_run` answers the
+        plan."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            req = _request(
+                ForkRequest, rewind_before_invocation_id=rewind_before_invocation_id, name=name,
+                if_boundary_missing=if_boundary_missing, task_layout=task_layout, dry_run=dry_run,
+            )  # fmt: skip
+            return (await operations.fork(svc, caller, checked_id(session_id), req)).data
+
+        return await run(ctx, op)
+
+    @server.tool()
+    async def rewind_session(
+        ctx: Context[Any, Any, Any],
+        session_id: str,
+        rewind_before_invocation_id: str,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> CallToolResult:
+        """Rewind to here: the session loses the turn `rewind_before_invocation_id` and everything after
+        it (nothing is erased; undo_rewind brings it back). `dry_run` answers what it would hide."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            req = _request(
+                RewindRequest, rewind_before_invocation_id=rewind_before_invocation_id, dry_run=dry_run, force=force
+            )
+            return await rewind.rewind(svc, caller, checked_id(session_id), req)
+
+        return await run(ctx, op)
+
+    @server.tool()
+    async def undo_rewind(ctx: Context[Any, Any, Any], session_id: str, rewind_id: str) -> CallToolResult:
+        """Undo a rewind of a session (its id is in rewind_session's answer)."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            return await rewind.undo(svc, caller, checked_id(session_id), checked_id(rewind_id, "rewind id"))
+
+        return await run(ctx, op)
+
+    @server.tool()
+    async def compare_sessions(ctx: Context[Any, Any, Any], session_id: str, other_session_id: str) -> CallToolResult:
+        """Two sessions side by side (a source and its fork, or two forks): their common turns, and each
+        one's turns, tool calls, tokens, duration and last answer after them."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            return await compare.compare(svc, caller, checked_id(session_id), checked_id(other_session_id))
+
+        return await run(ctx, op)
+
+    return server

@@ -1,0 +1,129 @@
+"""The MCP tools at /mcp, called with the MCP client of the same SDK against a running service: the
+tool list, each tool once, identity from the headers, and refusals as tool errors with the HTTP message."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from tests.helpers import new_user, seed, table_fingerprint
+
+TOOLS = {
+    "list_turns", "show_transcript", "fork_session", "rewind_session", "undo_rewind", "compare_sessions",
+}  # fmt: skip
+
+
+@asynccontextmanager
+async def mcp_session(live_url: str, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{live_url}/mcp", http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def text_of(result: CallToolResult) -> str:
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    return result.content[0].text
+
+
+def ok(result: CallToolResult) -> Any:
+    assert not result.isError, text_of(result)
+    return json.loads(text_of(result))
+
+
+async def test_every_tool_once_as_the_caller_the_headers_name(live_url: str, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="legacy", turns=3, tool_calls=True)
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        listed = await mcp.list_tools()
+        assert {t.name for t in listed.tools} >= TOOLS
+        schema = next(t for t in listed.tools if t.name == "fork_session").inputSchema
+        assert schema["required"] == ["session_id"] and "rewind_before_invocation_id" in schema["properties"]
+        assert all(t.description for t in listed.tools)
+
+        turns = ok(await mcp.call_tool("list_turns", {"session_id": conv.session_id}))
+        assert [t["invocation_id"] for t in turns["turns"]] == conv.invocation_ids and turns["last_page"]
+
+        markdown = await mcp.call_tool("show_transcript", {"session_id": conv.session_id})
+        assert not markdown.isError and text_of(markdown).startswith(f"# {conv.name}")
+        before = ok(
+            await mcp.call_tool(
+                "show_transcript", {"session_id": conv.session_id, "before": conv.invocation_ids[2], "format": "json"}
+            )
+        )
+        assert [t["invocation_id"] for t in before["turns"]] == conv.invocation_ids[:2]
+
+        fork = ok(
+            await mcp.call_tool(
+                "fork_session", {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[2]}
+            )
+        )
+        assert fork["user_id"] == conv.user_id and fork["fork"]["parent_session_id"] == conv.session_id
+        assert fork["fork"]["summary"]["turns"] == 1
+        compared = ok(
+            await mcp.call_tool("compare_sessions", {"session_id": conv.session_id, "other_session_id": fork["id"]})
+        )
+        assert compared["common_turns"] == 2 and compared["left"]["turns_after"] == 1
+
+        rewound = ok(
+            await mcp.call_tool(
+                "rewind_session", {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1]}
+            )
+        )
+        assert rewound["rewind"]["events_removed"] > 0
+        undone = ok(
+            await mcp.call_tool("undo_rewind", {"session_id": conv.session_id, "rewind_id": rewound["rewind"]["id"]})
+        )
+        assert undone["rewind"]["undone_at"]
+
+    # the same calls over HTTP give the same data (the tools are the operations, not a copy of them)
+    async with httpx.AsyncClient(base_url=live_url) as http:
+        listing = await http.get(f"/api/sessions/{conv.session_id}/invocations", headers={"X-User-Id": conv.user_id})
+    assert listing.json()["data"] == turns["turns"]
+
+
+async def test_refusals_are_tool_errors_with_the_http_message(live_url: str, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=2)
+    before = await table_fingerprint(pool)
+    async with mcp_session(live_url, {"X-User-Id": new_user()}) as stranger:
+        hidden = await stranger.call_tool("fork_session", {"session_id": conv.session_id})
+        assert hidden.isError and text_of(hidden) == "Session not found"
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        missing = await mcp.call_tool(
+            "fork_session",
+            {"session_id": conv.session_id, "rewind_before_invocation_id": "e-typo", "if_boundary_missing": "error"},
+        )
+        assert missing.isError and text_of(missing) == f"invocation e-typo not found in session {conv.session_id}"
+        http_missing = await _http_fork(
+            live_url,
+            conv.session_id,
+            conv.user_id,
+            {"rewind_before_invocation_id": "e-typo", "if_boundary_missing": "error"},
+        )
+        assert http_missing == text_of(missing)
+        too_long = await mcp.call_tool("fork_session", {"session_id": conv.session_id, "name": "x" * 300})
+        assert too_long.isError and text_of(too_long).startswith("invalid arguments:")
+        bad_id = await mcp.call_tool("list_turns", {"session_id": "x" * 300})
+        assert bad_id.isError and "1 to 256 characters" in text_of(bad_id)
+        no_turn = await mcp.call_tool(
+            "rewind_session", {"session_id": conv.session_id, "rewind_before_invocation_id": "e-nope"}
+        )
+        assert no_turn.isError and "e-nope" in text_of(no_turn)
+    assert await table_fingerprint(pool) == before
+
+
+async def _http_fork(live_url: str, session_id: str, user: str, body: dict[str, Any]) -> str:
+    async with httpx.AsyncClient(base_url=live_url) as http:
+        r = await http.post(f"/api/sessions/{session_id}/fork", json=body, headers={"X-User-Id": user})
+    error: str = r.json()["error"]
+    return error
