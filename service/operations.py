@@ -7,6 +7,7 @@ import hashlib
 import logging
 import math
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,6 +54,10 @@ class Services:
     def connection(self) -> AbstractAsyncContextManager[PoolConnectionProxy[asyncpg.Record]]:
         """A pooled connection, checked first (see store.pooled_connection)."""
         return pooled_connection(self.pool)
+
+
+# Work a caller adds to a fork's own transaction, once its rows are written (a what-if's job row).
+AfterFork = Callable[[Connection, "ForkedSession"], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,13 +208,29 @@ def request_hash(session_id: str, req: ForkRequest) -> str:
     return hashlib.sha256(session_id.encode() + b"\n" + _encoder.encode(req)).hexdigest()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Into:
+    """Where a fork goes other than as the plain API call: the agent it belongs to (a what-if forks
+    into another agent; None: the source's) and work done in its transaction once its rows are written."""
+
+    agent_id: str | None = None
+    then: AfterFork | None = None
+
+
 async def fork(
-    svc: Services, caller: Caller, session_id: str, req: ForkRequest, idempotency_key: str | None = None
+    svc: Services,
+    caller: Caller,
+    session_id: str,
+    req: ForkRequest,
+    idempotency_key: str | None = None,
+    *,
+    into: Into | None = None,
 ) -> ForkOutcome:
     """Fork chat from here: a new session holding the conversation before the boundary turn."""
+    into = into or Into()
     async with svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
-            return await _fork_within_rate(svc, conn, caller, session_id, req, None)
+            return await _fork_within_rate(svc, conn, caller, session_id, req, None, into)
         digest = request_hash(session_id, req)
         # Concurrent retries of one key wait here, then find the first one's answer.
         async with svc.store.key_lock(conn, f"fork:{caller.user_id}", idempotency_key):
@@ -221,7 +242,7 @@ async def fork(
                 if stored_hash != digest:
                     raise Unprocessable("Idempotency-Key was already used with a different request")
                 return ForkOutcome(data=msgspec.Raw(answer.encode()), created=False, replayed=True, session_id=None)
-            return await _fork_within_rate(svc, conn, caller, session_id, req, (idempotency_key, digest))
+            return await _fork_within_rate(svc, conn, caller, session_id, req, (idempotency_key, digest), into)
 
 
 async def _fork_within_rate(
@@ -231,16 +252,17 @@ async def _fork_within_rate(
     session_id: str,
     req: ForkRequest,
     idempotency: tuple[str, str] | None,
+    into: Into,
 ) -> ForkOutcome:
     """A fork within FORK_RATE_PER_MINUTE: at most that many forks made by one user in any minute,
     counted from the lineage records (dry runs, replays and refused forks are not forks)."""
     rate = svc.settings.fork_rate_per_minute
     if req.dry_run or rate == 0:
-        return await _fork_once(svc, conn, caller, session_id, req, idempotency, rate=0)
+        return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=0)
     # A user's forks run one at a time, in every replica, so that counting them and committing a new
     # one are atomic. The lock is taken before the fork's snapshot: it sees every fork made before.
     async with svc.store.key_lock(conn, "fork-rate", caller.user_id):
-        return await _fork_once(svc, conn, caller, session_id, req, idempotency, rate=rate)
+        return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=rate)
 
 
 async def _fork_once(
@@ -250,6 +272,7 @@ async def _fork_once(
     session_id: str,
     req: ForkRequest,
     idempotency: tuple[str, str] | None,
+    into: Into,
     *,
     rate: int,
 ) -> ForkOutcome:
@@ -282,7 +305,7 @@ async def _fork_once(
         fork = _Fork(
             svc=svc, conn=conn, reader=reader, caller=caller, source=source, req=req, idempotency=idempotency,
             name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
-            depth=depth,
+            depth=depth, into=into,
         )  # fmt: skip
         boundary = req.rewind_before_invocation_id
         if reader is not None and caller.user_id == owner and boundary is not None:
@@ -317,6 +340,7 @@ class _Fork:
     root_id: str
     root_owner: str
     depth: int
+    into: Into
 
 
 async def _guess_cut(
@@ -387,7 +411,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         )  # fmt: skip
 
     new_session = await store.insert_session(
-        conn, session_id=new_id, user_id=caller.user_id, name=fork.name, agent_id=source.agent_id, source="user"
+        conn,
+        session_id=new_id,
+        user_id=caller.user_id,
+        name=fork.name,
+        agent_id=fork.into.agent_id or source.agent_id,
+        source="user",
     )
     events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess)
     warnings += copier.warnings
@@ -415,6 +444,8 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     )  # fmt: skip
     s = session_json(new_session)
     data = ForkedSession(**msgspec.structs.asdict(s), fork=info)
+    if fork.into.then is not None:
+        await fork.into.then(conn, data)
     if fork.idempotency is not None:
         key, digest = fork.idempotency
         await store.remember_answer(
