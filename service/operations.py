@@ -353,13 +353,17 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     svc, conn, source, req, caller = fork.svc, fork.conn, fork.source, fork.req, fork.caller
     store, sid, owner = svc.store, source.id, source.user_id
     versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
-    layout = plan.choose_layout(req.task_layout, _dialects(versions, cut))
+    dialects = _dialects(versions, cut)
+    layout = plan.choose_layout(req.task_layout, dialects)
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
+    warnings = list(cut.warnings)
+    if layout == "merged":
+        layout, notes = await _checked_merge(svc, conn, source, cut, req.task_layout, dialects)
+        warnings += notes
     now = await store.now(conn)
     new_id = str(uuid.uuid4())
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
-    warnings = list(cut.warnings)
 
     if req.dry_run:
         stats = await store.event_stats(conn, sid, owner, cut.events_before)
@@ -416,6 +420,29 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _checked_merge(
+    svc: Services, conn: Connection, source: SessionRow, cut: Cut, requested: str, dialects: set[tasks.TaskDialect]
+) -> tuple[plan.Layout, list[str]]:
+    """The layout and warnings of kept tasks that choose_layout merges: v1.0 tasks merge only when
+    asked, with a warning; legacy tasks unless kagent 0.10.x's UI would show them otherwise merged
+    (fork.merge_hazard), which only a task holding a confirmation request can cause: only those are
+    read (the search reads the kept tasks' text in PostgreSQL, the rows it finds in Python)."""
+    if tasks.TaskDialect.V1 in dialects:
+        return "merged", [plan.V1_MERGED_WARNING]
+    store, sid, owner, partial = svc.store, source.id, source.user_id, cut.partial
+    candidates = await store.tasks_mentioning_before(conn, sid, owner, cut.tasks_before, tasks.CONFIRMATION_CALL)
+    if partial is not None and tasks.CONFIRMATION_CALL in partial.row.data:
+        candidates.append(partial.row)
+    if not candidates:
+        return "merged", []
+    first = await store.first_task(conn, sid, owner)
+    last = partial.row if partial is not None else await store.last_task_before(conn, sid, owner, cut.tasks_before)
+    hazard = plan.merge_hazard(
+        candidates, partial=partial, first_id=first.id if first else None, last_id=last.id if last else None
+    )
+    return plan.merge_verdict(requested, hazard)
 
 
 def _dialects(versions: dict[str | None, int], cut: Cut) -> set[tasks.TaskDialect]:
