@@ -31,9 +31,10 @@ def default_name(source_name: str | None, first_user_text: str | None) -> str:
 def choose_layout(requested: str, dialects: set[TaskDialect]) -> Layout:
     """`auto`: the layout kagent's UI of the tasks' line renders as the same conversation.
 
-    The 0.10.x UI builds a chat from task.history alone, so one merged task reads right; the main
-    line's UI shows each task's user messages and then its artifacts, so merging v1 tasks would put
-    every question before every answer: they are copied one by one.
+    The 0.10.x UI builds a chat from task.history alone, so one merged task reads right, unless a
+    confirmation request reads across turns: the caller settles that with merge_hazard before
+    writing merged tasks. The main line's UI shows each task's user messages and then its artifacts,
+    so merging v1 tasks would put every question before every answer: they are copied one by one.
     """
     if requested == "merged":
         if len(dialects) > 1:

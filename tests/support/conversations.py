@@ -60,8 +60,9 @@ Dialect = Literal["legacy", "v1"]
 EventStyle = Literal["python", "python_compact", "go", "openai"]
 MetadataStyle = Literal["sample", "kagent"]
 # What a turn of `shapes` holds (build_conversation): a human-in-the-loop turn answered by an approval
-# ("approved"), by a batch decision ("batch"), an ask_user turn answered ("ask_user"), an approval turn
-# the human never answered, its task canceled ("unanswered", "unanswered_ask_user"), or a call to a sub-agent tool ("agent_tool").
+# ("approved"), by a batch decision ("batch"), an ask_user turn answered ("ask_user"), an approval or
+# ask_user turn the human never answered, its task canceled ("unanswered", "unanswered_ask_user"), or a
+# call to a sub-agent tool ("agent_tool").
 Shape = Literal["approved", "batch", "ask_user", "unanswered", "unanswered_ask_user", "agent_tool"]
 
 DEFAULT_USER_ID = "admin@kagent.dev"
