@@ -119,14 +119,23 @@ async def test_a_fork_of_a_merged_fork_stays_exact(client: Any, pool: asyncpg.Po
     assert transcript_v010(copied) == transcript_v010(conv.task_data()[:3])
 
 
-@pytest.mark.parametrize("shapes", [{0: "unanswered", 1: "approved"}, {1: "approved"}])
+@pytest.mark.parametrize(
+    "shapes", [{0: "unanswered", 1: "approved"}, {1: "approved"}, {0: "agent_tool", 1: "unanswered", 2: "approved"}]
+)
 async def test_v1_forks_are_per_task_and_an_explicit_merge_says_how_main_shows_it(
     client: Any, pool: asyncpg.Pool, shapes: dict[int, Any]
 ) -> None:
-    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, shapes=shapes)
+    conv = await seed(pool, dialect="v1", turns=4, tool_calls=True, shapes=shapes)
+    source = transcript_main(conv.task_data())
     info, copied = await forked(client, pool, conv, {})
     assert info["task_layout"] == "per_task" and info["warnings"] == []
-    assert transcript_main(copied) == transcript_main(conv.task_data())
+    assert transcript_main(copied) == source
+    for n in range(1, 4):
+        info, prefix = await forked(client, pool, conv, {"rewind_before_invocation_id": conv.turns[n].invocation_id})
+        assert transcript_main(prefix) == transcript_main(conv.task_data()[:n]), n
+    calls = [e for e in source if e.kind == AGENT_CALL]
+    assert len(calls) == list(shapes.values()).count("agent_tool")
+    assert all(e.subagent_session_id for e in calls), "the agent card links its sub-agent's session"
     info, merged = await forked(client, pool, conv, {"task_layout": "merged"})
     assert info["task_layout"] == "merged" and info["warnings"] == [plan.V1_MERGED_WARNING]
     shown = transcript_main(merged)

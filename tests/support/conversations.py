@@ -1066,8 +1066,8 @@ def build_conversation(
 
     ``shapes`` (0-based turn -> :data:`Shape`): turns of the other human-in-the-loop forms, or a call to a
     sub-agent tool (its function_call part carries ``kagent_subagent_session_id`` on legacy tasks, its
-    response the ``subagent_session_id``). ``"batch"``, ``"ask_user"`` and ``"agent_tool"`` are modelled for
-    legacy tasks only. An ``"unanswered"`` turn is stored as kagent stores an approval the human never gave
+    response the ``subagent_session_id``, on both lines). ``"batch"`` and the ``"ask_user"`` forms are modelled
+    for legacy tasks only. An ``"unanswered"`` turn is stored as kagent stores an approval the human never gave
     before the task was canceled: events up to the ``adk_request_confirmation`` call, the request moved into
     ``history`` by the ``canceled`` status.
 
@@ -1092,8 +1092,8 @@ def build_conversation(
     shapes = shapes or {}
     if any(not 0 <= i < turns for i in shapes) or (approval_turn in shapes):
         raise ValueError("shapes name turns of the conversation other than approval_turn")
-    if dialect == "v1" and set(shapes.values()) - {"approved", "unanswered"}:
-        raise ValueError("batch, ask_user and agent_tool turns are modelled for legacy tasks only")
+    if dialect == "v1" and set(shapes.values()) - {"approved", "unanswered", "agent_tool"}:
+        raise ValueError("batch and ask_user turns are modelled for legacy tasks only")
     if (running_last_turn or awaiting_approval_last_turn) and turns - 1 in shapes:
         raise ValueError("shapes name the last turn, which is running")
     if event_style == "openai" and (approval_turn is not None or awaiting_approval_last_turn or shapes):
