@@ -358,8 +358,14 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = list(cut.warnings)
-    if layout == "merged":
-        layout, notes = await _checked_merge(svc, conn, source, cut, req.task_layout, dialects)
+    settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
+    if layout == "merged" and tasks.TaskDialect.V1 in dialects:
+        warnings.append(plan.V1_MERGED_WARNING)
+    elif layout == "merged" and fork.reader is not None:
+        # On the reader, while the fork's connection copies the events (copying.copy_rows awaits it).
+        settle = asyncio.ensure_future(_merge_check(svc, fork.reader, source, cut, req.task_layout))
+    elif layout == "merged":
+        layout, notes = await _merge_check(svc, conn, source, cut, req.task_layout)
         warnings += notes
     now = await store.now(conn)
     new_id = str(uuid.uuid4())
@@ -392,7 +398,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     new_session = await store.insert_session(
         conn, session_id=new_id, user_id=caller.user_id, name=fork.name, agent_id=source.agent_id, source="user"
     )
-    events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess)
+    try:
+        events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess, settle)
+    finally:
+        if settle is not None:
+            await cancelled(settle)
+    layout = copier.layout
     warnings += copier.warnings
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
@@ -422,15 +433,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
 
 
-async def _checked_merge(
-    svc: Services, conn: Connection, source: SessionRow, cut: Cut, requested: str, dialects: set[tasks.TaskDialect]
+async def _merge_check(
+    svc: Services, conn: Connection, source: SessionRow, cut: Cut, requested: str
 ) -> tuple[plan.Layout, list[str]]:
-    """The layout and warnings of kept tasks that choose_layout merges: v1.0 tasks merge only when
-    asked, with a warning; legacy tasks unless kagent 0.10.x's UI would show them otherwise merged
-    (fork.merge_hazard), which only a task holding a confirmation request can cause: only those are
-    read (the search reads the kept tasks' text in PostgreSQL, the rows it finds in Python)."""
-    if tasks.TaskDialect.V1 in dialects:
-        return "merged", [plan.V1_MERGED_WARNING]
+    """The layout and warnings of legacy tasks that choose_layout merges: merged, unless kagent
+    0.10.x's UI would show them otherwise merged (fork.merge_hazard), which only a task holding a
+    confirmation request can cause: only those are read (found by their text in PostgreSQL)."""
     store, sid, owner, partial = svc.store, source.id, source.user_id, cut.partial
     candidates = await store.tasks_mentioning_before(conn, sid, owner, cut.tasks_before, tasks.CONFIRMATION_CALL)
     if partial is not None and tasks.CONFIRMATION_CALL in partial.row.data:

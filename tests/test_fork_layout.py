@@ -144,8 +144,19 @@ async def test_v1_forks_are_per_task_and_an_explicit_merge_says_how_main_shows_i
 
 
 @pytest.mark.parametrize("pool_size", [1, 4], ids=["serial", "overlapped"])
+@pytest.mark.parametrize(
+    ("shapes", "layout"),
+    [({0: "unanswered", 2: "approved"}, "per_task"), ({0: "ask_user", 1: "approved"}, "merged")],
+    ids=["hazard", "safe"],
+)
 async def test_large_fork_path_takes_the_same_layout(
-    settings: Any, database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, pool_size: int
+    settings: Any,
+    database_url: str,
+    pool: asyncpg.Pool,
+    monkeypatch: pytest.MonkeyPatch,
+    pool_size: int,
+    shapes: dict[int, Any],
+    layout: str,
 ) -> None:
     """Large forks (a second connection streams the merged task) decide the layout the same way."""
     from service import copying, operations
@@ -154,17 +165,20 @@ async def test_large_fork_path_takes_the_same_layout(
     from service.store import Store
 
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
-    conv = await seed(pool, dialect="legacy", turns=4, tool_calls=True, shapes={0: "unanswered", 2: "approved"})
+    conv = await seed(pool, dialect="legacy", turns=4, tool_calls=True, shapes=shapes)
     small = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
     try:
         svc = operations.Services(settings=settings, store=Store(settings.service_schema), pool=small)
         req = ForkRequest(rewind_before_invocation_id=conv.turns[3].invocation_id)
         outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, req)
         assert outcome.created and outcome.session_id is not None
+        assert small.get_size() == min(pool_size, 2), "the overlapped path checked on its reader"
     finally:
         await small.close()
+    info = outcome.data.fork  # type: ignore[union-attr]
+    assert info.task_layout == layout and len(info.warnings) == (layout == "per_task")
     view = await kagent_view(pool, outcome.session_id, conv.user_id, "legacy")
-    assert len(view["tasks"]) == 3
+    assert len(view["tasks"]) == (3 if layout == "per_task" else 1)
     assert transcript_v010([json.loads(t["data"]) for t in view["tasks"]]) == transcript_v010(conv.task_data()[:3])
 
 
