@@ -81,8 +81,12 @@ async def copy_rows(
     cut: Cut,
     copier: plan.TaskCopier,
     guess: Guess | None,
+    settle: Awaitable[tuple[plan.Layout, list[str]]] | None = None,
 ) -> int:
     """Write the fork's events and tasks; the number of events copied.
+
+    `settle`, when given, decides the copier's layout and warnings (a check running on the reader):
+    it is awaited once the events are copied, before any task is written.
 
     When the per_task rows need no more than their ids replaced, PostgreSQL copies the tasks itself
     while the reader checks, task by task, that the copy is exact; otherwise the reader feeds the
@@ -103,6 +107,9 @@ async def copy_rows(
     if guess is not None:
         raise GuessWrong("only the server copy proves a guessed boundary")
     events = await _copy_events(svc, conn, source, copier, cut.events_before)
+    if settle is not None:
+        copier.layout, notes = await settle
+        copier.warnings += notes
     if reader is not None:
         TASK_COPIES.labels(path).inc()
     await _copy_tasks(svc, conn, reader, source, cut, copier)

@@ -31,9 +31,10 @@ def default_name(source_name: str | None, first_user_text: str | None) -> str:
 def choose_layout(requested: str, dialects: set[TaskDialect]) -> Layout:
     """`auto`: the layout kagent's UI of the tasks' line renders as the same conversation.
 
-    The 0.10.x UI builds a chat from task.history alone, so one merged task reads right; the main
-    line's UI shows each task's user messages and then its artifacts, so merging v1 tasks would put
-    every question before every answer: they are copied one by one.
+    The 0.10.x UI builds a chat from task.history alone, so one merged task reads right, unless a
+    confirmation request reads across turns: the caller settles that with merge_hazard before
+    writing merged tasks. The main line's UI shows each task's user messages and then its artifacts,
+    so merging v1 tasks would put every question before every answer: they are copied one by one.
     """
     if requested == "merged":
         if len(dialects) > 1:
@@ -42,6 +43,81 @@ def choose_layout(requested: str, dialects: set[TaskDialect]) -> Layout:
     if requested == "per_task":
         return "per_task"
     return "merged" if dialects == {TaskDialect.LEGACY} else "per_task"
+
+
+V1_MERGED_WARNING = (
+    "task_layout merged on A2A v1.0 tasks: kagent's main UI shows a task's user messages and then its "
+    "artifacts, so this fork shows every question of the merged turns first, then every answer"
+)
+
+
+def merge_hazard(
+    candidates: Sequence[TaskRow], *, partial: BoundaryTask | None, first_id: str | None, last_id: str | None
+) -> str | None:
+    """Why kagent 0.10.x's UI would show the kept legacy tasks merged into one task otherwise than one
+    by one; None when it shows them the same.
+
+    `candidates`: every kept task whose text holds a confirmation request (tasks.CONFIRMATION_CALL),
+    oldest first, the cut one (`partial`) included; `first_id`/`last_id`: the oldest and newest kept
+    tasks. The UI reads a task's history message by message; only two of its reads reach past a
+    message, and only when the message is a confirmation request (tool approval or ask_user):
+    findDecisionAfterIndex takes the first user decision after it *in the same task*, and the card
+    takes the token usage of the last agent message before it *in the same task*. Everything else
+    (the chat list, tool cards merged by call id, sub-agent session ids) is built over all tasks
+    alike, and the merge keeps the messages in order, de-duplicated by messageId as the UI does.
+    So a merge shows the same unless a request finds no decision in its own task (merged, it would
+    take a later turn's: an approval or answer nobody gave) or no usage before it in its own task
+    (merged, it would show an earlier turn's).
+    """
+    for row in candidates:
+        try:
+            data = tasks.decode(row.data)
+        except tasks.TaskFormatError:
+            continue  # the copy refuses it (422)
+        if partial is not None and row.id == partial.row.id:
+            data = tasks.cut(data, TaskDialect.LEGACY, partial.cut)
+        reason = _task_merge_hazard(data, first=row.id == first_id, last=row.id == last_id)
+        if reason is not None:
+            return f"task {row.id} holds {reason}"
+    return None
+
+
+def _task_merge_hazard(task: tasks.JSON, *, first: bool, last: bool) -> str | None:
+    messages = tasks.history(task)
+    seen: set[str] = set()
+    usage = False
+    for index, message in enumerate(messages):
+        message_id = message.get("messageId")
+        if isinstance(message_id, str):
+            if message_id in seen:
+                continue  # the UI (and the merge) read a messageId once
+            seen.add(message_id)
+        if tasks.confirmation_requests(message):
+            answered = any(tasks.decision(m, TaskDialect.LEGACY) is not None for m in messages[index + 1 :])
+            if not answered and not last:
+                return (
+                    "a tool confirmation with no decision after it in that task: merged with the later turns, "
+                    "kagent 0.10.x's UI would pair it with a later turn's decision (an approval or answer "
+                    "nobody gave)"
+                )
+            if answered and not usage and not first:
+                return (
+                    "a tool confirmation with no token usage before it in that task: merged with the earlier "
+                    "turns, kagent 0.10.x's UI would show an earlier turn's usage on its card"
+                )
+            continue
+        if message.get("role") != "user" and tasks.carries_usage(message):
+            usage = True
+    return None
+
+
+def merge_verdict(requested: str, hazard: str | None) -> tuple[Layout, list[str]]:
+    """The layout of legacy tasks that `choose_layout` merges, given merge_hazard's answer, and the warning."""
+    if hazard is None:
+        return "merged", []
+    if requested == "merged":
+        return "merged", [f"task_layout merged: kagent 0.10.x's UI shows this fork otherwise than its source: {hazard}"]
+    return "per_task", [f"the tasks are copied one by one (task_layout per_task), not merged: {hazard}"]
 
 
 def dialect_of(row: TaskRow) -> TaskDialect:

@@ -377,13 +377,23 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     svc, conn, source, req, caller = fork.svc, fork.conn, fork.source, fork.req, fork.caller
     store, sid, owner = svc.store, source.id, source.user_id
     versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
-    layout = plan.choose_layout(req.task_layout, _dialects(versions, cut))
+    dialects = _dialects(versions, cut)
+    layout = plan.choose_layout(req.task_layout, dialects)
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
+    warnings = list(cut.warnings)
+    settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
+    if layout == "merged" and tasks.TaskDialect.V1 in dialects:
+        warnings.append(plan.V1_MERGED_WARNING)
+    elif layout == "merged" and fork.reader is not None:
+        # On the reader, while the fork's connection copies the events (copying.copy_rows awaits it).
+        settle = asyncio.ensure_future(_merge_check(svc, fork.reader, source, cut, req.task_layout))
+    elif layout == "merged":
+        layout, notes = await _merge_check(svc, conn, source, cut, req.task_layout)
+        warnings += notes
     now = await store.now(conn)
     new_id = str(uuid.uuid4())
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
-    warnings = list(cut.warnings)
 
     if req.dry_run:
         stats = await store.event_stats(conn, sid, owner, cut.events_before)
@@ -418,7 +428,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         agent_id=fork.into.agent_id or source.agent_id,
         source="user",
     )
-    events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess)
+    try:
+        events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess, settle)
+    finally:
+        if settle is not None:
+            await cancelled(settle)
+    layout = copier.layout
     warnings += copier.warnings
     # The source turns the fork left behind: the events from where its events end (a guessed cut's
     # end is the exact search's answer, settled by the copy).
@@ -453,6 +468,26 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _merge_check(
+    svc: Services, conn: Connection, source: SessionRow, cut: Cut, requested: str
+) -> tuple[plan.Layout, list[str]]:
+    """The layout and warnings of legacy tasks that choose_layout merges: merged, unless kagent
+    0.10.x's UI would show them otherwise merged (fork.merge_hazard), which only a task holding a
+    confirmation request can cause: only those are read (found by their text in PostgreSQL)."""
+    store, sid, owner, partial = svc.store, source.id, source.user_id, cut.partial
+    candidates = await store.tasks_mentioning_before(conn, sid, owner, cut.tasks_before, tasks.CONFIRMATION_CALL)
+    if partial is not None and tasks.CONFIRMATION_CALL in partial.row.data:
+        candidates.append(partial.row)
+    if not candidates:
+        return "merged", []
+    first = await store.first_task(conn, sid, owner)
+    last = partial.row if partial is not None else await store.last_task_before(conn, sid, owner, cut.tasks_before)
+    hazard = plan.merge_hazard(
+        candidates, partial=partial, first_id=first.id if first else None, last_id=last.id if last else None
+    )
+    return plan.merge_verdict(requested, hazard)
 
 
 def _dialects(versions: dict[str | None, int], cut: Cut) -> set[tasks.TaskDialect]:

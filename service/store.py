@@ -406,6 +406,12 @@ class Store:
         rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, text, prefilter)
         return [_task(r) for r in rows]
 
+    async def tasks_mentioning_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, text: str
+    ) -> list[TaskRow]:
+        rows = await conn.fetch(self.q["tasks_mentioning_before"], session_id, owner, before, text)
+        return [_task(r) for r in rows]
+
     async def recent_tasks_mentioning(
         self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
     ) -> RecentTasks:

@@ -117,6 +117,62 @@ def invocation_ids(task: JSON) -> list[str]:
     return list(seen)
 
 
+# The function call ADK makes to ask the human about a tool call (approve/reject, or ask_user's
+# questions); written verbatim in any JSON encoding of a task (no character an encoder escapes).
+CONFIRMATION_CALL = "adk_request_confirmation"
+
+
+def _ui_meta(metadata: object, key: str) -> object:
+    """kagent's UI getMetadataValue: `adk_<key>` if the key is there (even null), else `kagent_<key>`."""
+    if not isinstance(metadata, dict):
+        return None
+    for prefix in _PREFIXES:
+        if prefix + key in metadata:
+            return metadata[prefix + key]
+    return None
+
+
+def _data_parts(message: JSON) -> list[JSON]:
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return []
+    return [p for p in parts if isinstance(p, dict) and (p.get("kind") == "data" or ("kind" not in p and "data" in p))]
+
+
+def confirmation_requests(message: JSON) -> int:
+    """How many long-running adk_request_confirmation calls a legacy message holds (kagent 0.10.x's
+    tool-approval and ask-user requests, as its UI finds them)."""
+    return sum(
+        1
+        for p in _data_parts(message)
+        if _ui_meta(p.get("metadata"), "type") == "function_call"
+        and _ui_meta(p.get("metadata"), "is_long_running") is True
+        and isinstance(p.get("data"), dict)
+        and p["data"].get("name") == CONFIRMATION_CALL
+    )
+
+
+def decision(message: JSON, dialect: TaskDialect) -> JSON | None:
+    """The human's answer to a confirmation a legacy user message carries (a data part with a
+    `decision_type`: approve, reject, batch, or ask_user's answers), else None."""
+    if not _is_user(message, dialect):
+        return None
+    for part in _data_parts(message):
+        data = part.get("data")
+        if isinstance(data, dict) and data.get("decision_type") is not None:
+            return data
+    return None
+
+
+def carries_usage(message: JSON) -> bool:
+    """Whether the message's metadata carries the model's token usage (as kagent's UI reads it)."""
+    usage = _ui_meta(message.get("metadata"), "usage_metadata")
+    # JavaScript truthiness: an empty object counts, 0 and "" do not.
+    if isinstance(usage, bool | int | float | str):
+        return bool(usage)
+    return usage is not None
+
+
 class _Status(msgspec.Struct):
     state: str | None = None
 

@@ -122,6 +122,17 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2}
 ORDER BY created_at;
 
+-- name: tasks_mentioning_before
+-- The live tasks created before $3 (NULL: all) that mention $4 in their text, oldest first (a plain
+-- strpos: the caller passes only text no JSON encoder escapes, and reads the JSON of what it finds).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND {task_owned_by_$2}
+  AND strpos(data, $4) > 0
+ORDER BY created_at;
+
 -- name: count_events_before
 -- How many live events, and how many bytes, lie before $3 (NULL: all); and the characters of their
 -- text messages (event_messages) for a token estimate (dry runs only: this parses every event).

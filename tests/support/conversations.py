@@ -59,6 +59,11 @@ from google.genai import types as genai
 Dialect = Literal["legacy", "v1"]
 EventStyle = Literal["python", "python_compact", "go", "openai"]
 MetadataStyle = Literal["sample", "kagent"]
+# What a turn of `shapes` holds (build_conversation): a human-in-the-loop turn answered by an approval
+# ("approved"), by a batch decision ("batch"), an ask_user turn answered ("ask_user"), an approval or
+# ask_user turn the human never answered, its task canceled ("unanswered", "unanswered_ask_user"), or a
+# call to a sub-agent tool ("agent_tool").
+Shape = Literal["approved", "batch", "ask_user", "unanswered", "unanswered_ask_user", "agent_tool"]
 
 DEFAULT_USER_ID = "admin@kagent.dev"
 DEFAULT_AGENT_ID = "kagent__NS__k8s_agent"
@@ -83,6 +88,9 @@ _QUESTIONS = [
 ]
 _LOOKUP_TOOL = "k8s_get_resources"
 _APPROVAL_TOOL = "k8s_delete_resource"
+_AGENT_TOOL = "kagent__NS__helm_agent"  # an agent used as a tool (kagent's "__NS__" names)
+_ASK_QUESTIONS = [{"question": "Which namespace should I clean up?", "choices": ["default", "prod"], "multiple": False}]
+_ASK_ANSWERS = [{"answer": ["prod"]}]
 
 
 class EventRow(NamedTuple):
@@ -113,7 +121,7 @@ class Turn:
     user_text: str
     agent_text: str | None  # None while the turn has not answered (running, waiting for approval)
     state: str  # the task state as stored: "completed" / "TASK_STATE_COMPLETED", ...
-    kind: Literal["plain", "tool", "approval"]
+    kind: Literal["plain", "tool", "approval", "agent_tool"]
     user_message_id: str
     event_ids: tuple[str, ...]  # this turn's event row ids, in created_at order
     started_at: datetime  # created_at of the turn's first event
@@ -255,8 +263,11 @@ class _TurnPlan:
     invocation_id: str
     task_id: str
     user_text: str
-    kind: Literal["plain", "tool", "approval"]
+    kind: Literal["plain", "tool", "approval", "agent_tool"]
     phase: Literal["running", "awaiting_approval", "done"]
+    hitl: Literal["approve", "batch", "ask_user"] = "approve"  # how an approval turn asks and is answered
+    canceled: bool = False  # an approval turn left unanswered, its task canceled
+    subagent_session_id: str | None = None
     agent_text: str = ""
     # ADK events, by phase: what the runner writes before the pause (or the whole turn), and after approval
     first: list[Event] = field(default_factory=list)
@@ -344,6 +355,47 @@ def _lookup_call(plan: _TurnPlan, clock: _Clock) -> tuple[Event, Event]:
     return call, response
 
 
+def _agent_tool_call(plan: _TurnPlan, clock: _Clock) -> tuple[Event, Event]:
+    """A call to a sub-agent used as a tool: kagent's remote A2A tool answers with the sub-agent's
+    session id, which the UI links the call's card to."""
+    call_id = "adk-" + _uuid()
+    plan.call_ids.append(call_id)
+    plan.subagent_session_id = _uuid()
+    call = _agent_event(
+        plan,
+        clock,
+        model_version=MODEL_VERSION,
+        content=genai.Content(
+            role="model",
+            parts=[
+                genai.Part(
+                    function_call=genai.FunctionCall(
+                        id=call_id, name=_AGENT_TOOL, args={"request": "List the helm releases"}
+                    )
+                )
+            ],
+        ),
+        usage_metadata=_usage(630 + plan.index, 18),
+    )
+    response = _agent_event(
+        plan,
+        clock,
+        content=genai.Content(
+            role="user",
+            parts=[
+                genai.Part(
+                    function_response=genai.FunctionResponse(
+                        id=call_id,
+                        name=_AGENT_TOOL,
+                        response={"result": "2 releases: web, db", "subagent_session_id": plan.subagent_session_id},
+                    )
+                )
+            ],
+        ),
+    )
+    return call, response
+
+
 def _final_text(plan: _TurnPlan, clock: _Clock) -> Event:
     plan.agent_text = f"Answer {plan.index + 1}: I looked into \u201c{plan.user_text}\u201d. Everything checks out."
     return _agent_event(
@@ -373,11 +425,18 @@ def _build_turn_events(
         return
     if plan.kind == "tool":
         plan.first.extend(_lookup_call(plan, clock))
+    if plan.kind == "agent_tool":
+        plan.first.extend(_agent_tool_call(plan, clock))
     if plan.kind == "approval":
         call_id = "adk-" + _uuid()
         plan.call_ids.append(call_id)
-        args = {"resource_type": "pod", "resource_name": "nginx-7d4b9c-xk2p9", "namespace": "default"}
-        original = genai.FunctionCall(id=call_id, name=_APPROVAL_TOOL, args=args)
+        ask = plan.hitl == "ask_user"
+        args: dict[str, Any] = (
+            {"questions": _ASK_QUESTIONS}
+            if ask
+            else {"resource_type": "pod", "resource_name": "nginx-7d4b9c-xk2p9", "namespace": "default"}
+        )
+        original = genai.FunctionCall(id=call_id, name="ask_user" if ask else _APPROVAL_TOOL, args=args)
         hint = (
             f"Please approve or reject the tool call {_APPROVAL_TOOL}() by responding with a FunctionResponse "
             "with an expected ToolConfirmation payload."
@@ -398,8 +457,11 @@ def _build_turn_events(
                     genai.Part(
                         function_response=genai.FunctionResponse(
                             id=call_id,
-                            name=_APPROVAL_TOOL,
-                            response={"error": "This tool call requires confirmation, please approve or reject."},
+                            name=original.name,
+                            # kagent's ask_user answers "pending" until the human answers.
+                            response={"status": "pending"}
+                            if ask
+                            else {"error": "This tool call requires confirmation, please approve or reject."},
                         )
                     )
                 ],
@@ -439,7 +501,7 @@ def _build_turn_events(
         # The human approves: kagent turns the decision into an ADK FunctionResponse (main: by_alias and
         # exclude_none; 0.10.x: a plain model_dump_json), which ADK stores as a user event of the same invocation.
         plan.resume_at = clock.tick()
-        confirmation = ToolConfirmation(confirmed=True)
+        confirmation = ToolConfirmation(confirmed=True, payload={"answers": _ASK_ANSWERS} if ask else None)
         payload = (
             confirmation.model_dump_json(by_alias=True, exclude_none=True)
             if dialect == "v1"
@@ -472,8 +534,10 @@ def _build_turn_events(
                     genai.Part(
                         function_response=genai.FunctionResponse(
                             id=call_id,
-                            name=_APPROVAL_TOOL,
-                            response={"result": 'pod "nginx-7d4b9c-xk2p9" deleted'},
+                            name=original.name,
+                            response={"result": {"answers": _ASK_ANSWERS}}
+                            if ask
+                            else {"result": 'pod "nginx-7d4b9c-xk2p9" deleted'},
                         )
                     )
                 ],
@@ -733,6 +797,10 @@ def _v1_task(plan: _TurnPlan, ctx: _Context) -> dict[str, Any]:
                     status_event(paused.status.state, plan.pause_at, message=hitl_message, metadata=md)
                 )
             )
+            if plan.canceled:
+                _drive(
+                    manager.save_task_event(status_event(TaskState.TASK_STATE_CANCELED, plan.updated_at, metadata=md))
+                )
             if plan.phase == "done":
                 assert plan.resume_at is not None
                 # kagent rewrites the UI's decision into the ADK FunctionResponse before the first event, and
@@ -784,6 +852,15 @@ def _strip_invocation_keys(node: Any) -> None:
 # Legacy (A2A 0.3) tasks (kagent 0.10.x)
 
 
+def _legacy_decision(plan: _TurnPlan) -> dict[str, Any]:
+    """The data part kagent 0.10.x's UI sends with the human's answer."""
+    if plan.hitl == "ask_user":
+        return {"decision_type": "approve", "ask_user_answers": _ASK_ANSWERS}
+    if plan.hitl == "batch":
+        return {"decision_type": "batch", "decisions": {plan.call_ids[0]: "approve"}}
+    return {"decision_type": "approve"}
+
+
 def _legacy_task(plan: _TurnPlan, ctx: _Context) -> dict[str, Any]:
     from a2a.compat.v0_3 import types as v03
 
@@ -796,10 +873,12 @@ def _legacy_task(plan: _TurnPlan, ctx: _Context) -> dict[str, Any]:
         for attr in ("function_call", "function_response"):
             value = getattr(p, attr)
             if value is not None:
+                metadata: dict[str, Any] = {"kagent_type": attr}
+                if attr == "function_call" and value.name == _AGENT_TOOL and plan.subagent_session_id:
+                    # kagent 0.10.x's event converter stamps the sub-agent's session on the call.
+                    metadata["kagent_subagent_session_id"] = plan.subagent_session_id
                 return v03.Part(
-                    root=v03.DataPart(
-                        data=value.model_dump(by_alias=True, exclude_none=True), metadata={"kagent_type": attr}
-                    )
+                    root=v03.DataPart(data=value.model_dump(by_alias=True, exclude_none=True), metadata=metadata)
                 )
         return None
 
@@ -908,8 +987,10 @@ def _legacy_task(plan: _TurnPlan, ctx: _Context) -> dict[str, Any]:
                     message_id=_uuid(),
                     role=v03.Role.user,
                     parts=[
-                        v03.Part(root=v03.DataPart(data={"decision_type": "approve"}, metadata={})),
-                        v03.Part(root=v03.TextPart(text="Approved")),
+                        v03.Part(root=v03.DataPart(data=_legacy_decision(plan), metadata={})),
+                        v03.Part(
+                            root=v03.TextPart(text="Answered questions" if plan.hitl == "ask_user" else "Approved")
+                        ),
                     ],
                     context_id=context_id,
                     task_id=task_id,
@@ -919,6 +1000,9 @@ def _legacy_task(plan: _TurnPlan, ctx: _Context) -> dict[str, Any]:
                 task.history = [*(task.history or []), *moved, decision]
                 task.status = v03.TaskStatus(state=task.status.state, timestamp=task.status.timestamp)
                 run_md, last_message = run(plan.resume, plan.resume_at)
+            if plan.canceled:
+                # The human never answered; the task was canceled (the request moves into history).
+                apply_status(v03.TaskState.canceled, plan.updated_at, None, run_md)
         if plan.phase == "done":
             # The aggregated final reply becomes an artifact, then "completed" moves it into history.
             assert last_message is not None
@@ -962,6 +1046,7 @@ def build_conversation(
     metadata_style: MetadataStyle = "sample",
     runtime_events: bool = False,
     awaiting_approval_last_turn: bool = False,
+    shapes: dict[int, Shape] | None = None,
 ) -> Conversation:
     """A conversation of ``turns`` turns, as kagent stores it.
 
@@ -978,6 +1063,13 @@ def build_conversation(
     ``running_last_turn``: the last turn's task is ``working`` and only its user event is written.
     ``awaiting_approval_last_turn``: the last turn is an approval turn still waiting for the human
     (``input-required``), its events written up to the ``adk_request_confirmation`` call.
+
+    ``shapes`` (0-based turn -> :data:`Shape`): turns of the other human-in-the-loop forms, or a call to a
+    sub-agent tool (its function_call part carries ``kagent_subagent_session_id`` on legacy tasks, its
+    response the ``subagent_session_id``, on both lines). ``"batch"`` and the ``"ask_user"`` forms are modelled
+    for legacy tasks only. An ``"unanswered"`` turn is stored as kagent stores an approval the human never gave
+    before the task was canceled: events up to the ``adk_request_confirmation`` call, the request moved into
+    ``history`` by the ``canceled`` status.
 
     ``runtime_events`` adds the bookkeeping events kagent's Python runtimes also write (Python event styles
     only): the ``end_of_agent`` state event closing every finished turn (both lines, resumable apps), the
@@ -997,7 +1089,14 @@ def build_conversation(
         raise ValueError("the last turn cannot be both running and awaiting approval")
     if (running_last_turn or awaiting_approval_last_turn) and approval_turn == turns - 1:
         raise ValueError("approval_turn names the last turn, which is running")
-    if event_style == "openai" and (approval_turn is not None or awaiting_approval_last_turn):
+    shapes = shapes or {}
+    if any(not 0 <= i < turns for i in shapes) or (approval_turn in shapes):
+        raise ValueError("shapes name turns of the conversation other than approval_turn")
+    if dialect == "v1" and set(shapes.values()) - {"approved", "unanswered", "agent_tool"}:
+        raise ValueError("batch and ask_user turns are modelled for legacy tasks only")
+    if (running_last_turn or awaiting_approval_last_turn) and turns - 1 in shapes:
+        raise ValueError("shapes name the last turn, which is running")
+    if event_style == "openai" and (approval_turn is not None or awaiting_approval_last_turn or shapes):
         raise ValueError("approval turns are an ADK feature; they are not modelled for OpenAI-agents sessions")
 
     session_id = session_id or _uuid()
@@ -1023,6 +1122,11 @@ def build_conversation(
                 kind, phase = "approval", "done"
             else:
                 kind, phase = ("tool" if tool_calls else "plain"), "done"
+            shape = shapes.get(index)
+            if shape == "agent_tool":
+                kind = "agent_tool"
+            elif shape is not None:
+                kind, phase = "approval", ("awaiting_approval" if shape.startswith("unanswered") else "done")
             if last and running_last_turn:
                 phase = "running"
             plan = _TurnPlan(
@@ -1032,6 +1136,8 @@ def build_conversation(
                 user_text=_question(index),
                 kind=kind,  # type: ignore[arg-type]
                 phase=phase,  # type: ignore[arg-type]
+                hitl="batch" if shape == "batch" else "ask_user" if shape and "ask_user" in shape else "approve",
+                canceled=shape is not None and shape.startswith("unanswered"),
             )
             plan.created_at = clock.tick()
             if with_invocation:

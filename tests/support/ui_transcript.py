@@ -137,7 +137,8 @@ class Entry:
     * ask-user cards: ``questions`` / ``answers`` (JSON), ``status`` (``pending`` | ``answered``),
       ``subagent``.
 
-    ``call_id`` and ``subagent_session_id`` are kept for debugging but excluded from ``==``.
+    ``subagent_session_id``: the session an agent-tool card links to (``AgentCallDisplay``'s
+    ``subagentSessionId``). ``call_id`` is kept for debugging but excluded from ``==``.
     """
 
     kind: str
@@ -153,7 +154,7 @@ class Entry:
     questions: str | None = None
     answers: str | None = None
     call_id: str | None = field(default=None, compare=False)
-    subagent_session_id: str | None = field(default=None, compare=False)
+    subagent_session_id: str | None = None
 
     @property
     def args_obj(self) -> Any:
