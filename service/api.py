@@ -18,7 +18,7 @@ from litestar.params import FromPath
 from litestar.response import Stream
 from prometheus_client import Counter
 
-from service import compare, lineage, operations, rewind, transcript, turns
+from service import compare, lineage, operations, rewind, transcript, turns, whatif
 from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller, scope_headers
 from service.migrate import check_kagent_schema
@@ -275,6 +275,47 @@ async def fork_tree(request: AnyRequest, session_id: FromPath[str]) -> Response[
     return ok(node, "Successfully built fork tree")
 
 
+def _authorization(request: AnyRequest) -> str | None:
+    """The bearer token to pass on to kagent's A2A endpoint (trusted-proxy mode); never stored."""
+    values = raw_headers(request).get("authorization", [])
+    return values[0] if len(values) == 1 else None
+
+
+@post("/api/sessions/{session_id:str}/whatif", status_code=202)
+async def start_whatif(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, whatif.WhatifRequest)
+    caller = caller_of(request)
+    answer, replayed = await whatif.start(
+        services(request), request.app.state.whatif_runner, caller, checked_id(session_id), req,
+        idempotency_key=idempotency_key(request), authorization=_authorization(request),
+    )  # fmt: skip
+    if replayed:
+        return ok(answer, "What-if already started for this Idempotency-Key", headers={"Idempotent-Replayed": "true"})
+    assert isinstance(answer, whatif.Started)
+    return ok(answer, "What-if started", status=202, headers={"Location": f"/api/whatif/{answer.job.id}"})
+
+
+@get("/api/whatif/{job_id:str}")
+async def whatif_job(request: AnyRequest, job_id: FromPath[str]) -> Response[bytes]:
+    job = await whatif.get(services(request), caller_of(request), checked_id(job_id, "job id"))
+    return ok(job, "Successfully read what-if job")
+
+
+@post("/api/whatif/{job_id:str}/cancel", status_code=200)
+async def cancel_whatif(request: AnyRequest, job_id: FromPath[str]) -> Response[bytes]:
+    await decode_body(request, EmptyRequest)
+    job = await whatif.cancel(
+        services(request), caller_of(request), checked_id(job_id, "job id"), _authorization(request)
+    )
+    return ok(job, "Successfully cancelled what-if job")
+
+
+@get("/api/sessions/{session_id:str}/whatifs")
+async def list_whatifs(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    jobs = await whatif.of_session(services(request), caller_of(request), checked_id(session_id))
+    return ok(jobs, "Successfully listed what-if jobs")
+
+
 @get("/metrics", media_type="text/plain; version=0.0.4; charset=utf-8")
 async def metrics(request: AnyRequest) -> bytes:
     pool = services(request).pool
@@ -330,6 +371,10 @@ def handlers() -> list[HTTPRouteHandler]:
         compare_sessions,
         list_forks,
         fork_tree,
+        start_whatif,
+        whatif_job,
+        cancel_whatif,
+        list_whatifs,
         healthz,
         readyz,
         metrics,

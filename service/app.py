@@ -14,7 +14,7 @@ from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions import HTTPException
 from litestar.types import Receive, Scope, Send
 
-from service import api, mcp_tools
+from service import api, mcp_tools, whatif
 from service.config import Settings
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.migrate import check_kagent_schema, migrate
@@ -141,8 +141,15 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             await prepare_database(settings, store, pool)
             app.state.services = Services(settings=settings, store=store, pool=pool)
             services.append(app.state.services)
-            async with tools.session_manager.run():
-                yield
+            runner = app.state.whatif_runner = whatif.Runner(svc=app.state.services)
+            # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
+            await runner.sweep()
+            runner.start_sweeping()
+            try:
+                async with tools.session_manager.run():
+                    yield
+            finally:
+                await runner.stop()
         finally:
             await pool.close()
 

@@ -43,6 +43,12 @@ class Settings:
     # Limits: 0 turns a limit off.
     max_fork_events: int = 250_000  # events one synchronous fork may copy (422 beyond)
     fork_rate_per_minute: int = 0  # forks per user per minute, across replicas (429 beyond)
+    # What-if: kagent's A2A endpoint (None: what-ifs answer 503), the cost gate, the time limit, and
+    # how often a running job's replica says it is alive (a job silent for 3 beats is taken over).
+    kagent_a2a_url: str | None = None
+    whatif_max_context_tokens: int = 200_000
+    whatif_timeout_seconds: int = 600
+    whatif_heartbeat_seconds: float = 5.0
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -102,7 +108,20 @@ def from_env(env: Mapping[str, str]) -> Settings:
         jwt_audience=env.get("JWT_AUDIENCE") or None,
         max_fork_events=_int(env, "MAX_FORK_EVENTS", 250_000, minimum=0, maximum=1 << 31),
         fork_rate_per_minute=_int(env, "FORK_RATE_PER_MINUTE", 0, minimum=0, maximum=1_000_000),
+        kagent_a2a_url=_a2a_url(env.get("KAGENT_A2A_URL") or None),
+        whatif_max_context_tokens=_int(env, "WHATIF_MAX_CONTEXT_TOKENS", 200_000, minimum=1, maximum=1 << 31),
+        whatif_timeout_seconds=_int(env, "WHATIF_TIMEOUT_SECONDS", 600, minimum=1, maximum=7 * 24 * 3600),
     )
+
+
+def _a2a_url(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not raw.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"KAGENT_A2A_URL must be an http(s) URL such as http://kagent-controller.kagent:8083/api/a2a, got {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 @functools.lru_cache(maxsize=8)

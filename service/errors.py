@@ -63,3 +63,9 @@ class DatabaseUnavailable(ServiceError):
 def envelope(message: str) -> dict[str, str]:
     """kagent's failure envelope."""
     return {"error": message}
+
+
+class NotConfigured(ServiceError):
+    """A capability whose setting is missing (the what-if without KAGENT_A2A_URL)."""
+
+    status = 503

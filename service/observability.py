@@ -38,6 +38,18 @@ TASK_COPIES = Counter(
     "merged layout or another user's fork)",
     ["path"],
 )
+WHATIF_JOBS = Counter(
+    "kagent_fork_whatif_jobs_total", "What-if jobs by status: started, then completed, failed or cancelled", ["status"]
+)
+WHATIF_RUNNING = Gauge(
+    "kagent_fork_whatif_jobs_running", "What-if jobs this process is running now", multiprocess_mode="livesum"
+)
+WHATIF_DURATION = Histogram(
+    "kagent_fork_whatif_job_duration_seconds",
+    "What-if jobs from start to end, by how they ended",
+    ["status"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+)
 POOL = Gauge(
     "kagent_fork_db_pool_connections", "Database pool connections of this process", ["state"], multiprocess_mode="all"
 )

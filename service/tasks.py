@@ -228,6 +228,23 @@ def first_user_text(task: JSON, dialect: TaskDialect, invocation_id: str | None 
     return None
 
 
+def user_message(task: JSON, dialect: TaskDialect, invocation_id: str) -> JSON | None:
+    """The message the user sent to open the turn `invocation_id` (the first user message of that turn
+    with parts: text or data), as the task's history holds it."""
+    messages = history(task)
+    # A history whose messages name no invocation (a v1.0 task: the ids are on its artifacts) is the
+    # task's first turn's.
+    first = next(iter(invocation_ids(task)), None)
+    for index, message in enumerate(messages):
+        parts = message.get("parts")
+        if not (_is_user(message, dialect) and isinstance(parts, list) and parts):
+            continue
+        turn = _turn_of(messages, index)
+        if turn == invocation_id or (turn is None and first == invocation_id):
+            return message
+    return None
+
+
 def _turn_of(messages: list[JSON], index: int) -> str | None:
     """The invocation a history message belongs to: its own id, else the next message's that has one."""
     for message in messages[index:]:

@@ -1,0 +1,152 @@
+"""Speaking A2A to a kagent agent, with a2a-sdk's client transports, in the dialect of the conversation's
+product line: JSON-RPC 0.3 (`message/send`, `tasks/get`, `tasks/cancel`) for legacy sessions, A2A 1.0
+JSON-RPC (`SendMessage`, `GetTask`, `CancelTask`) for v1.0 sessions. The message is built as an A2A 1.0
+value and the 0.3 transport converts it, as the SDK does for every legacy peer."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pydantic
+from a2a.client.errors import A2AClientError
+from a2a.client.transports.base import ClientTransport
+from a2a.client.transports.jsonrpc import JsonRpcTransport
+from a2a.compat.v0_3 import conversions
+from a2a.compat.v0_3 import types as types_v03
+from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER
+from a2a.utils.errors import A2AError as SdkError
+from google.protobuf import json_format
+
+from service.tasks import JSON, TaskDialect
+
+TERMINAL = {
+    a2a.TASK_STATE_COMPLETED: "completed",
+    a2a.TASK_STATE_FAILED: "failed",
+    a2a.TASK_STATE_CANCELED: "cancelled",
+    a2a.TASK_STATE_REJECTED: "failed",
+    # The agent waits for the user (an approval, a question): the turn is as far as it goes without
+    # them; the user answers it in the fork, as in any chat.
+    a2a.TASK_STATE_INPUT_REQUIRED: "completed",
+    a2a.TASK_STATE_AUTH_REQUIRED: "completed",
+}
+
+
+def state_name(state: int) -> str:
+    name: str = a2a.TaskState.Name(state)
+    return name
+
+
+class AgentError(Exception):
+    """The agent could not be reached, or did not answer as an A2A agent does."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent:
+    url: str  # KAGENT_A2A_URL/<namespace>/<name>/
+    dialect: TaskDialect
+    headers: dict[str, str]  # the caller's identity, as kagent reads it
+    timeout: float
+
+
+def agent_url(base: str, agent_ref: str) -> str:
+    namespace, name = agent_ref.split("/", 1)
+    return f"{base.rstrip('/')}/{namespace}/{name}/"
+
+
+def message_for(source: JSON, dialect: TaskDialect, context_id: str) -> a2a.Message:
+    """The user's message of the source turn, as the agent is sent it again: all its parts, a new
+    messageId, the fork as its context, no task (a new turn starts a new task), and none of the
+    kagent/ADK bookkeeping keys of the source's metadata (they name the source's invocation)."""
+    try:
+        if dialect is TaskDialect.LEGACY:
+            message = conversions.to_core_message(types_v03.Message.model_validate(source))
+        else:
+            message = json_format.ParseDict(source, a2a.Message(), ignore_unknown_fields=True)
+    except (pydantic.ValidationError, json_format.ParseError, ValueError) as exc:
+        raise AgentError(f"the source turn's user message is not a valid A2A message: {exc}") from None
+    message.message_id = str(uuid.uuid4())
+    message.context_id = context_id
+    message.ClearField("task_id")
+    message.ClearField("reference_task_ids")
+    message.role = a2a.ROLE_USER
+    for key in [k for k in message.metadata.fields if k.startswith(("adk_", "kagent_"))]:
+        del message.metadata.fields[key]
+    return message
+
+
+def message_json(message: a2a.Message) -> str:
+    text: str = json_format.MessageToJson(message, indent=None)
+    return text
+
+
+def message_from_json(text: str) -> a2a.Message:
+    message = a2a.Message()
+    json_format.Parse(text, message)
+    return message
+
+
+@asynccontextmanager
+async def _transport(agent: Agent) -> AsyncIterator[ClientTransport]:
+    async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout) as client:
+        if agent.dialect is TaskDialect.LEGACY:
+            yield CompatJsonRpcTransport(client, None, agent.url)  # it names version 0.3 on each request
+        else:
+            # As the SDK's client factory does: a server takes a request that names no version for 0.3.
+            client.headers[VERSION_HEADER] = PROTOCOL_VERSION_CURRENT
+            card = a2a.AgentCard(name="kagent agent", description="", version="")
+            yield JsonRpcTransport(client, card, agent.url)
+
+
+def _failure(exc: BaseException, agent: Agent) -> AgentError:
+    # The SDK wraps a transport's network errors in its own: the cause tells them apart.
+    if isinstance(exc, httpx.TransportError | OSError) or isinstance(exc.__cause__, httpx.TransportError | OSError):
+        return AgentError(f"the agent at {agent.url} could not be reached: {type(exc).__name__}: {exc}")
+    return AgentError(f"the agent at {agent.url} did not answer as an A2A agent: {type(exc).__name__}: {exc}")
+
+
+# What an agent that answers garbage makes the SDK raise: its own errors, a JSON or validation error.
+_ANSWER_ERRORS: tuple[type[BaseException], ...] = (
+    A2AClientError, SdkError, httpx.HTTPError, OSError, ValueError, KeyError, TypeError, pydantic.ValidationError,
+    json_format.ParseError,
+)  # fmt: skip
+
+
+async def send(agent: Agent, message: a2a.Message) -> a2a.Task | None:
+    """Send the message without waiting for the agent's turn to end: the task as it starts (None: the
+    agent answered with a message and no task, i.e. the turn is over)."""
+    request = a2a.SendMessageRequest(
+        message=message, configuration=a2a.SendMessageConfiguration(return_immediately=True)
+    )
+    try:
+        async with _transport(agent) as transport:
+            response = await transport.send_message(request)
+    except _ANSWER_ERRORS as exc:
+        raise _failure(exc, agent) from None
+    if response.HasField("task"):
+        return response.task
+    if response.HasField("message"):
+        return None
+    raise AgentError(f"the agent at {agent.url} answered neither a task nor a message")
+
+
+async def get_task(agent: Agent, task_id: str) -> a2a.Task:
+    try:
+        async with _transport(agent) as transport:
+            return await transport.get_task(a2a.GetTaskRequest(id=task_id))
+    except _ANSWER_ERRORS as exc:
+        raise _failure(exc, agent) from None
+
+
+async def cancel_task(agent: Agent, task_id: str) -> Any:
+    try:
+        async with _transport(agent) as transport:
+            return await transport.cancel_task(a2a.CancelTaskRequest(id=task_id))
+    except _ANSWER_ERRORS as exc:
+        raise _failure(exc, agent) from None

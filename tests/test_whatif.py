@@ -1,0 +1,255 @@
+"""What-if end to end: the service forks into another agent and sends the turn's message over A2A to
+real a2a-sdk agents (tests/support/a2a_agent.py), which write the new turn into the fork as kagent does."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.config import Settings
+from tests.helpers import new_user, seed, table_fingerprint
+from tests.support import kagent_reads
+from tests.support.a2a_agent import GARBAGE, LEGACY, NAMESPACE, SLOW, V1, Seen, running_agents
+
+AGENT = {"legacy": LEGACY, "v1": V1}
+
+
+@pytest.fixture(scope="module")
+def agents(database_url: str) -> Iterator[tuple[str, Seen]]:
+    with running_agents(database_url) as served:
+        yield served
+
+
+def whatif_settings(settings: Settings, a2a_url: str | None) -> Settings:
+    return dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.2)
+
+
+@asynccontextmanager
+async def service(settings: Settings, database_url: str) -> AsyncIterator[Any]:
+    async with AsyncTestClient(app=create_app(settings, database_url)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+async def wclient(
+    settings: Settings, database_url: str, pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> AsyncIterator[Any]:
+    async with service(whatif_settings(settings, agents[0]), database_url) as client:
+        yield client
+
+
+async def start(client: Any, session_id: str, user: str, body: dict[str, Any], **headers: str) -> Any:
+    return await client.post(f"/api/sessions/{session_id}/whatif", json=body, headers={"X-User-Id": user, **headers})
+
+
+async def job_until(client: Any, job_id: str, user: str, done: Any, seconds: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        r = await client.get(f"/api/whatif/{job_id}", headers={"X-User-Id": user})
+        assert r.status_code == 200, r.text
+        job: dict[str, Any] = r.json()["data"]
+        if done(job):
+            return job
+        assert time.monotonic() < deadline, f"job never got there: {job}"
+        await asyncio.sleep(0.1)
+
+
+def ended(job: dict[str, Any]) -> bool:
+    return job["status"] != "running"
+
+
+@pytest.mark.parametrize("dialect", ["legacy", "v1"])
+async def test_a_whatif_regenerates_the_turn_on_another_agent(
+    wclient: Any, pool: asyncpg.Pool, agents: tuple[str, Seen], dialect: str
+) -> None:
+    _, seen = agents
+    conv = await seed(pool, dialect=dialect, turns=3, tool_calls=True, metadata_style="kagent")
+    turn = conv.turns[1]
+    agent_ref = f"{NAMESPACE}/{AGENT[dialect]}"
+    r = await start(
+        wclient,
+        conv.session_id,
+        conv.user_id,
+        {"rewind_before_invocation_id": turn.invocation_id, "agent_ref": agent_ref},
+    )
+    assert r.status_code == 202, r.text
+    data = r.json()["data"]
+    job, fork = data["job"], data["session"]
+    assert r.headers["location"] == f"/api/whatif/{job['id']}"
+    assert fork["agent_id"] == f"kagent__NS__{AGENT[dialect].replace('-', '_')}" and fork["user_id"] == conv.user_id
+    assert fork["fork"]["parent_session_id"] == conv.session_id and fork["fork"]["summary"]["turns"] == 2
+    assert job["session_id"] == fork["id"] and job["agent_ref"] == agent_ref and job["status"] == "running"
+
+    done = await job_until(wclient, job["id"], conv.user_id, ended)
+    assert done["status"] == "completed" and done["error"] is None and done["task_id"] and done["finished_at"], done["error"]
+    assert done["result"] == {
+        "last_agent_text": f"Regenerated answer to {turn.user_text!r} by the other agent.",
+        "tool_calls": {"lookup": 1}, "total_tokens": 288,
+    }  # fmt: skip
+
+    # what the agent was sent: the turn's user message, anew, in the fork's context, as the caller
+    sent = next(m for m in seen.messages if m.context_id == fork["id"])
+    assert [p.text for p in sent.parts if p.HasField("text")] == [turn.user_text]
+    assert sent.message_id != turn.user_message_id and sent.task_id != turn.task_id  # a new task, not the old one
+    assert any(h.get("x-user-id") == conv.user_id for h in seen.headers)
+
+    # the fork holds the kept turn and the regenerated one, and kagent reads every row of it
+    transcript = (
+        await wclient.get(f"/api/sessions/{fork['id']}/transcript", headers={"X-User-Id": conv.user_id})
+    ).json()
+    turns = transcript["data"]["turns"]
+    assert [t["invocation_id"] for t in turns[:1]] == conv.invocation_ids[:1] and len(turns) == 2
+    assert turns[1]["messages"][0]["text"] == turn.user_text and turns[1]["state"] in (
+        "completed",
+        "TASK_STATE_COMPLETED",
+    )
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.list_tasks_for_session(conn, fork["id"], conv.user_id)
+    assert len(tasks) == 2 and all(json.loads(t["data"])["contextId"] == fork["id"] for t in tasks)
+
+    # compare shows the two outcomes of the turn
+    compared = (
+        await wclient.get(f"/api/sessions/{conv.session_id}/compare/{fork['id']}", headers={"X-User-Id": conv.user_id})
+    ).json()["data"]
+    assert compared["common_turns"] == 1
+    assert compared["left"]["turns_after"] == 2 and compared["left"]["last_agent_text"] == conv.turns[2].agent_text
+    assert (
+        compared["right"]["turns_after"] == 1
+        and compared["right"]["last_agent_text"] == done["result"]["last_agent_text"]
+    )
+
+    listed = (await wclient.get(f"/api/sessions/{conv.session_id}/whatifs", headers={"X-User-Id": conv.user_id})).json()
+    assert [j["id"] for j in listed["data"]] == [job["id"]] and listed["data"][0]["status"] == "completed"
+
+
+async def test_cancel_a_slow_agent(wclient: Any, pool: asyncpg.Pool, agents: tuple[str, Seen]) -> None:
+    _, seen = agents
+    seen.release.clear()
+    conv = await seed(pool, dialect="v1", turns=2)
+    r = await start(
+        wclient, conv.session_id, conv.user_id,
+        {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": f"{NAMESPACE}/{SLOW}"},
+    )  # fmt: skip
+    job_id = r.json()["data"]["job"]["id"]
+    working = await job_until(wclient, job_id, conv.user_id, lambda j: j["task_id"] is not None)
+    assert working["status"] == "running" and working["task_id"] in seen.running
+
+    stranger = new_user()
+    assert (await wclient.get(f"/api/whatif/{job_id}", headers={"X-User-Id": stranger})).status_code == 404
+    assert (await wclient.post(f"/api/whatif/{job_id}/cancel", headers={"X-User-Id": stranger})).status_code == 404
+
+    cancelled = await wclient.post(f"/api/whatif/{job_id}/cancel", headers={"X-User-Id": conv.user_id})
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["data"]["status"] == "cancelled" and cancelled.json()["data"]["finished_at"]
+    assert working["task_id"] in seen.cancelled
+    # nothing left running: not the agent's turn, not the service's job
+    deadline = time.monotonic() + 10
+    while seen.running or wclient.app.state.whatif_runner.jobs:
+        assert time.monotonic() < deadline, (seen.running, wclient.app.state.whatif_runner.jobs)
+        await asyncio.sleep(0.1)
+    again = await wclient.post(f"/api/whatif/{job_id}/cancel", headers={"X-User-Id": conv.user_id})
+    assert again.status_code == 409 and "already ended" in again.json()["error"]
+    assert (await job_until(wclient, job_id, conv.user_id, ended))["status"] == "cancelled"
+
+
+async def test_refusals_write_nothing(wclient: Any, client: Any, pool: asyncpg.Pool, agents: tuple[str, Seen]) -> None:
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[2], "agent_ref": f"{NAMESPACE}/{V1}"}
+    before = await table_fingerprint(pool)
+    gated = await start(wclient, conv.session_id, conv.user_id, {**body, "max_context_tokens": 1})
+    assert gated.status_code == 422 and "max_context_tokens" in gated.json()["error"]
+    unset = await start(client, conv.session_id, conv.user_id, body)  # the default app: no KAGENT_A2A_URL
+    assert unset.status_code == 503 and "KAGENT_A2A_URL" in unset.json()["error"]
+    missing = await start(wclient, conv.session_id, conv.user_id, {**body, "rewind_before_invocation_id": "e-typo"})
+    assert missing.status_code == 404
+    hidden = await start(wclient, conv.session_id, new_user(), body)
+    assert hidden.status_code == 404
+    bad_ref = await start(wclient, conv.session_id, conv.user_id, {**body, "agent_ref": "Not An Agent"})
+    assert bad_ref.status_code == 422 and "namespace/name" in bad_ref.json()["error"]
+    unknown = await start(wclient, conv.session_id, conv.user_id, {**body, "model": "gpt"})
+    assert unknown.status_code == 400
+    assert await table_fingerprint(pool) == before
+
+
+@pytest.mark.parametrize("agent", ["garbage", "down"])
+async def test_an_agent_that_is_down_or_answers_garbage_fails_the_job_and_keeps_the_fork(
+    settings: Settings, database_url: str, pool: asyncpg.Pool, agents: tuple[str, Seen], agent: str
+) -> None:
+    a2a_url = agents[0] if agent == "garbage" else "http://127.0.0.1:9/api/a2a"  # port 9: nothing listens
+    conv = await seed(pool, dialect="legacy", turns=2)
+    async with service(whatif_settings(settings, a2a_url), database_url) as client:
+        r = await start(
+            client, conv.session_id, conv.user_id,
+            {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": f"{NAMESPACE}/{GARBAGE}"},
+        )  # fmt: skip
+        assert r.status_code == 202, r.text
+        job = await job_until(client, r.json()["data"]["job"]["id"], conv.user_id, ended)
+    assert job["status"] == "failed" and job["task_id"] is None
+    assert ("did not answer as an A2A agent" if agent == "garbage" else "could not be reached") in job["error"]
+    async with pool.acquire() as conn:
+        kept = await kagent_reads.get_session(conn, job["session_id"], conv.user_id)
+    assert kept is not None  # the fork stays, named in the job
+
+
+async def test_a_restart_during_a_job_finishes_it(
+    settings: Settings, database_url: str, pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> None:
+    a2a_url, seen = agents
+    seen.release.clear()
+    conv = await seed(pool, dialect="v1", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": f"{NAMESPACE}/{SLOW}"}
+    config = whatif_settings(settings, a2a_url)
+    async with service(config, database_url) as first:
+        job_id = (await start(first, conv.session_id, conv.user_id, body)).json()["data"]["job"]["id"]
+        await job_until(first, job_id, conv.user_id, lambda j: j["task_id"] is not None)
+    # the service stopped with the job running; the agent finishes the turn meanwhile
+    seen.release.set()
+    await asyncio.sleep(1.0)  # more than 3 heartbeats: the job's runner is known to be gone
+    async with service(config, database_url) as second:
+        done = await job_until(second, job_id, conv.user_id, ended)
+    assert done["status"] == "completed" and done["result"]["last_agent_text"].endswith("by slow agent.")
+
+    # a job that never reached the agent is failed as interrupted
+    async with service(config, database_url) as third:
+        other = (await start(third, conv.session_id, conv.user_id, {**body, "agent_ref": f"{NAMESPACE}/{V1}"})).json()
+        other_id = other["data"]["job"]["id"]
+        await job_until(third, other_id, conv.user_id, ended)
+    async with pool.acquire() as conn:  # as if its replica had died before the agent answered
+        await conn.execute(
+            "UPDATE kagent_fork.whatif_job SET status = 'running', task_id = NULL, finished_at = NULL, "
+            "heartbeat_at = NOW() - interval '1 hour' WHERE id = $1",
+            other_id,
+        )
+    async with service(config, database_url) as fourth:
+        interrupted = await job_until(fourth, other_id, conv.user_id, ended)
+    assert interrupted["status"] == "failed" and interrupted["error"].startswith("interrupted")
+
+
+async def test_idempotency_key(wclient: Any, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="legacy", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": f"{NAMESPACE}/{LEGACY}"}
+    first = await start(wclient, conv.session_id, conv.user_id, body, **{"Idempotency-Key": "wi-1"})
+    again = await start(wclient, conv.session_id, conv.user_id, body, **{"Idempotency-Key": "wi-1"})
+    assert first.status_code == 202 and again.status_code == 200
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json()["data"]["job"]["id"] == first.json()["data"]["job"]["id"]
+    other = await start(
+        wclient, conv.session_id, conv.user_id, {**body, "name": "other"}, **{"Idempotency-Key": "wi-1"}
+    )
+    assert other.status_code == 422
+    async with pool.acquire() as conn:
+        forks = await conn.fetchval(
+            "SELECT count(*) FROM kagent_fork.fork WHERE parent_session_id = $1", conv.session_id
+        )
+    assert forks == 1
+    await job_until(wclient, first.json()["data"]["job"]["id"], conv.user_id, ended)
