@@ -25,7 +25,7 @@ from msgspec import Meta
 
 from service import a2a_client, operations, summary, tasks
 from service import fork as plan
-from service.errors import Conflict, NotConfigured, NotFound, ServiceError, Unprocessable
+from service.errors import BadRequest, Conflict, NotConfigured, NotFound, ServiceError, Unprocessable
 from service.identity import Caller
 from service.observability import WHATIF_DURATION, WHATIF_JOBS, WHATIF_RUNNING
 from service.operations import Services, visible_session
@@ -44,7 +44,8 @@ class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     rewind_before_invocation_id: Text
     agent_ref: Text | None = None
     name: Text | None = None
-    max_context_tokens: Annotated[int, Meta(ge=1)] | None = None
+    # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
+    max_context_tokens: Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)] | None = None
 
 
 class JobResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +139,8 @@ async def start(
         )
     if req.agent_ref is not None and not _AGENT_REF.match(req.agent_ref):
         raise Unprocessable(f"agent_ref must be namespace/name of a kagent agent, got {req.agent_ref!r}")
+    if isinstance(req.max_context_tokens, float) and not req.max_context_tokens.is_integer():
+        raise BadRequest("max_context_tokens must be a whole number")
     boundary = req.rewind_before_invocation_id
     async with svc.connection() as conn:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -146,7 +149,7 @@ async def start(
         if agent_ref is None:
             raise Unprocessable(f"the source session's agent {source_agent!r} is not namespace/name: give agent_ref")
         fork_req = ForkRequest(rewind_before_invocation_id=boundary, name=req.name, if_boundary_missing="error")
-        limit = req.max_context_tokens or settings.whatif_max_context_tokens
+        limit = int(req.max_context_tokens or settings.whatif_max_context_tokens)
         planned = (await operations.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
         assert isinstance(planned, ForkPlan)
         if planned.estimated_context_tokens > limit:

@@ -7,7 +7,9 @@ so that it reaches forks and rewinds of real sessions, not only 404s."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ from service.operations import Services
 from service.rewind import RewindResult, rewind
 from service.schemas import RewindRequest
 from tests.helpers import new_user, seed, table_fingerprint
+from tests.support.a2a_agent import running_agents
 from tests.support.conversations import Conversation, create_share
 from tests.support.live_server import live_server
 
@@ -39,12 +42,20 @@ class Seeded:
     """Real ids the hooks substitute into generated cases."""
 
     def __init__(
-        self, conversations: list[Conversation], shares: list[str], rewound: Conversation, rewinds: list[str]
+        self,
+        conversations: list[Conversation],
+        shares: list[str],
+        rewound: Conversation,
+        rewinds: list[str],
+        jobs: list[str],
+        explored: Conversation,
     ) -> None:
         self.conversations = conversations
         self.shares = shares
         self.rewound = rewound  # a conversation of its own for undo, rewound turn after turn
         self.rewinds = rewinds
+        self.jobs = jobs  # what-if jobs of the conversations' owner
+        self.explored = explored  # a conversation no fuzzed rewind touches, for what-ifs
         self.random = random.Random(5)
 
     def conversation(self) -> Conversation:
@@ -70,13 +81,26 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
         done = await rewind(services, Caller(user_id=user), rewound.session_id, request)
         assert isinstance(done, RewindResult) and done.rewind.id
         rewinds.append(done.rewind.id)
-    yield Seeded(conversations, shares, rewound, rewinds)
+    jobs = [str(uuid.uuid4()) for _ in range(8)]
+    async with pool.acquire() as conn:
+        # Jobs as a replica left them running (their agent never reached): GET and cancel act on them.
+        await conn.executemany(
+            "INSERT INTO kagent_fork.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id, "
+            "rewind_before_invocation_id, agent_ref, dialect, message, status, runner) "
+            "VALUES ($1, $2, $3, $2, $3, $4, 'kagent/k8s-agent', 'v1', '{}', 'running', 'gone')",
+            [(job, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for job in jobs],
+        )
+    explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
+    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored)
 
 
 @pytest.fixture(scope="module")
 def fuzzed_url(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[str]:
-    with live_server(create_app(settings, database_url)) as url:
-        yield url
+    # What-ifs reach real A2A agents; one that names no served agent ends `failed`, as it should.
+    with running_agents(database_url) as (a2a_url, _):
+        app = create_app(dataclasses.replace(settings, kagent_a2a_url=a2a_url), database_url)
+        with live_server(app) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +128,10 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
     rnd = seeded.random
     if rnd.random() < 0.5:
         return
-    conv = seeded.conversation()
+    conv = seeded.explored if path_has(case, "/whatif") else seeded.conversation()
+    if case.path_parameters and "job_id" in case.path_parameters:
+        case.path_parameters["job_id"] = rnd.choice(seeded.jobs)
+        conv = seeded.conversations[1]
     if case.path_parameters and "rewind_id" in case.path_parameters:
         conv = seeded.rewound
         case.path_parameters["rewind_id"] = rnd.choice(seeded.rewinds)
@@ -116,12 +143,23 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.query["before"] = rnd.choice(conv.invocation_ids)
     if case.headers is not None and "X-User-Id" in case.headers:
         case.headers["X-User-Id"] = conv.user_id
+    elif path_has(case, "/whatif") and not (case.query and "user_id" in case.query):
+        # what-ifs and their jobs are their creator's alone: act as the seeded owner
+        case.headers = {**(case.headers or {}), "X-User-Id": conv.user_id}
     if case.query and "user_id" in case.query:
         case.query["user_id"] = conv.user_id
     if case.headers is not None and "X-Share-Token" in case.headers:
         case.headers["X-Share-Token"] = rnd.choice(seeded.shares)
     if isinstance(case.body, dict) and "rewind_before_invocation_id" in case.body:
         case.body["rewind_before_invocation_id"] = rnd.choice(conv.invocation_ids)
+    if isinstance(case.body, dict) and "agent_ref" in case.body:  # an agent of kagent's naming
+        case.body["agent_ref"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
+    if isinstance(case.body, dict) and "max_context_tokens" in case.body:  # above the seeded turns' context
+        case.body["max_context_tokens"] = 100_000
+
+
+def path_has(case: Case, text: str) -> bool:
+    return text in case.operation.path
 
 
 @schemathesis.check
@@ -170,6 +208,7 @@ def test_the_api_keeps_its_document(
         statuses[case.call_and_validate(additional_checks=CHECKS, timeout=30).status_code] += 1
 
     statuses: Counter[int] = Counter()
+    asyncio.run(whatifs_settled(database_url))  # agents of earlier what-ifs write into their forks
     before = asyncio.run(fingerprint(database_url))
     run()
     if mode is GenerationMode.NEGATIVE:
@@ -178,10 +217,27 @@ def test_the_api_keeps_its_document(
     else:
         # the fuzzer reached the real thing, not only refusals
         assert any(200 <= status < 300 for status in statuses), statuses
-        assert statuses[201 if path.endswith("/fork") else 200] > 0, statuses
+        success = {"/fork": 201, "/whatif": 202}
+        assert statuses[next((c for end, c in success.items() if path.endswith(end)), 200)] > 0, statuses
 
 
 async def fingerprint(database_url: str) -> dict[str, tuple[int, str]]:
     """table_fingerprint from this synchronous test (the session's pool lives on another event loop)."""
     async with asyncpg.create_pool(database_url, min_size=1, max_size=1) as pool:
         return await table_fingerprint(pool)
+
+
+async def whatifs_settled(database_url: str, seconds: float = 30) -> None:
+    """Wait until no what-if started by a fuzzed request is running (its agent may still be writing)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        for _ in range(int(seconds * 10)):
+            running = await conn.fetchval(
+                "SELECT count(*) FROM kagent_fork.whatif_job WHERE status = 'running' AND runner <> 'gone'"
+            )
+            if not running:
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+    raise AssertionError("what-if jobs still running")

@@ -91,7 +91,9 @@ async def test_a_whatif_regenerates_the_turn_on_another_agent(
     assert job["session_id"] == fork["id"] and job["agent_ref"] == agent_ref and job["status"] == "running"
 
     done = await job_until(wclient, job["id"], conv.user_id, ended)
-    assert done["status"] == "completed" and done["error"] is None and done["task_id"] and done["finished_at"], done["error"]
+    assert done["status"] == "completed" and done["error"] is None and done["task_id"] and done["finished_at"], done[
+        "error"
+    ]
     assert done["result"] == {
         "last_agent_text": f"Regenerated answer to {turn.user_text!r} by the other agent.",
         "tool_calls": {"lookup": 1}, "total_tokens": 288,
