@@ -126,8 +126,8 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
     store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
     stamp_request_ids()
 
-    services: list[Services] = []
-    tools = mcp_tools.mcp_server(lambda: services[0])
+    runners: list[whatif.Runner] = []
+    tools = mcp_tools.mcp_server(lambda: runners[0])
     tools_app = tools.streamable_http_app()
 
     @asgi("/mcp", is_mount=True, copy_scope=True)
@@ -140,8 +140,8 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         try:
             await prepare_database(settings, store, pool)
             app.state.services = Services(settings=settings, store=store, pool=pool)
-            services.append(app.state.services)
             runner = app.state.whatif_runner = whatif.Runner(svc=app.state.services)
+            runners.append(runner)
             # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
             await runner.sweep()
             runner.start_sweeping()

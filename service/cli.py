@@ -1,5 +1,5 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare: one entry point
-for people and scripts.
+"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | job:
+one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -159,11 +159,26 @@ def _show_comparison(c: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _show_job(j: dict[str, Any]) -> str:
+    lines = [
+        f"What-if {j['id']}: {j['status']}, {j['agent_ref']} answering turn {j['rewind_before_invocation_id']} "
+        f"of {j['parent_session_id']} in the fork {j['session_id']}"
+    ]
+    if j["error"]:
+        lines.append(f"  error: {j['error']}")
+    if j["result"]:
+        r = j["result"]
+        tools = ", ".join(f"{n} x{c}" for n, c in r["tool_calls"].items()) or "no tool calls"
+        answer = (r["last_agent_text"] or "").replace("\n", " ")[:200]
+        lines.append(f"  {tools}, {r['total_tokens']} tokens; answer: {answer!r}")
+    return "\n".join(lines)
+
+
 # --- operator commands -------------------------------------------------------------------------------
 
 
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
-    from service import compare, lineage, operations, rewind, transcript, turns
+    from service import compare, lineage, operations, rewind, transcript, turns, whatif
     from service.app import open_pool, prepare_database
     from service.identity import Caller
     from service.schemas import ForkRequest, RewindRequest
@@ -229,9 +244,30 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             sys.stdout.flush()
             return STREAMED, ""
 
+        async def do_whatif() -> tuple[object, str]:
+            body = {"rewind_before_invocation_id": args.before, "agent_ref": args.agent, "name": args.name}
+            req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
+            # This process runs the job: without --wait it returns once the agent has the turn (the job
+            # is then followed by the service's replicas, which take over a job whose runner stopped).
+            runner = whatif.Runner(svc=svc)
+            answer, _ = await whatif.start(svc, runner, caller, args.session_id, req)
+            assert isinstance(answer, whatif.Started)
+            job_id = answer.job.id
+            while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
+                if not runner.jobs:
+                    break
+                await asyncio.sleep(0.2)
+            await runner.stop()
+            data = msgspec.to_builtins(await whatif.get(svc, caller, job_id))
+            return data, _show_job(data)
+
+        async def do_job() -> tuple[object, str]:
+            data = msgspec.to_builtins(await whatif.get(svc, caller, args.session_id))
+            return data, _show_job(data)
+
         commands.update(
             fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree,
-            rewinds=do_rewinds, compare=do_compare, show=do_show,
+            rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif, job=do_job,
         )  # fmt: skip
         return await commands[args.command]()
     finally:
@@ -271,9 +307,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8083)
     s.add_argument("--workers", type=int, default=1, help="worker processes (one per core in production)")
 
-    def operator(name: str, help_text: str) -> argparse.ArgumentParser:
+    def operator(name: str, help_text: str, *, metavar: str = "session_id") -> argparse.ArgumentParser:
         c = commands.add_parser(name, help=help_text, epilog=EXIT_HELP)
-        c.add_argument("session_id")
+        c.add_argument("session_id", metavar=metavar)
         c.add_argument("--user", default="admin@kagent.dev", help="act as this kagent user")
         c.add_argument("--share-token", default=None, help="act through this share link")
         c.add_argument("--json", action="store_true", help="print the API's data as JSON")
@@ -300,6 +336,12 @@ def parser() -> argparse.ArgumentParser:
     operator("rewinds", "list a session's rewinds, newest first, and whether each can be undone now")
     c = operator("compare", "compare two sessions: their common turns and what each holds after them")
     c.add_argument("other_session_id")
+    w = operator("whatif", "regenerate a turn on another agent over A2A (KAGENT_A2A_URL): fork, then ask the agent")
+    w.add_argument("--before", required=True, help="rewind_before_invocation_id: the turn to regenerate")
+    w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
+    w.add_argument("--name", help="the fork's name")
+    w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
+    operator("job", "show a what-if job", metavar="job_id")
     return p
 
 

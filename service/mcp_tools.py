@@ -16,7 +16,7 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
 
-from service import compare, operations, rewind, transcript, turns
+from service import compare, operations, rewind, transcript, turns, whatif
 from service.errors import ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
 from service.operations import Services
@@ -39,8 +39,9 @@ def _text(text: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], isError=error)
 
 
-def mcp_server(services: Callable[[], Services]) -> FastMCP:
-    """The MCP server, mounted by the app at /mcp; `services` gives the app's services once it runs."""
+def mcp_server(runner: Callable[[], whatif.Runner]) -> FastMCP:
+    """The MCP server, mounted by the app at /mcp; `runner` gives the app's what-if runner (and through
+    it the app's services) once the app runs."""
     server = FastMCP(
         "kagent-fork",
         instructions="Fork, rewind and compare kagent conversations. Session ids are kagent session ids; "
@@ -57,7 +58,7 @@ def mcp_server(services: Callable[[], Services]) -> FastMCP:
         request = ctx.request_context.request
         if request is None:
             return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
-        svc = services()
+        svc = runner().svc
         try:
             query = {name: request.query_params.getlist(name) for name in request.query_params}
             caller = resolve_caller(svc.settings, scope_headers(request.scope), query)
@@ -165,6 +166,37 @@ def mcp_server(services: Callable[[], Services]) -> FastMCP:
 
         async def op(svc: Services, caller: Caller) -> object:
             return await compare.compare(svc, caller, checked_id(session_id), checked_id(other_session_id))
+
+        return await run(ctx, op)
+
+    @server.tool()
+    async def start_whatif(
+        ctx: Context[Any, Any, Any],
+        session_id: str,
+        rewind_before_invocation_id: str,
+        agent_ref: str | None = None,
+        name: str | None = None,
+        max_context_tokens: int | None = None,
+    ) -> CallToolResult:
+        """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
+        (namespace/name; default: the session's own) and send that turn's user message to it over A2A. The
+        agent runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agent_ref": agent_ref,
+                      "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
+            req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
+            started, _ = await whatif.start(svc, runner(), caller, checked_id(session_id), req)
+            return started
+
+        return await run(ctx, op)
+
+    @server.tool()
+    async def whatif_status(ctx: Context[Any, Any, Any], job_id: str) -> CallToolResult:
+        """A what-if job: running, completed, failed or cancelled, and what the agent answered."""
+
+        async def op(svc: Services, caller: Caller) -> object:
+            return await whatif.get(svc, caller, checked_id(job_id, "job id"))
 
         return await run(ctx, op)
 

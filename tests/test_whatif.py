@@ -255,3 +255,72 @@ async def test_idempotency_key(wclient: Any, pool: asyncpg.Pool) -> None:
         )
     assert forks == 1
     await job_until(wclient, first.json()["data"]["job"]["id"], conv.user_id, ended)
+
+
+async def test_the_whatif_tools_for_agents(
+    settings: Settings, database_url: str, pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> None:
+    from tests.support.live_server import live_server
+    from tests.test_mcp_tools import mcp_session, ok, text_of
+
+    conv = await seed(pool, dialect="legacy", turns=2, tool_calls=True)
+    with live_server(create_app(whatif_settings(settings, agents[0]), database_url)) as url:
+        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
+            args = {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1]}
+            gated = await mcp.call_tool(
+                "start_whatif", {**args, "agent_ref": f"{NAMESPACE}/{LEGACY}", "max_context_tokens": 1}
+            )
+            assert gated.isError and "max_context_tokens" in text_of(gated)
+            started = ok(await mcp.call_tool("start_whatif", {**args, "agent_ref": f"{NAMESPACE}/{LEGACY}"}))
+            assert started["session"]["fork"]["parent_session_id"] == conv.session_id
+            deadline = time.monotonic() + 30
+            while (job := ok(await mcp.call_tool("whatif_status", {"job_id": started["job"]["id"]})))[
+                "status"
+            ] == "running":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            assert job["status"] == "completed" and job["result"]["tool_calls"] == {"lookup": 1}
+        async with mcp_session(url, {"X-User-Id": new_user()}) as stranger:
+            hidden = await stranger.call_tool("whatif_status", {"job_id": started["job"]["id"]})
+            assert hidden.isError and text_of(hidden) == f"what-if job {started['job']['id']} not found"
+
+
+def test_the_whatif_cli(database_url: str, agents: tuple[str, Seen]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    conv = asyncio.run(_seed_once(database_url))
+    env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": agents[0]}
+
+    def cli(*args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "service", *args, "--user", conv.user_id], env=env, capture_output=True,
+            text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    job = json.loads(
+        cli(
+            "whatif",
+            conv.session_id,
+            "--before",
+            conv.invocation_ids[1],
+            "--agent",
+            f"{NAMESPACE}/{V1}",
+            "--wait",
+            "--json",
+        )
+    )
+    assert job["status"] == "completed" and job["result"]["last_agent_text"].startswith("Regenerated answer")
+    assert json.loads(cli("job", job["id"], "--json")) == job
+    assert cli("job", job["id"]).startswith(f"What-if {job['id']}: completed, {NAMESPACE}/{V1}")
+
+
+async def _seed_once(database_url: str) -> Any:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=1)
+    try:
+        return await seed(pool, dialect="v1", turns=2)
+    finally:
+        await pool.close()
