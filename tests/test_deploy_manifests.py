@@ -276,11 +276,12 @@ KAGENT_PATHS = [
 
 
 def fork_operations() -> list[tuple[str, str]]:
-    """Every (method, concrete path) of kagent-fork's API under /api/sessions, from openapi.yaml."""
+    """Every (method, concrete path) of kagent-fork's API under /api/sessions and /api/whatif, from
+    openapi.yaml, and the MCP endpoint."""
     openapi = yaml.safe_load((ROOT / "openapi.yaml").read_text())
-    ops = []
+    ops = [("POST", "/mcp"), ("GET", "/mcp"), ("DELETE", "/mcp")]  # streamable HTTP uses all three
     for template, item in openapi["paths"].items():
-        if not template.startswith("/api/sessions/"):
+        if not template.startswith(("/api/sessions/", "/api/whatif/")):
             continue
         path = re.sub(r"\{[^}]+\}", "s-1", template)
         ops += [(method.upper(), path) for method in item if method in ("get", "post", "put", "patch", "delete")]
