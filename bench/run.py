@@ -179,7 +179,13 @@ class Service:
         raise RuntimeError(f"kagent-fork serve did not become ready in 60 s; see {self.log}")
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "DATABASE_URL": self.dsn, "PYTHONUNBUFFERED": "1"}
+        # KAGENT_A2A_URL: a port nothing listens on (the what-if measure times its 202, not an agent).
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.dsn,
+            "PYTHONUNBUFFERED": "1",
+            "KAGENT_A2A_URL": "http://127.0.0.1:9/api/a2a",
+        }
         command = Path(sys.executable).with_name("kagent-fork")  # the console script users run
         cmd = [str(command)] if command.exists() else [sys.executable, "-m", "service"]
         cmd += ["serve", "--port", str(self.port), "--workers", str(self.workers)]
@@ -439,6 +445,33 @@ async def measure_transcript(b: Bench, s: GeneratedSession, label: str) -> None:
     )
 
 
+async def measure_whatif(b: Bench, s: GeneratedSession, label: str) -> None:
+    """Time to the 202 of a what-if of the last turn (its dry run for the cost gate, the fork, the job row)
+    and the workers' peak RSS growth meanwhile. The service's KAGENT_A2A_URL names a port nothing listens
+    on: the job fails right after, and the 202 does not wait for the agent anyway."""
+    body = {"rewind_before_invocation_id": s.invocation_ids[-1], "agent_ref": "kagent/bench-agent"}
+    took, growth = [], 0.0
+    for _ in range(b.args.reps):
+        await b.quiesce()
+        base = b.service.reset_peaks()
+        started = time.perf_counter()
+        response = await b.client.post(f"/api/sessions/{s.session_id}/whatif", json=body, headers=HEADERS)
+        took.append(time.perf_counter() - started)
+        if response.status_code != 202:
+            raise RuntimeError(f"what-if answered {response.status_code}: {response.text[:300]}")
+        growth = max(growth, max(_status_kb(pid, "VmHWM") - rss for pid, rss in base.items()) / 1024)
+        await b.drop_copy(response.json()["data"]["session"]["id"])
+    b.report.add(
+        Row(
+            measure=f"what-if of the last turn of {label}: time to 202, median of {b.args.reps}; peak RSS growth, "
+            "worst worker and run",
+            value=f"{median_ms(took):.0f} ms",
+            floor=f"{growth:.1f} MB",
+            target="reported",
+        )
+    )
+
+
 async def naive_fork(conn: asyncpg.Connection, s: GeneratedSession, boundary: str, *, row_by_row: bool) -> str:
     """A fork the way kagent's design describes it: every event into the application, parsed, copied back.
 
@@ -663,7 +696,7 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
-MEASURES = ("memory", "forks", "legacy", "reads", "transcript", "rewind", "throughput", "naive", "pglz")
+MEASURES = ("memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz")
 
 
 async def measure_all(
@@ -694,6 +727,8 @@ async def measure_all(
         if "transcript" in want:
             await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
             await phase("transcript 100k", measure_transcript(b, s100k, "100,000 events"))
+        if "whatif" in want:
+            await phase("what-if 10k", measure_whatif(b, s10k, "10,000 events"))
         if "rewind" in want:
             await phase("(d) rewind 10% of 100k", measure_rewind(b, s100k))
         if "throughput" in want:
