@@ -18,8 +18,8 @@ from litestar.params import FromPath
 from litestar.response import Stream
 from prometheus_client import Counter
 
-from service import compare, lineage, operations, rewind, transcript, turns, whatif
-from service.errors import BadRequest, DatabaseUnavailable, ServiceError, UnsupportedMediaType
+from service import compare, explorer, lineage, operations, rewind, transcript, turns, whatif
+from service.errors import BadRequest, DatabaseUnavailable, NotFound, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller, scope_headers
 from service.migrate import check_kagent_schema
 from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
@@ -316,6 +316,34 @@ async def list_whatifs(request: AnyRequest, session_id: FromPath[str]) -> Respon
     return ok(jobs, "Successfully listed what-if jobs")
 
 
+@get("/api/fork-explorer/sessions")
+async def explorer_sessions(request: AnyRequest) -> Response[bytes]:
+    unknown = sorted(set(request.query_params) - {"agent_id", "limit", "user_id"})
+    if unknown:
+        raise BadRequest(f"unknown query parameters: {', '.join(unknown)} (agent_id and limit are known)")
+    agent = _query_text(request, "agent_id")
+    items = await explorer.sessions(
+        services(request), caller_of(request), agent_id=agent, limit=_query_int(request, "limit", 50)
+    )
+    return ok(items, "Successfully listed sessions")
+
+
+@get("/api/fork-explorer/whoami")
+async def explorer_whoami(request: AnyRequest) -> Response[bytes]:
+    return ok(explorer.whoami(services(request), caller_of(request)), "The caller, as the API sees it")
+
+
+@get(["/ui/", "/ui/{name:str}"], include_in_schema=False)
+async def explorer_page(name: str = "index.html") -> Response[bytes]:
+    try:
+        content, media = explorer.page_file(name)
+    except FileNotFoundError:
+        raise NotFound(f"no such file of the explorer page: {name}") from None
+    # The page loads nothing from elsewhere and runs no inline script.
+    csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
+    return Response(content, media_type=media, headers={"Content-Security-Policy": csp, "Cache-Control": "no-cache"})
+
+
 @get("/metrics", media_type="text/plain; version=0.0.4; charset=utf-8")
 async def metrics(request: AnyRequest) -> bytes:
     pool = services(request).pool
@@ -375,6 +403,9 @@ def handlers() -> list[HTTPRouteHandler]:
         whatif_job,
         cancel_whatif,
         list_whatifs,
+        explorer_sessions,
+        explorer_whoami,
+        explorer_page,
         healthz,
         readyz,
         metrics,

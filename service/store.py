@@ -336,6 +336,9 @@ class Store:
     async def has_events(self, conn: Connection, session_id: str, owner: str) -> bool:
         return bool(await conn.fetchval(self.q["has_events"], session_id, owner))
 
+    async def sessions_of(self, conn: Connection, user_id: str, agent_id: str | None, limit: int) -> list[SessionRow]:
+        return [_session(r) for r in await conn.fetch(self.q["explorer_sessions"], user_id, agent_id, limit)]
+
     async def insert_session(
         self, conn: Connection, *, session_id: str, user_id: str, name: str, agent_id: str | None, source: str
     ) -> SessionRow:

@@ -508,3 +508,12 @@ UPDATE {schema}.whatif_job SET runner = $1, heartbeat_at = NOW()
 WHERE status = 'running' AND heartbeat_at < NOW() - make_interval(secs => $2)
 RETURNING id, user_id, parent_session_id, parent_user_id, session_id, rewind_before_invocation_id, agent_ref, dialect,
           message::text AS message, status, task_id, error, result::text AS result, runner, created_at, finished_at;
+
+-- name: explorer_sessions
+-- The caller's live sessions, newest first (as kagent's sidebar orders them), of one agent when $2 is
+-- given, at most $3.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE user_id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR agent_id = $2)
+ORDER BY updated_at DESC, id
+LIMIT $3;

@@ -108,7 +108,8 @@ async def test_served_openapi_is_the_committed_one(client: Any) -> None:
 
 def test_openapi_documents_every_route_and_request_type() -> None:
     spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
-    documented = {(path, method.upper()) for path, ops in spec["paths"].items() for method in ops}
+    # Litestar serves a path with and without its trailing slash (the page's address is /ui/)
+    documented = {(path.rstrip("/") or "/", method.upper()) for path, ops in spec["paths"].items() for method in ops}
     served = {
         (path.replace(":str", ""), method)
         for handler in handlers()

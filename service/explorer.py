@@ -1,0 +1,50 @@
+"""The explorer page (GET /ui/): static files of the package, and the one call of its own, the
+caller's sessions to pick from. Everything else the page does goes through the HTTP API itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from service.errors import BadRequest
+from service.identity import Caller
+from service.operations import Services, resolve_access, session_json
+from service.schemas import Session
+
+MAX_SESSIONS = 500
+UI_DIR = Path(__file__).resolve().parent / "ui"
+FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+         "style.css": "text/css; charset=utf-8"}  # fmt: skip
+
+
+class Whoami(msgspec.Struct, frozen=True, kw_only=True):
+    user_id: str
+    auth_mode: str
+
+
+async def sessions(svc: Services, caller: Caller, *, agent_id: str | None = None, limit: int = 50) -> list[Session]:
+    """The caller's live sessions, newest first (of one agent when given); with a share token, the
+    shared session first."""
+    if not 1 <= limit <= MAX_SESSIONS:
+        raise BadRequest(f"limit must be between 1 and {MAX_SESSIONS}")
+    async with svc.connection() as conn:
+        rows = await svc.store.sessions_of(conn, caller.user_id, agent_id, limit)
+        shared = []
+        if caller.share_token is not None:
+            share = await svc.store.share_by_token(conn, caller.share_token)
+            if share is not None:
+                access = await resolve_access(svc, conn, caller, share.session_id)
+                row = await svc.store.get_session(conn, share.session_id, access.owner)
+                shared = [row] if row is not None and (agent_id is None or row.agent_id == agent_id) else []
+    return [session_json(r) for r in [*shared, *rows]][:limit]
+
+
+def whoami(svc: Services, caller: Caller) -> Whoami:
+    return Whoami(user_id=caller.user_id, auth_mode=svc.settings.auth_mode)
+
+
+def page_file(name: str) -> tuple[bytes, str]:
+    if name not in FILES:
+        raise FileNotFoundError(name)
+    return (UI_DIR / name).read_bytes(), FILES[name]
