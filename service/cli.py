@@ -57,6 +57,8 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every worker writes its metrics here so that /metrics, served by any one worker, adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kagent-fork-metrics-")
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    log.info("explorer page: http://%s:%d/ui/", shown, port)
     uvicorn.run(
         "service.app:app_from_env",
         factory=True,

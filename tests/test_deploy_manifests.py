@@ -281,7 +281,7 @@ def fork_operations() -> list[tuple[str, str]]:
     openapi = yaml.safe_load((ROOT / "openapi.yaml").read_text())
     ops = [("POST", "/mcp"), ("GET", "/mcp"), ("DELETE", "/mcp")]  # streamable HTTP uses all three
     for template, item in openapi["paths"].items():
-        if not template.startswith(("/api/sessions/", "/api/whatif/")):
+        if not template.startswith(("/api/sessions/", "/api/whatif/", "/api/fork-explorer/", "/ui/")):
             continue
         path = re.sub(r"\{[^}]+\}", "s-1", template)
         ops += [(method.upper(), path) for method in item if method in ("get", "post", "put", "patch", "delete")]

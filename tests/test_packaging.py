@@ -31,12 +31,13 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("kagent_fork-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     needed = ["service/sql/queries.sql", "service/sql/migrations/0001_lineage.sql", "service/sql/kagent/schema.sql"]
-    assert set(needed) | {"service/openapi.yaml"} <= names
+    page = {"service/ui/index.html", "service/ui/app.js", "service/ui/style.css"}
+    assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     probe = (
-        "import service.store, service.api, service.migrate;"
+        "import service.store, service.api, service.migrate, service.explorer;"
         "print(service.store.sql_dir()); print(service.api.openapi_path());"
-        "service.store.Store('kagent_fork')"
+        "service.store.Store('kagent_fork'); service.explorer.page_file('app.js')"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     out = subprocess.run(
@@ -47,5 +48,5 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     help_text = subprocess.run(
         [sys.executable, "-m", "service", "--help"], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout
-    for command in ("serve", "fork", "rewind", "undo", "invocations", "tree"):
+    for command in ("serve", "fork", "rewind", "undo", "invocations", "tree", "show", "compare", "whatif", "job"):
         assert command in help_text

@@ -164,9 +164,9 @@ async function followJob(jobId) {
     const answer = await act("Following the what-if", () => api("GET", `/api/whatif/${enc(jobId)}`));
     if (!answer) return;
     if (answer.data.status !== "running") {
+      await showWhatifs();
       showResult(`What-if ${answer.data.status}:`, answer.data);
       say(`What-if ${answer.data.status}` + (answer.data.error ? `: ${answer.data.error}` : ""), answer.data.status === "failed");
-      await showWhatifs();
       return;
     }
     await new Promise((resolve) => setTimeout(resolve, 500));
