@@ -224,6 +224,15 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
                 after = page.items[-1].invocation_id
             return items, _show_invocations(items)
 
+        async def do_forks() -> tuple[object, str]:
+            data = msgspec.to_builtins(await lineage.forks(svc, caller, args.session_id))
+            lines = [
+                f"{f['session_id']} {f['name']!r}: before {f['fork']['rewind_before_invocation_id'] or '(all)'}, "
+                f"{f['fork']['events_copied']} events, {f['created_at']}"
+                for f in data
+            ]
+            return data, "\n".join(lines) or "No forks."
+
         async def do_tree() -> tuple[object, str]:
             data = msgspec.to_builtins(await lineage.tree(svc, caller, args.session_id))
             return data, _show_tree(data)
@@ -268,7 +277,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             return data, _show_job(data)
 
         commands.update(
-            fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree,
+            fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree, forks=do_forks,
             rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif, job=do_job,
         )  # fmt: skip
         return await commands[args.command]()
@@ -301,16 +310,29 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     return code
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kagent-fork")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kagent-fork", description=__doc__, epilog=EXIT_HELP)
+    formatter = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="kagent-fork", description=__doc__, epilog=EXIT_HELP, formatter_class=formatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # --json is accepted before the command too (kagent-fork --json tree S) and after it.
+    p.add_argument("--json", action="store_true", dest="global_json", help="print the API's data as JSON")
     commands = p.add_subparsers(dest="command", required=True)
-    s = commands.add_parser("serve", help="serve the HTTP API")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8083)
+    s = commands.add_parser("serve", help="serve the HTTP API", formatter_class=formatter)
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    s.add_argument("--port", type=int, default=8083, help="port to listen on")
     s.add_argument("--workers", type=int, default=1, help="worker processes (one per core in production)")
 
     def operator(name: str, help_text: str, *, metavar: str = "session_id") -> argparse.ArgumentParser:
-        c = commands.add_parser(name, help=help_text, epilog=EXIT_HELP)
+        c = commands.add_parser(name, help=help_text, epilog=EXIT_HELP, formatter_class=formatter)
         c.add_argument("session_id", metavar=metavar)
         c.add_argument("--user", default="admin@kagent.dev", help="act as this kagent user")
         c.add_argument("--share-token", default=None, help="act through this share link")
@@ -319,19 +341,24 @@ def parser() -> argparse.ArgumentParser:
 
     f = operator("fork", "fork a session into a new one, up to a turn")
     f.add_argument("--before", help="rewind_before_invocation_id: the first turn not copied")
-    f.add_argument("--name")
-    f.add_argument("--if-boundary-missing", choices=["copy_all", "error"])
-    f.add_argument("--layout", choices=["auto", "merged", "per_task"])
-    f.add_argument("--dry-run", action="store_true", default=None)
-    f.add_argument("--idempotency-key")
+    f.add_argument("--name", help="the new session's name (the API's default: Fork of <source name>)")
+    f.add_argument(
+        "--if-boundary-missing",
+        choices=["copy_all", "error"],
+        help="a --before naming no turn: copy all (the API's default, copy_all) or refuse (error)",
+    )
+    f.add_argument("--layout", choices=["auto", "merged", "per_task"], help="task_layout (the API's default: auto)")
+    f.add_argument("--dry-run", action="store_true", default=None, help="answer the plan, write nothing")
+    f.add_argument("--idempotency-key", help="a retry with the same key returns the same fork")
     r = operator("rewind", "hide a turn and everything after it (undoable)")
     r.add_argument("--before", required=True, help="rewind_before_invocation_id: the first turn hidden")
-    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--dry-run", action="store_true", help="answer what would be hidden, write nothing")
     r.add_argument("--force", action="store_true", help="even while the agent is still running a hidden turn")
     u = operator("undo", "undo a rewind")
-    u.add_argument("rewind_id")
+    u.add_argument("rewind_id", help="the id a rewind answered (kagent-fork rewinds SESSION lists them)")
     operator("invocations", "list the turns of a session")
     operator("tree", "print the fork tree that holds a session")
+    operator("forks", "list the direct forks of a session")
     sh = operator("show", "print a session's transcript (Markdown; --json for the API's data)")
     sh.add_argument("--before", help="only the turns before this invocation (what a fork there would hold)")
     sh.add_argument("--markdown", action="store_true", help="Markdown (the default without --json)")
@@ -352,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging()
     args = parser().parse_args(argv)
+    args.json = getattr(args, "json", False) or args.global_json
     try:
         settings = from_env(os.environ)
     except ConfigError as exc:

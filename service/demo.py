@@ -156,7 +156,8 @@ def _v1_task(turn: _Turn, session_id: str, at: datetime) -> dict[str, Any]:
 
 
 async def insert_demo(conn: Connection) -> list[tuple[str, list[str]]]:
-    """Insert the two demo sessions (if absent); return (session id, invocation ids) of each."""
+    """Insert the two demo sessions (if absent); return (session id, invocation ids) of each, inserted
+    now or before (so that every start logs them)."""
     start = datetime.now(UTC) - timedelta(hours=1)
     made = []
     for offset, (session_id, name, protocol, build) in enumerate(
@@ -171,6 +172,14 @@ async def insert_demo(conn: Connection) -> list[tuple[str, list[str]]]:
             "SELECT count(*) FROM session WHERE id = $1 AND user_id = $2", session_id, DEMO_USER
         )
         if exists:
+            # Already there (an earlier start): its turns as they are now, for the start-up log.
+            rows = await conn.fetch(
+                "SELECT data FROM event WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL "
+                "ORDER BY created_at",
+                session_id, DEMO_USER,
+            )  # fmt: skip
+            ids = [msgspec.json.decode(r["data"]).get("invocation_id") for r in rows]
+            made.append((session_id, [i for i in dict.fromkeys(ids) if isinstance(i, str)]))
             continue
         await conn.execute(
             "INSERT INTO session (id, user_id, name, agent_id, source, created_at, updated_at) "

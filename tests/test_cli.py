@@ -99,3 +99,36 @@ async def test_show_rewinds_and_compare(database_url: str, pool: asyncpg.Pool) -
     assert [(r["id"], r["undoable"]) for r in listed] == [(rewound["rewind"]["id"], True)]
     table = cli(database_url, "rewinds", conv.session_id, *user)
     assert table.returncode == 0 and rewound["rewind"]["id"] in table.stdout and "undoable" in table.stdout
+
+
+async def test_version_help_forks_and_json_first(database_url: str, pool: asyncpg.Pool) -> None:
+    version = cli(database_url, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("kagent-fork ")
+    helped = cli(database_url, "fork", "--help")
+    assert (
+        helped.returncode == 0
+        and "(default: admin@kagent.dev)" in helped.stdout
+        and "--if-boundary-missing" in helped.stdout
+    )
+    assert "(default: 8083)" in cli(database_url, "serve", "--help").stdout
+    conv = await seed(pool, dialect="v1", turns=3)
+    user = ["--user", conv.user_id]
+    fork = ok_json(cli(database_url, "--json", "fork", conv.session_id, *user, "--before", conv.invocation_ids[2]))
+    forks = ok_json(cli(database_url, "--json", "forks", conv.session_id, *user))
+    assert [f["session_id"] for f in forks] == [fork["id"]] and forks[0]["fork"]["summary"]["turns"] == 1
+    readable = cli(database_url, "forks", conv.session_id, *user)
+    assert readable.returncode == 0 and readable.stdout.startswith(fork["id"])
+
+
+async def test_the_demo_turns_are_logged_on_every_start(server_url: str) -> None:
+    from service.embedded import prepare_demo
+    from tests.conftest import create_database, drop_database
+
+    url = await create_database(server_url)
+    try:
+        first = await prepare_demo(url)
+        again = await prepare_demo(url)
+    finally:
+        await drop_database(server_url, url)
+    assert [s for s, _ in first] == ["demo-legacy-session", "demo-v1-session"]
+    assert again == first and all(len(ids) == 3 for _, ids in again)
