@@ -75,10 +75,10 @@ SELECT EXISTS (
 """
 
 
-async def connection_setup(dsn: str) -> str | None:
+async def connection_setup(dsn: str, connect_seconds: float) -> str | None:
     """The SET statement every pooled connection runs when it is made and again after each reset (the
     pool's RESET ALL would undo it), or None when there is nothing to set."""
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, timeout=connect_seconds)
     try:
         lz4 = bool(await conn.fetchval(_LZ4_CHOOSABLE))
     finally:
@@ -87,7 +87,7 @@ async def connection_setup(dsn: str) -> str | None:
 
 
 async def open_pool(settings: Settings, dsn: str) -> asyncpg.Pool:
-    setup = await connection_setup(dsn)
+    setup = await connection_setup(dsn, settings.db_connect_timeout_seconds)
 
     async def init(conn: asyncpg.Connection) -> None:
         if setup is not None:
@@ -102,6 +102,7 @@ async def open_pool(settings: Settings, dsn: str) -> asyncpg.Pool:
         min_size=settings.pool_min_size,
         max_size=settings.pool_max_size,
         command_timeout=None,
+        timeout=settings.db_connect_timeout_seconds,  # asyncpg's own default waits 60 s for a silent server
         init=init,
         reset=reset,
     )

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import asyncpg
 import msgspec
 
 from service.config import ConfigError, Settings, from_env
@@ -46,10 +47,41 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     return dsn
 
 
+def database_problem(settings: Settings, dsn: str) -> str | None:
+    """Why the service cannot start on this database, in one line naming the setting to check; None if
+    it can (reachable within DB_CONNECT_TIMEOUT_SECONDS, kagent's tables there, not dirty)."""
+    from service.migrate import SchemaError, check_kagent_schema
+    from service.store import CONNECTION_ERRORS, Store
+
+    async def check() -> None:
+        conn = await asyncpg.connect(dsn, timeout=settings.db_connect_timeout_seconds)
+        try:
+            await check_kagent_schema(Store(settings.service_schema), conn)
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(check())
+    except SchemaError as exc:
+        return f"{exc} (check DATABASE_URL: it must name kagent's database)"
+    except TimeoutError:
+        return (
+            f"the database did not answer within {settings.db_connect_timeout_seconds:g} s "
+            "(check DATABASE_URL, or raise DB_CONNECT_TIMEOUT_SECONDS)"
+        )
+    except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:  # type: ignore[misc]
+        return f"cannot connect to the database: {type(exc).__name__}: {exc} (check DATABASE_URL)"
+    return None
+
+
 def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn
 
-    os.environ["KAGENT_FORK_RESOLVED_DSN"] = _database_url(settings, demo=True)
+    dsn = _database_url(settings, demo=True)
+    if (problem := database_problem(settings, dsn)) is not None:
+        print(f"kagent-fork: cannot start: {problem}", file=sys.stderr)
+        return 2
+    os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.

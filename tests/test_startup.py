@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,39 @@ def test_openapi_documents_every_route_and_request_type() -> None:
     fork_props = spec["components"]["schemas"]["ForkRequest"]["properties"]
     assert fork_props["task_layout"]["enum"] == ["auto", "merged", "per_task"]
     assert fork_props["if_boundary_missing"]["enum"] == ["copy_all", "error"]
+
+
+def _serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_database_that_refuses_is_one_clear_line() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = _serve({"DATABASE_URL": f"postgresql://kagent@127.0.0.1:{port}/kagent"}, "serve", "--port", "0")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kagent-fork: cannot start: cannot connect to the database")
+    assert "check DATABASE_URL" in lines[0] and "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_database_that_never_answers_fails_within_the_connect_timeout() -> None:
+    silent = socket.socket()  # accepts connections, never says a word
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    env = {"DATABASE_URL": f"postgresql://kagent@127.0.0.1:{port}/kagent", "DB_CONNECT_TIMEOUT_SECONDS": "1"}
+    try:
+        started = time.monotonic()
+        done = _serve(env, "serve", "--port", "0")
+        assert done.returncode == 2 and time.monotonic() - started < 20
+        assert "did not answer within 1 s" in done.stderr and "DB_CONNECT_TIMEOUT_SECONDS" in done.stderr
+        started = time.monotonic()
+        operator = _serve(env, "tree", "some-session")
+        assert operator.returncode == 8 and time.monotonic() - started < 20, operator.stderr
+    finally:
+        silent.close()
