@@ -83,11 +83,13 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
         rewinds.append(done.rewind.id)
     jobs = [str(uuid.uuid4()) for _ in range(8)]
     async with pool.acquire() as conn:
-        # Jobs as a replica left them running (their agent never reached): GET and cancel act on them.
+        # Jobs another replica is running (its heartbeat is fresh for the whole run, so no sweep takes
+        # them over): GET and cancel act on them.
         await conn.executemany(
             "INSERT INTO kagent_fork.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id, "
-            "rewind_before_invocation_id, agent_ref, dialect, message, status, runner) "
-            "VALUES ($1, $2, $3, $2, $3, $4, 'kagent/k8s-agent', 'v1', '{}', 'running', 'gone')",
+            "rewind_before_invocation_id, agent_ref, dialect, message, status, runner, heartbeat_at) "
+            "VALUES ($1, $2, $3, $2, $3, $4, 'kagent/k8s-agent', 'v1', '{}', 'running', 'gone', "
+            "NOW() + interval '1 day')",
             [(job, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for job in jobs],
         )
     explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
