@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,6 +98,10 @@ def idempotency_key(request: AnyRequest) -> str | None:
     return checked_id(values[0], "Idempotency-Key")
 
 
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)
+
+
 @contextmanager
 def outcome_of(counter: Counter, action: str, session_id: str) -> Iterator[None]:
     """Count and log a refused or failed fork or rewind (ids and outcome only: never conversation content)."""
@@ -120,6 +125,7 @@ def outcome_of(counter: Counter, action: str, session_id: str) -> Iterator[None]
 
 @post("/api/sessions/{session_id:str}/fork", status_code=201)
 async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    started = time.perf_counter()
     with outcome_of(FORKS, "fork", session_id):
         req = await decode_body(request, ForkRequest)
         caller = caller_of(request)
@@ -128,7 +134,8 @@ async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Respon
         )
     kind = "replayed" if outcome.replayed else ("created" if outcome.created else "dry_run")
     FORKS.labels(kind).inc()
-    extra: dict[str, object] = {"action": "fork", "session_id": session_id, "user_id": caller.user_id, "outcome": kind}
+    extra: dict[str, object] = {"action": "fork", "session_id": session_id, "user_id": caller.user_id, "outcome": kind,
+                                "duration_ms": _ms_since(started)}  # fmt: skip
     if isinstance(outcome.data, ForkedSession):
         ROWS_COPIED.labels("event").inc(outcome.data.fork.events_copied)
         ROWS_COPIED.labels("task").inc(outcome.data.fork.tasks_copied)
@@ -151,6 +158,7 @@ async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Respon
 
 @post("/api/sessions/{session_id:str}/rewind", status_code=200)
 async def rewind_session(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    started = time.perf_counter()
     with outcome_of(REWINDS, "rewind", session_id):
         req = await decode_body(request, RewindRequest)
         caller = caller_of(request)
@@ -161,7 +169,7 @@ async def rewind_session(request: AnyRequest, session_id: FromPath[str]) -> Resp
         "rewind %s", kind,
         extra={"action": "rewind", "session_id": session_id, "user_id": caller.user_id, "outcome": kind,
                "rewind_id": result.rewind.id, "events_removed": result.rewind.events_removed,
-               "tasks_removed": result.rewind.tasks_removed},
+               "tasks_removed": result.rewind.tasks_removed, "duration_ms": _ms_since(started)},
     )  # fmt: skip
     if isinstance(result, rewind.RewindPlan):
         return ok(result, "Rewind plan: nothing was written")
@@ -170,6 +178,7 @@ async def rewind_session(request: AnyRequest, session_id: FromPath[str]) -> Resp
 
 @post("/api/sessions/{session_id:str}/rewinds/{rewind_id:str}/undo", status_code=200)
 async def undo_rewind(request: AnyRequest, session_id: FromPath[str], rewind_id: FromPath[str]) -> Response[bytes]:
+    started = time.perf_counter()
     with outcome_of(REWINDS, "undo", session_id):
         await decode_body(request, EmptyRequest)
         caller = caller_of(request)
@@ -180,7 +189,7 @@ async def undo_rewind(request: AnyRequest, session_id: FromPath[str], rewind_id:
     log.info(
         "rewind undone",
         extra={"action": "undo", "session_id": session_id, "user_id": caller.user_id, "outcome": "undone",
-               "rewind_id": rewind_id},
+               "rewind_id": rewind_id, "duration_ms": _ms_since(started)},
     )  # fmt: skip
     return ok(result, "Successfully undid rewind")
 

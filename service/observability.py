@@ -12,12 +12,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+access = logging.getLogger("kagent_fork.access")
 
 REQUESTS = Counter(
     "kagent_fork_http_requests_total", "HTTP requests by route, method and status", ["route", "method", "status"]
@@ -81,11 +83,13 @@ def stamp_request_ids() -> None:
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, message, request id and any `extra` fields."""
 
-    _standard = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+    # uvicorn's color_message repeats the message with ANSI colour codes: not for a JSON log.
+    _standard = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            # RFC 3339 with milliseconds and the zone, so that lines of several pods sort and join
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -133,9 +137,16 @@ def observe(app: Callable[..., Any]) -> Callable[..., Any]:
         try:
             await app(scope, receive, send_with_id)
         finally:
+            took = time.perf_counter() - start
             route = scope.get("path_template") or "unmatched"
-            LATENCY.labels(route, scope["method"]).observe(time.perf_counter() - start)
+            LATENCY.labels(route, scope["method"]).observe(took)
             REQUESTS.labels(route, scope["method"], str(status)).inc()
+            # One access line a request: the route's template, never its ids or any conversation content.
+            access.info(
+                "%s %s %d", scope["method"], route, status,
+                extra={"method": scope["method"], "route": route, "status": status,
+                       "duration_ms": round(took * 1000, 1)},
+            )  # fmt: skip
             request_id.reset(token)
 
     return middleware

@@ -122,3 +122,26 @@ async def test_an_oversized_body_counts_as_refused(client: Any) -> None:
     assert sample(after, "kagent_fork_forks_total", outcome="failed") == sample(
         before, "kagent_fork_forks_total", outcome="failed"
     )
+
+
+async def test_logs_an_access_line_per_request_and_durations(
+    client: Any, pool: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    conv = await seed(pool, dialect="v1", turns=2)
+    caplog.set_level(logging.INFO)
+    r = await client.post(
+        f"/api/sessions/{conv.session_id}/fork", json={"rewind_before_invocation_id": conv.invocation_ids[1]},
+        headers={"X-User-Id": conv.user_id},
+    )  # fmt: skip
+    assert r.status_code == 201
+    access = [rec for rec in caplog.records if rec.name == "kagent_fork.access"]
+    assert len(access) == 1
+    line = json.loads(JsonFormatter().format(access[0]))
+    assert line["route"] == "/api/sessions/{session_id}/fork" and line["status"] == 201
+    assert line["method"] == "POST" and line["duration_ms"] >= 0 and line["request_id"] != "-"
+    assert conv.session_id not in json.dumps(line)  # the template, not the ids; no content
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", line["time"])
+    fork_line = next(rec for rec in caplog.records if getattr(rec, "action", None) == "fork")
+    assert fork_line.duration_ms > 0  # type: ignore[attr-defined]
+    colored = logging.makeLogRecord({"msg": "Started", "color_message": "\x1b[36mStarted\x1b[0m"})
+    assert "\x1b" not in JsonFormatter().format(colored) and "color_message" not in JsonFormatter().format(colored)
