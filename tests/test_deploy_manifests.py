@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -64,8 +65,8 @@ def validate_file(path: Path, version: str) -> int:
     """Validate every resource of a file; return how many were checked against a schema."""
     checked = 0
     for doc in load(path):
-        if doc.get("apiVersion", "").startswith("gateway.networking.k8s.io/"):
-            continue  # a CRD: no bundled schema; checked by test_httproute_* below
+        if doc.get("apiVersion", "").startswith(("gateway.networking.k8s.io/", "kagent.dev/")):
+            continue  # a CRD: no bundled schema; checked by test_httproute_* and test_mcp_* below
         validate(doc, version)
         checked += 1
     return checked
@@ -84,7 +85,8 @@ def test_every_built_in_resource_is_schema_checked() -> None:
     kinds = {doc["kind"] for _, doc in manifests()}
     assert {"Deployment", "Service", "Ingress", "PodDisruptionBudget", "Secret", "HTTPRoute"} <= kinds
     checked = sum(validate_file(p, OLDEST_KUBERNETES) for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
-    assert checked == len(manifests()) - 1  # all but the HTTPRoute
+    crds = [d for _, d in manifests() if d["apiVersion"].startswith(("gateway.networking.k8s.io/", "kagent.dev/"))]
+    assert checked == len(manifests()) - len(crds) and len(crds) == 3  # the HTTPRoute and kagent's two
 
 
 def _broken_deployments() -> list[tuple[str, dict[str, Any], str]]:
@@ -382,3 +384,38 @@ def test_httproute_sends_exactly_the_kagent_fork_calls_to_kagent_fork() -> None:
                 assert route_backend(route, other, path) == KAGENT_UI, f"{other} {path} is not kagent-fork's"
     for method, path in KAGENT_PATHS:
         assert route_backend(route, method, path) == KAGENT_UI, f"{method} {path}"
+
+
+# --- kagent's MCP resources -------------------------------------------------------------------------
+
+
+def test_mcp_server_and_agent_name_the_served_tools() -> None:
+    """The RemoteMCPServer reaches the service's /mcp, and the example Agent asks for tools the service
+    serves, with the identity headers forwarded (kagent's RemoteMCPServer/Agent v1alpha2 fields)."""
+    from service import mcp_tools
+
+    server = one("RemoteMCPServer", "kagent-fork")
+    assert server["apiVersion"] == "kagent.dev/v1alpha2" and server["spec"]["protocol"] == "STREAMABLE_HTTP"
+    service = one("Service", KAGENT_FORK)
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http")
+    assert server["spec"]["url"] == f"http://{KAGENT_FORK}.kagent.svc:{port}/mcp"
+    assert set(server["spec"]) <= {"description", "protocol", "url", "timeout", "sseReadTimeout", "headersFrom",
+                                   "terminateOnClose", "tls", "allowedNamespaces"}  # fmt: skip
+    agent = one("Agent", "branch-explorer")
+    assert agent["apiVersion"] == "kagent.dev/v1alpha2" and agent["spec"]["type"] == "Declarative"
+    (tool,) = agent["spec"]["declarative"]["tools"]
+    assert tool["type"] == "McpServer" and tool["mcpServer"]["kind"] == "RemoteMCPServer"
+    assert tool["mcpServer"]["name"] == server["metadata"]["name"]
+    served = {t.name for t in asyncio.run(mcp_tools.mcp_server(lambda: None).list_tools())}  # type: ignore[arg-type,return-value]
+    assert set(tool["mcpServer"]["toolNames"]) == served
+    assert {h.lower() for h in tool["mcpServer"]["allowedHeaders"]} == {"x-user-id", "authorization"}
+
+
+def test_prometheus_scrapes_the_metrics_endpoint() -> None:
+    annotations = one("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    port = next(p["containerPort"] for p in container()["ports"] if p["name"] == "http")
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+    }
