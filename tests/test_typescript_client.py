@@ -40,3 +40,22 @@ def test_typescript_client_against_a_running_service() -> None:
     if not (CLIENT / "node_modules" / ".bin" / "tsc").exists():
         run("ci", "--ignore-scripts", "--no-audit", "--no-fund", timeout=300)
     run("test", timeout=600)
+
+
+def test_a_missing_kagent_fork_says_how_to_get_one(tmp_path: Path) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    env = {**os.environ, "KAGENT_FORK_BIN": str(tmp_path / "no-such-kagent-fork")}
+    done = subprocess.run(
+        [node, "scripts/run-tests.mjs"], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1 and "does not exist" in done.stderr and "./scripts/test" in done.stderr
+
+
+def test_the_package_builds_when_installed_and_says_npm_ci() -> None:
+    import json
+
+    package = json.loads((CLIENT / "package.json").read_text())
+    assert package["scripts"]["prepare"] == package["scripts"]["build"]  # npm install <path> compiles it
+    assert "npm ci" in (CLIENT / "README.md").read_text()

@@ -23,10 +23,25 @@ if (major < 20) {
   process.exit(1);
 }
 
+const HOW_TO_GET_KAGENT_FORK =
+  "get one with ./scripts/test (or: python3 -m venv .venv && .venv/bin/pip install -e .) at the repository root, " +
+  "or name one with KAGENT_FORK_BIN=/path/to/kagent-fork";
+
+function onPath(name) {
+  return (process.env.PATH || "").split(":").some((dir) => dir && existsSync(join(dir, name)));
+}
+
 function kagentForkBin() {
-  if (process.env.KAGENT_FORK_BIN) return process.env.KAGENT_FORK_BIN;
+  if (process.env.KAGENT_FORK_BIN) {
+    if (existsSync(process.env.KAGENT_FORK_BIN)) return process.env.KAGENT_FORK_BIN;
+    console.error(`run-tests: KAGENT_FORK_BIN=${process.env.KAGENT_FORK_BIN} does not exist: ${HOW_TO_GET_KAGENT_FORK}`);
+    process.exit(1);
+  }
   const venv = join(repo, ".venv", "bin", "kagent-fork");
-  return existsSync(venv) ? venv : "kagent-fork";
+  if (existsSync(venv)) return venv;
+  if (onPath("kagent-fork")) return "kagent-fork";
+  console.error(`run-tests: the kagent-fork command is needed (the tests run against a real service); ${HOW_TO_GET_KAGENT_FORK}`);
+  process.exit(1);
 }
 
 function freePort() {
