@@ -41,6 +41,7 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     from service.embedded import prepare_demo, start_embedded
 
     dsn = start_embedded(settings.embedded_data_dir)
+    log.info("embedded PostgreSQL ready in %s (no DATABASE_URL given)", settings.embedded_data_dir)
     made = asyncio.run(prepare_demo(dsn)) if demo else []
     for session_id, invocations in made:
         log.info("demo session %s, turns %s", session_id, ", ".join(invocations))
@@ -86,6 +87,13 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def hangup(*_: object) -> None:
+        # A closed terminal: shut down as on Ctrl-C (uvicorn's graceful shutdown, then a normal exit).
+        log.warning("SIGHUP received (terminal closed?): shutting down")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGHUP, hangup)
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every worker writes its metrics here so that /metrics, served by any one worker, adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kagent-fork-metrics-")

