@@ -342,8 +342,7 @@ async def explorer_whoami(request: AnyRequest) -> Response[bytes]:
     return ok(explorer.whoami(services(request), caller_of(request)), "The caller, as the API sees it")
 
 
-@get(["/ui/", "/ui/{name:str}"], include_in_schema=False)
-async def explorer_page(name: str = "index.html") -> Response[bytes]:
+def _page(name: str) -> Response[bytes]:
     try:
         content, media = explorer.page_file(name)
     except FileNotFoundError:
@@ -351,6 +350,16 @@ async def explorer_page(name: str = "index.html") -> Response[bytes]:
     # The page loads nothing from elsewhere and runs no inline script.
     csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
     return Response(content, media_type=media, headers={"Content-Security-Policy": csp, "Cache-Control": "no-cache"})
+
+
+@get("/ui/", include_in_schema=False)
+async def explorer_page() -> Response[bytes]:
+    return _page("index.html")
+
+
+@get("/ui/{name:str}", include_in_schema=False)
+async def explorer_file(name: FromPath[str]) -> Response[bytes]:
+    return _page(name)
 
 
 @get("/metrics", media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -415,6 +424,7 @@ def handlers() -> list[HTTPRouteHandler]:
         explorer_sessions,
         explorer_whoami,
         explorer_page,
+        explorer_file,
         healthz,
         readyz,
         metrics,
