@@ -113,6 +113,9 @@ async def _source_turn(
     )
     found = plan.find_boundary_task(candidates, invocation_id)
     if found is None:
+        prefilter = tasks.verbatim_in_json(invocation_id)
+        if await svc.store.boundary_event_at(conn, source.id, source.user_id, invocation_id, prefilter=prefilter):
+            raise Unprocessable(f"no task of the session holds the turn {invocation_id}'s user message to send")
         raise NotFound(f"invocation {invocation_id} not found in session {source.id}")
     dialect = plan.dialect_of(found.row)
     message = tasks.user_message(tasks.decode(found.row.data), dialect, invocation_id)
@@ -141,37 +144,50 @@ async def start(
         raise Unprocessable(f"agent_ref must be namespace/name of a kagent agent, got {req.agent_ref!r}")
     if isinstance(req.max_context_tokens, float) and not req.max_context_tokens.is_integer():
         raise BadRequest("max_context_tokens must be a whole number")
-    boundary = req.rewind_before_invocation_id
-    async with svc.connection() as conn:
-        async with conn.transaction(isolation="repeatable_read", readonly=True):
-            source_agent, turn = await _source_turn(svc, conn, caller, session_id, boundary)
-        agent_ref = req.agent_ref or (agent_ref_of(source_agent) if source_agent else None)
-        if agent_ref is None:
-            raise Unprocessable(f"the source session's agent {source_agent!r} is not namespace/name: give agent_ref")
-        fork_req = ForkRequest(rewind_before_invocation_id=boundary, name=req.name, if_boundary_missing="error")
-        limit = int(req.max_context_tokens or settings.whatif_max_context_tokens)
-        planned = (await operations.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
-        assert isinstance(planned, ForkPlan)
-        if planned.estimated_context_tokens > limit:
-            raise Unprocessable(
-                f"the turn's context is about {planned.estimated_context_tokens} tokens, over the limit of {limit} "
-                "(max_context_tokens, default WHATIF_MAX_CONTEXT_TOKENS): a what-if sends it to the agent's model"
-            )
-        if idempotency_key is None:
-            return await _start(svc, runner, caller, session_id, fork_req, agent_ref, turn, None, authorization), False
-        key, digest = (
-            f"whatif:{idempotency_key}",
-            operations.request_hash(session_id, fork_req) + _encoder.encode(req).hex(),
+    fork_req = ForkRequest(
+        rewind_before_invocation_id=req.rewind_before_invocation_id, name=req.name, if_boundary_missing="error"
+    )
+    if idempotency_key is None:
+        return await _checked_start(svc, runner, caller, session_id, req, fork_req, None, authorization), False
+    key = f"whatif:{idempotency_key}"
+    digest = operations.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
+    # Retries of one key wait here and replay the first answer; the lock's connection is the only one
+    # held while the what-if starts (each step takes and returns its own).
+    async with svc.connection() as conn, svc.store.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
+        stored = await svc.store.idempotent_answer(conn, caller.user_id, key, settings.idempotency_ttl_seconds)
+        if stored is not None:
+            if stored[0] != digest:
+                raise Unprocessable("Idempotency-Key was already used with a different request")
+            return msgspec.Raw(stored[1].encode()), True
+        started = await _checked_start(svc, runner, caller, session_id, req, fork_req, (key, digest), authorization)
+        return started, False
+
+
+async def _checked_start(
+    svc: Services,
+    runner: Runner,
+    caller: Caller,
+    session_id: str,
+    req: WhatifRequest,
+    fork_req: ForkRequest,
+    idempotency: tuple[str, str] | None,
+    authorization: str | None,
+) -> Started:
+    """The refusals a fork does not make (the turn's message, the agent, the cost gate), then the start."""
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        source_agent, turn = await _source_turn(svc, conn, caller, session_id, req.rewind_before_invocation_id)
+    agent_ref = req.agent_ref or (agent_ref_of(source_agent) if source_agent else None)
+    if agent_ref is None:
+        raise Unprocessable(f"the source session's agent {source_agent!r} is not namespace/name: give agent_ref")
+    limit = int(req.max_context_tokens or svc.settings.whatif_max_context_tokens)
+    planned = (await operations.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
+    assert isinstance(planned, ForkPlan)
+    if planned.estimated_context_tokens > limit:
+        raise Unprocessable(
+            f"the turn's context is about {planned.estimated_context_tokens} tokens, over the limit of {limit} "
+            "(max_context_tokens, default WHATIF_MAX_CONTEXT_TOKENS): a what-if sends it to the agent's model"
         )
-        async with svc.store.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
-            stored = await svc.store.idempotent_answer(conn, caller.user_id, key, settings.idempotency_ttl_seconds)
-            if stored is not None:
-                if stored[0] != digest:
-                    raise Unprocessable("Idempotency-Key was already used with a different request")
-                return msgspec.Raw(stored[1].encode()), True
-            return await _start(
-                svc, runner, caller, session_id, fork_req, agent_ref, turn, (key, digest), authorization
-            ), False
+    return await _start(svc, runner, caller, session_id, fork_req, agent_ref, turn, idempotency, authorization)
 
 
 async def _start(

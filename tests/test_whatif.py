@@ -324,3 +324,13 @@ async def _seed_once(database_url: str) -> Any:
         return await seed(pool, dialect="v1", turns=2)
     finally:
         await pool.close()
+
+
+async def test_a_turn_without_a_user_message_to_send_is_refused(wclient: Any, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=2)
+    async with pool.acquire() as conn:  # the turn's task is gone: its events remain, its message does not
+        await conn.execute("UPDATE task SET deleted_at = NOW() WHERE id = $1", conv.turns[1].task_id)
+    before = await table_fingerprint(pool)
+    r = await start(wclient, conv.session_id, conv.user_id, {"rewind_before_invocation_id": conv.invocation_ids[1]})
+    assert r.status_code == 422 and "user message" in r.json()["error"]
+    assert await table_fingerprint(pool) == before
