@@ -16,9 +16,10 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -33,6 +34,7 @@ from service.schemas import ForkedSession, ForkPlan, ForkRequest, Text, rfc3339
 from service.store import CONNECTION_ERRORS, Connection, WhatifJob
 
 log = logging.getLogger("kagent_fork")
+T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 
 # A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
@@ -364,7 +366,7 @@ class Runner:
         try:
             async with asyncio.timeout(max(remaining, 0.001)):
                 if task_id is None:
-                    sent = await a2a_client.send(agent, a2a_client.message_from_json(job.message))
+                    sent = await self._beating(job, a2a_client.send(agent, a2a_client.message_from_json(job.message)))
                     if sent is None:  # the agent answered with a message: the turn is over
                         await self._finish(job, "completed", None)
                         return
@@ -393,6 +395,19 @@ class Runner:
         status = a2a_client.TERMINAL[state]
         error = None if status == "completed" else f"the agent's task ended {a2a_client.state_name(state)}"
         await self._finish(job, status, error)
+
+    async def _beating(self, job: WhatifJob, work: Awaitable[T]) -> T:
+        """`work`, while this runner keeps beating for the job (so that no sweep takes it meanwhile)."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.svc.settings.whatif_heartbeat_seconds)
+                if done:
+                    return task.result()
+                async with self.svc.connection() as conn:
+                    await self.svc.store.whatif_heartbeat(conn, job.id, self.id)
+        finally:
+            task.cancel()
 
     async def _finish(self, job: WhatifJob, status: str, error: str | None) -> None:
         """End the job (in its own transaction) with what the agent wrote into the fork since it began."""
