@@ -94,7 +94,7 @@ def _timed_commit(spent: dict[str, float], calls: dict[str, int]) -> None:
 
 
 async def profile(args: argparse.Namespace) -> None:
-    from service import operations, rewind, turns
+    from service import operations, rewind, services, turns
     from service.app import open_pool, prepare_database
     from service.config import from_env
     from service.embedded import install_kagent_schema
@@ -117,7 +117,7 @@ async def profile(args: argparse.Namespace) -> None:
         pool = await open_pool(settings, dsn)
         try:
             await prepare_database(settings, store, pool)
-            svc = operations.Services(settings=settings, store=store, pool=pool)
+            svc = services.Services(settings=settings, store=store, pool=pool)
             caller = Caller(user_id=USER, share_token=None)
             sid = session.session_id
             boundary = session.invocation_ids[-1 if args.op != "rewind" else len(session.invocation_ids) * 9 // 10]

@@ -24,8 +24,8 @@ from service.errors import BadRequest, DatabaseUnavailable, NotFound, ServiceErr
 from service.identity import Caller, resolve_caller, scope_headers
 from service.migrate import check_kagent_schema
 from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
-from service.operations import Services
 from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest, checked_id
+from service.services import Services
 
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]

@@ -19,7 +19,7 @@ from service.config import Settings
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.migrate import check_kagent_schema, migrate
 from service.observability import configure_logging, observe, stamp_request_ids
-from service.operations import Services
+from service.services import Services
 from service.store import CONNECTION_ERRORS, Store
 from service.tracing import tracing_middleware
 

@@ -220,7 +220,7 @@ def _show_job(j: dict[str, Any]) -> str:
 
 
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
-    from service import compare, lineage, operations, rewind, transcript, turns, whatif
+    from service import compare, lineage, operations, rewind, services, transcript, turns, whatif
     from service.app import open_pool, prepare_database
     from service.identity import Caller
     from service.schemas import ForkRequest, RewindRequest
@@ -230,7 +230,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
     pool = await open_pool(settings, dsn)
     try:
         await prepare_database(settings, store, pool)
-        svc = operations.Services(settings=settings, store=store, pool=pool)
+        svc = services.Services(settings=settings, store=store, pool=pool)
         caller = Caller(user_id=args.user, share_token=args.share_token)
         commands: dict[str, Callable[[], Awaitable[tuple[object, str]]]] = {}
 

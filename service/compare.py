@@ -11,7 +11,8 @@ import msgspec
 
 from service import summary
 from service.identity import Caller
-from service.operations import Services, visible_session
+from service.operations import visible_session
+from service.services import Services
 from service.store import Connection, EventTurn, SessionRow
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
     from asyncpg.transaction import Transaction
 
-    from service.operations import Services
+    from service.services import Services
 
 log = logging.getLogger("kagent_fork")
 A = TypeVar("A")

@@ -9,8 +9,9 @@ import msgspec
 
 from service.errors import BadRequest
 from service.identity import Caller
-from service.operations import Services, resolve_access, session_json
+from service.operations import resolve_access, session_json
 from service.schemas import Session
+from service.services import Services
 
 MAX_SESSIONS = 500
 UI_DIR = Path(__file__).resolve().parent / "ui"

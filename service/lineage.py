@@ -14,8 +14,9 @@ import msgspec
 
 from service import summary
 from service.identity import Access, Caller
-from service.operations import Services, resolve_access, visible_session
+from service.operations import resolve_access, visible_session
 from service.schemas import LineageRecord, rfc3339
+from service.services import Services
 from service.store import Connection, Lineage
 
 Status = Literal["ok", "deleted", "missing"]

@@ -19,8 +19,8 @@ from mcp.types import CallToolResult, TextContent
 from service import compare, operations, rewind, transcript, turns, whatif
 from service.errors import ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
-from service.operations import Services
 from service.schemas import ForkRequest, RewindRequest, checked_id
+from service.services import Services
 from service.store import CONNECTION_ERRORS
 
 _encoder = msgspec.json.Encoder()

@@ -8,17 +8,14 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
 import msgspec
-from asyncpg.pool import PoolConnectionProxy
 
 from service import copying, summary, tasks
 from service import fork as plan
-from service.config import Settings
 from service.copying import (
     Cut,
     Guess,
@@ -32,28 +29,16 @@ from service.copying import (
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Access, Caller, access_for
 from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, Session, rfc3339
+from service.services import Services
 from service.store import (
     Connection,
     Lineage,
     SessionRow,
-    Store,
     TaskRow,
-    pooled_connection,
 )
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("kagent_fork")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Services:
-    settings: Settings
-    store: Store
-    pool: asyncpg.Pool
-
-    def connection(self) -> AbstractAsyncContextManager[PoolConnectionProxy[asyncpg.Record]]:
-        """A pooled connection, checked first (see store.pooled_connection)."""
-        return pooled_connection(self.pool)
 
 
 # Work a caller adds to a fork's own transaction, once its rows are written (a what-if's job row).

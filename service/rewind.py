@@ -19,8 +19,9 @@ from service import copying, summary, tasks
 from service import fork as plan
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.identity import Caller
-from service.operations import Services, session_json, visible_session
+from service.operations import session_json, visible_session
 from service.schemas import RewindRequest, Session, Summary, rfc3339
+from service.services import Services
 from service.store import Connection, NewTask, Rewind, SessionRow
 
 

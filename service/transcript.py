@@ -19,8 +19,9 @@ import msgspec
 from service import tasks, turns
 from service.errors import NotFound
 from service.identity import Caller
-from service.operations import Services, visible_session
+from service.operations import visible_session
 from service.schemas import rfc3339
+from service.services import Services
 from service.store import SessionRow, TranscriptEvent
 
 # Tool arguments and responses longer than this (as JSON text) are cut, saying so.

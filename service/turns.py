@@ -11,8 +11,9 @@ from service import fork as plan
 from service import tasks
 from service.errors import BadRequest
 from service.identity import Caller
-from service.operations import Services, visible_session
+from service.operations import visible_session
 from service.schemas import rfc3339
+from service.services import Services
 from service.store import Connection, SessionRow
 
 MAX_PAGE = 1000

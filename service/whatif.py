@@ -29,8 +29,9 @@ from service import fork as plan
 from service.errors import BadRequest, Conflict, NotConfigured, NotFound, ServiceError, Unprocessable
 from service.identity import Caller
 from service.observability import WHATIF_DURATION, WHATIF_JOBS, WHATIF_RUNNING
-from service.operations import Services, visible_session
+from service.operations import visible_session
 from service.schemas import ForkedSession, ForkPlan, ForkRequest, Text, rfc3339
+from service.services import Services
 from service.store import CONNECTION_ERRORS, Connection, WhatifJob
 
 log = logging.getLogger("kagent_fork")

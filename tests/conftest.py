@@ -24,7 +24,7 @@ from service.app import create_app
 from service.config import Settings
 from service.embedded import install_kagent_schema, pgserver
 from service.migrate import migrate
-from service.operations import Services
+from service.services import Services
 from service.store import Store
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

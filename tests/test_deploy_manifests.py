@@ -419,3 +419,20 @@ def test_prometheus_scrapes_the_metrics_endpoint() -> None:
         "prometheus.io/port": str(port),
         "prometheus.io/path": "/metrics",
     }
+
+
+def test_the_dockerfile_matches_the_package() -> None:
+    """No image is built here (no container registry is reachable, so no base image): the Dockerfile's
+    instructions are checked against the package instead."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert json.loads(dockerfile("ENTRYPOINT")) == list(project["project"]["scripts"])  # ["kagent-fork"]
+    assert dockerfile("EXPOSE") == "8083" == str(container()["ports"][0]["containerPort"])
+    text = (ROOT / "Dockerfile").read_text()
+    assert "HEALTHCHECK " in text and "'http://127.0.0.1:8083/readyz'" in text  # the readiness the pod probes
+    copied = {part for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")
+              for part in line.split()[1:-1] if not part.startswith("--")}  # fmt: skip
+    forced = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    needed = {"pyproject.toml", "README.md", "service", *forced}  # what the wheel is built from
+    assert needed <= copied, needed - copied

@@ -26,9 +26,9 @@ from schemathesis.checks import CheckFunction
 from service.app import create_app
 from service.config import Settings
 from service.identity import Caller
-from service.operations import Services
 from service.rewind import RewindResult, rewind
 from service.schemas import RewindRequest
+from service.services import Services
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support.a2a_agent import running_agents
 from tests.support.conversations import Conversation, create_share

@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 
 from service.identity import Caller
-from service.operations import Services
 from service.rewind import rewind
 from service.schemas import RewindRequest
+from service.services import Services
 from tests.helpers import append_turns, digest, expected_summary, new_user, seed, session_rows, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.conversations import create_share

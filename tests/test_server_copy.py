@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from service import copying, operations
+from service import copying, operations, services
 from service.config import Settings
 from service.errors import Unprocessable
 from service.identity import Caller
@@ -25,11 +25,11 @@ from tests.support.conversations import Conversation, build_conversation, create
 
 
 @pytest.fixture
-async def roomy(settings: Settings, database_url: str) -> AsyncIterator[operations.Services]:
+async def roomy(settings: Settings, database_url: str) -> AsyncIterator[services.Services]:
     """Services whose pool always has a second connection at hand (the reader)."""
     pool = await asyncpg.create_pool(database_url, min_size=2, max_size=4)
     try:
-        yield operations.Services(settings=settings, store=Store(settings.service_schema), pool=pool)
+        yield services.Services(settings=settings, store=Store(settings.service_schema), pool=pool)
     finally:
         await pool.close()
 
@@ -39,7 +39,7 @@ def copies(path: str) -> float:
 
 
 async def fork_via(
-    svc: operations.Services,
+    svc: services.Services,
     monkeypatch: pytest.MonkeyPatch,
     conv: Conversation,
     *,
@@ -89,7 +89,7 @@ def _replace_strings(value: Any, marks: dict[str, str]) -> Any:
 
 
 async def same_fork_both_ways(
-    svc: operations.Services,
+    svc: services.Services,
     pool: asyncpg.Pool,
     monkeypatch: pytest.MonkeyPatch,
     conv: Conversation,
@@ -127,7 +127,7 @@ async def event_rows(pool: asyncpg.Pool, session_id: str) -> list[tuple[Any, ...
 @pytest.mark.parametrize("dialect", ["v1", "legacy"])
 @pytest.mark.parametrize("metadata_style", ["sample", "kagent"])
 async def test_the_server_copy_writes_what_the_python_rewrite_writes(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, dialect: str, metadata_style: str
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, dialect: str, metadata_style: str
 ) -> None:
     conv = await seed(pool, dialect=dialect, turns=6, tool_calls=True, metadata_style=metadata_style)
     path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, task_layout="per_task")
@@ -172,7 +172,7 @@ ODDITIES = [
 
 @pytest.mark.parametrize("oddity", ODDITIES)
 async def test_tasks_the_text_replacement_would_get_wrong_are_rewritten_by_the_service(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, oddity: str
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, oddity: str
 ) -> None:
     conv = build_conversation(dialect="v1", turns=5, tool_calls=True, user_id=new_user())
     _oddity(oddity, conv)
@@ -191,7 +191,7 @@ async def test_tasks_the_text_replacement_would_get_wrong_are_rewritten_by_the_s
 
 
 async def test_a_task_that_is_not_json_refuses_the_fork_and_writes_nothing(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
     async with pool.acquire() as conn:
@@ -203,7 +203,7 @@ async def test_a_task_that_is_not_json_refuses_the_fork_and_writes_nothing(
 
 
 async def test_another_users_fork_is_rewritten_by_the_service(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A share visitor's fork names the visitor in *_user_id metadata: more than ids to replace."""
     conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
@@ -226,7 +226,7 @@ async def test_another_users_fork_is_rewritten_by_the_service(
 
 
 async def test_a_wrong_guess_of_the_boundary_task_is_undone_and_the_fork_cut_exactly(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A large fork guesses its boundary task among the newest tasks; here an older task carries the
     boundary invocation too (as a merged task would), so the guess is wrong: undone, cut exactly."""
@@ -244,7 +244,7 @@ async def test_a_wrong_guess_of_the_boundary_task_is_undone_and_the_fork_cut_exa
 
 @pytest.mark.parametrize("turn", [1, 5, 9])
 async def test_a_boundary_anywhere_in_a_large_fork_gives_the_small_forks_cut(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, turn: int
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, turn: int
 ) -> None:
     """Turns 1 and 5 are older than the newest tasks (no guess), turn 9 is among them (guessed)."""
     conv = await seed(pool, dialect="v1", turns=12, tool_calls=True)
@@ -253,7 +253,7 @@ async def test_a_boundary_anywhere_in_a_large_fork_gives_the_small_forks_cut(
 
 
 async def test_a_large_legacy_fork_merges_its_tasks_in_python(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conv = await seed(pool, dialect="legacy", turns=10, tool_calls=True)
     path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=1)
@@ -263,7 +263,7 @@ async def test_a_large_legacy_fork_merges_its_tasks_in_python(
 @pytest.mark.parametrize("last_turn", ["running_last_turn", "awaiting_approval_last_turn"])
 @pytest.mark.parametrize("turn", [None, 3], ids=["whole", "before-turn-3"])
 async def test_a_large_fork_leaves_a_running_last_turn_out_as_a_small_one_does(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, last_turn: str, turn: int | None
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, last_turn: str, turn: int | None
 ) -> None:
     conv = await seed(pool, dialect="v1", turns=6, tool_calls=True, **{last_turn: True})
     path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=5 if turn is None else 3, turn=turn)
@@ -272,7 +272,7 @@ async def test_a_large_fork_leaves_a_running_last_turn_out_as_a_small_one_does(
 
 
 async def test_a_large_per_task_fork_of_a_merged_fork_cuts_the_merged_task_as_a_small_one_does(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fork of a legacy session holds one merged task of all its turns; a fork of that fork before a
     middle turn cuts inside the merged task (in Python) after the server copy of the tasks before it."""
@@ -299,7 +299,7 @@ async def test_a_reader_slow_to_reset_does_not_fail_the_fork(
 
     slow = await asyncpg.create_pool(database_url, min_size=2, max_size=4, reset=slow_reset)
     try:
-        svc = operations.Services(settings=settings, store=Store(settings.service_schema), pool=slow)
+        svc = services.Services(settings=settings, store=Store(settings.service_schema), pool=slow)
         conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
         new_id, path = await fork_via(svc, monkeypatch, conv, server=True)
         assert path == "server"
@@ -310,7 +310,7 @@ async def test_a_reader_slow_to_reset_does_not_fail_the_fork(
 
 
 async def test_a_visitors_large_legacy_fork_streams_a_row_whose_text_needs_escaping(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The merged task of a large fork is written as COPY text while it is made: a caller id with a tab
     and a backslash (an X-User-Id may hold both) and JSON full of backslashes must arrive as they were."""
@@ -333,7 +333,7 @@ async def test_a_visitors_large_legacy_fork_streams_a_row_whose_text_needs_escap
 
 @pytest.mark.parametrize("large", [True, False])
 async def test_a_dry_run_counts_the_bytes_the_fork_writes(
-    roomy: operations.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, large: bool
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, large: bool
 ) -> None:
     conv = await seed(pool, dialect="legacy", turns=6, tool_calls=True)
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
