@@ -3,7 +3,8 @@
 # registry's python:3.11-slim cannot be pulled (a machine that reaches no container registry), a base
 # of the same name is built first from Debian's packages (debootstrap bookworm: its python3 is 3.11),
 # carrying this machine's CA bundle so that pip reaches PyPI through the same egress. Needs root,
-# buildah and debootstrap (apt-get install buildah debootstrap). Usage: deploy/build-image.sh [TAG]
+# buildah and debootstrap (apt-get install buildah debootstrap).
+# Usage: deploy/build-image.sh [TAG [--no-run]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag="${1:-localhost/kagent-fork:dev}"
@@ -28,11 +29,15 @@ fi
 
 buildah bud --pull-never -t "$tag" .
 
+[ "${2:-}" = "--no-run" ] && exit 0
+
 # Smoke run: the embedded demo database, /readyz, one fork.
 port=18083
 ctr=$(buildah from --pull-never "$tag")
-trap 'kill %1 2>/dev/null || true; buildah rm "$ctr" >/dev/null' EXIT
 buildah run --env KAGENT_FORK_DATA_DIR=/home/kagent-fork/pgdata "$ctr" -- kagent-fork serve --host 127.0.0.1 --port "$port" &
+server=$!
 for _ in $(seq 60); do curl -sf "localhost:$port/readyz" >/dev/null && break; sleep 1; done
 curl -sf "localhost:$port/readyz"; echo
 curl -sf -X POST "localhost:$port/api/sessions/demo-v1-session/fork" -H 'Content-Type: application/json' -d '{}' | head -c 200; echo
+kill -INT "$server"; wait "$server" || true
+buildah rm "$ctr" >/dev/null || true
