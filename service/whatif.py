@@ -111,12 +111,10 @@ async def _source_turn(
 ) -> tuple[str | None, _Turn]:
     """The source's agent and the user message that opened the turn, from its task's history."""
     source, _ = await visible_session(svc, conn, caller, session_id)
-    candidates = await svc.store.tasks_mentioning(
-        conn, source.id, source.user_id, invocation_id, prefilter=tasks.verbatim_in_json(invocation_id)
-    )
+    prefilter = tasks.verbatim_in_json(invocation_id)
+    candidates = await svc.store.tasks_mentioning(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
     found = plan.find_boundary_task(candidates, invocation_id)
     if found is None:
-        prefilter = tasks.verbatim_in_json(invocation_id)
         if await svc.store.boundary_event_at(conn, source.id, source.user_id, invocation_id, prefilter=prefilter):
             raise Unprocessable(f"no task of the session holds the turn {invocation_id}'s user message to send")
         raise NotFound(f"invocation {invocation_id} not found in session {source.id}")
@@ -208,11 +206,14 @@ async def _start(
     made: list[tuple[WhatifJob, Started]] = []
 
     async def write_job(conn: Connection, fork: ForkedSession) -> None:
-        message = a2a_client.message_for(turn.message, turn.dialect, fork.id)
+        try:
+            message = a2a_client.message_for(turn.message, turn.dialect, fork.id)
+        except a2a_client.AgentError as exc:  # raised in the fork's transaction: nothing is written
+            raise Unprocessable(str(exc)) from None
         job = WhatifJob(
             id=job_id, user_id=caller.user_id, parent_session_id=fork.fork.parent_session_id,
             parent_user_id=turn.owner, session_id=fork.id, rewind_before_invocation_id=boundary, agent_ref=agent_ref,
-            dialect=turn.dialect.name.lower(), message=a2a_client.message_json(message),
+            dialect=turn.dialect.value, message=a2a_client.message_json(message),
             status="running", task_id=None, error=None, result=None, runner=runner.id,
             created_at=datetime.min, finished_at=None,
         )  # fmt: skip
@@ -286,9 +287,8 @@ def _agent(svc: Services, job: WhatifJob, headers: dict[str, str]) -> a2a_client
     base = svc.settings.kagent_a2a_url
     if base is None:
         raise NotConfigured("KAGENT_A2A_URL is not set")
-    dialect = tasks.TaskDialect.LEGACY if job.dialect == "legacy" else tasks.TaskDialect.V1
     return a2a_client.Agent(
-        url=a2a_client.agent_url(base, job.agent_ref), dialect=dialect, headers=headers,
+        url=a2a_client.agent_url(base, job.agent_ref), dialect=tasks.TaskDialect(job.dialect), headers=headers,
         timeout=float(svc.settings.whatif_timeout_seconds),
     )  # fmt: skip
 

@@ -334,3 +334,18 @@ async def test_a_turn_without_a_user_message_to_send_is_refused(wclient: Any, po
     r = await start(wclient, conv.session_id, conv.user_id, {"rewind_before_invocation_id": conv.invocation_ids[1]})
     assert r.status_code == 422 and "user message" in r.json()["error"]
     assert await table_fingerprint(pool) == before
+
+
+async def test_a_user_message_that_is_not_valid_a2a_is_refused(wclient: Any, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=2)
+    async with pool.acquire() as conn:  # the turn's user message, spoiled: a text part that is an object
+        data = json.loads(await conn.fetchval("SELECT data FROM task WHERE id = $1", conv.turns[1].task_id))
+        data["history"][0]["parts"] = [{"text": {"not": "a string"}}]
+        await conn.execute("UPDATE task SET data = $2 WHERE id = $1", conv.turns[1].task_id, json.dumps(data))
+    before = await table_fingerprint(pool)
+    r = await start(
+        wclient, conv.session_id, conv.user_id,
+        {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": f"{NAMESPACE}/{V1}"},
+    )  # fmt: skip
+    assert r.status_code == 422 and "not a valid A2A message" in r.json()["error"]
+    assert await table_fingerprint(pool) == before
