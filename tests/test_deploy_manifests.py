@@ -34,7 +34,7 @@ KUBERNETES_VERSIONS = sorted({OLDEST_KUBERNETES, kubernetes_validate.latest_vers
 KAGENT_UI = ("kagent-ui", 8080)
 KAGENT_FORK = "kagent-fork"
 UVICORN_GRACEFUL_SHUTDOWN_SECONDS = 30  # service/cli.py: timeout_graceful_shutdown
-OPTIONAL_FILES = {"httproute.yaml", "secret.example.yaml"}  # not in kustomization.yaml
+OPTIONAL_FILES = {"httproute.yaml", "secret.example.yaml", "servicemonitor.yaml"}  # not in kustomization.yaml
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -56,6 +56,10 @@ def one(kind: str, name: str | None = None) -> dict[str, Any]:
     return docs[0]
 
 
+# Custom resources: no bundled schema; checked by the tests of their own below.
+CRD_GROUPS = ("gateway.networking.k8s.io/", "kagent.dev/", "monitoring.coreos.com/")
+
+
 def validate(doc: dict[str, Any], version: str) -> None:
     """Raise kubernetes_validate.ValidationError when doc is not a valid resource of its kind."""
     kubernetes_validate.validate(doc, version, strict=True)
@@ -65,7 +69,7 @@ def validate_file(path: Path, version: str) -> int:
     """Validate every resource of a file; return how many were checked against a schema."""
     checked = 0
     for doc in load(path):
-        if doc.get("apiVersion", "").startswith(("gateway.networking.k8s.io/", "kagent.dev/")):
+        if doc.get("apiVersion", "").startswith(CRD_GROUPS):
             continue  # a CRD: no bundled schema; checked by test_httproute_* and test_mcp_* below
         validate(doc, version)
         checked += 1
@@ -85,8 +89,8 @@ def test_every_built_in_resource_is_schema_checked() -> None:
     kinds = {doc["kind"] for _, doc in manifests()}
     assert {"Deployment", "Service", "Ingress", "PodDisruptionBudget", "Secret", "HTTPRoute"} <= kinds
     checked = sum(validate_file(p, OLDEST_KUBERNETES) for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
-    crds = [d for _, d in manifests() if d["apiVersion"].startswith(("gateway.networking.k8s.io/", "kagent.dev/"))]
-    assert checked == len(manifests()) - len(crds) and len(crds) == 3  # the HTTPRoute and kagent's two
+    crds = [d for _, d in manifests() if d["apiVersion"].startswith(CRD_GROUPS)]
+    assert checked == len(manifests()) - len(crds) and len(crds) == 4  # HTTPRoute, ServiceMonitor, kagent's two
 
 
 def _broken_deployments() -> list[tuple[str, dict[str, Any], str]]:
@@ -436,3 +440,14 @@ def test_the_dockerfile_matches_the_package() -> None:
     forced = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     needed = {"pyproject.toml", "README.md", "service", *forced}  # what the wheel is built from
     assert needed <= copied, needed - copied
+
+
+def test_the_service_monitor_scrapes_the_service_port() -> None:
+    monitor = one("ServiceMonitor", KAGENT_FORK)
+    service = one("Service", KAGENT_FORK)
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    port = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
+    assert port["targetPort"] in ("http", container()["ports"][0]["containerPort"])
+    assert endpoint["path"] == "/metrics"
