@@ -83,6 +83,7 @@ def percentile(samples: list[float], p: float) -> float:
 class Row:
     measure: str
     value: str
+    index: str = ""  # "no" or "yes": measured without or with the invocation index
     floor: str = ""
     ratio: str = ""
     target: str = ""
@@ -93,17 +94,21 @@ class Row:
 class Report:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    index: str = ""  # the variant being measured: stamped on each row added
 
     def add(self, row: Row) -> None:
+        row.index = row.index or self.index
         self.rows.append(row)
         print(f"  {row.measure}: {row.value} {row.floor} {row.ratio} {row.met}".rstrip(), flush=True)
 
     def markdown(self) -> str:
         lines = [
-            "| measure | kagent-fork | floor | ratio | target | met |",
-            "|---|---:|---:|---:|---|---|",
+            "| measure | index | kagent-fork | floor | ratio | target | met |",
+            "|---|---|---:|---:|---:|---|---|",
         ]
-        lines += [f"| {r.measure} | {r.value} | {r.floor} | {r.ratio} | {r.target} | {r.met} |" for r in self.rows]
+        lines += [
+            f"| {r.measure} | {r.index} | {r.value} | {r.floor} | {r.ratio} | {r.target} | {r.met} |" for r in self.rows
+        ]
         return "\n".join(lines)
 
 
@@ -394,15 +399,15 @@ async def measure_rewind(b: Bench, s: GeneratedSession) -> None:
                            median_ms(rewinds), median_ms(floors), 1.25))  # fmt: skip
 
 
-async def measure_reads(b: Bench, s: GeneratedSession) -> None:
-    """(g) Dry run and turn listing of a 100,000-event session."""
+async def measure_reads(b: Bench, s: GeneratedSession, *, indexed: bool) -> None:
+    """(g) Dry run and turn listing of a 100,000-event session (targets with the invocation index)."""
     body = {"rewind_before_invocation_id": s.invocation_ids[-1], "dry_run": True}
     dry = []
     for _ in range(b.args.reps):
         took, _ = await b.http_fork(s, body)
         dry.append(took)
-    b.report.add(Row(measure=f"dry run of a 100,000-event fork, median of {b.args.reps}",
-                     value=f"{median_ms(dry):.0f} ms", target="reported"))  # fmt: skip
+    b.report.add(_timed_row(f"dry run of a 100,000-event fork, median of {b.args.reps}", median_ms(dry),
+                            100 if indexed else None))  # fmt: skip
     for limit in (100, 1000):
         listing = []
         for _ in range(b.args.reps):
@@ -413,8 +418,18 @@ async def measure_reads(b: Bench, s: GeneratedSession) -> None:
             listing.append(time.perf_counter() - started)
             if response.status_code != 200 or len(response.json()["data"]) != limit:
                 raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
-        b.report.add(Row(measure=f"turn listing (GET invocations?limit={limit}) of 10,000 turns, median of "
-                         f"{b.args.reps}", value=f"{median_ms(listing):.0f} ms", target="reported"))  # fmt: skip
+        target = 50 if indexed and limit == 100 else None
+        measure = f"turn listing (GET invocations?limit={limit}) of 10,000 turns, median of {b.args.reps}"
+        b.report.add(_timed_row(measure, median_ms(listing), target))
+
+
+def _timed_row(measure: str, ms: float, limit_ms: float | None) -> Row:
+    return Row(
+        measure=measure,
+        value=f"{ms:.0f} ms",
+        target=f"<= {limit_ms:g} ms" if limit_ms is not None else "reported",
+        met=("yes" if ms <= limit_ms else "**no**") if limit_ms is not None else "",
+    )
 
 
 async def measure_transcript(b: Bench, s: GeneratedSession, label: str) -> None:
@@ -696,7 +711,22 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
-MEASURES = ("memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz")
+MEASURES = (
+    "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz", "writes",
+)  # fmt: skip
+
+
+async def set_index(conn: asyncpg.Connection, wanted: bool) -> None:
+    """The invocation index installed or removed, as an operator would (`kagent-fork index ...`)."""
+    from service import invocation_index
+    from service.migrate import migrate
+    from service.store import Store
+
+    store = Store("kagent_fork")
+    await migrate(conn, store.schema)
+    started = time.monotonic()
+    now = await (invocation_index.install if wanted else invocation_index.uninstall)(store, conn)
+    print(f"  invocation index {now.state} ({time.monotonic() - started:.1f} s)", flush=True)
 
 
 async def measure_all(
@@ -707,9 +737,40 @@ async def measure_all(
     report: Report,
     tmp: Path,
 ) -> None:
-    s10k, s100k, s200, legacy = (sessions[k] for k in ("v1_10k", "v1_100k", "v1_200", "legacy_10k"))
+    """Every measure without the invocation index, then with it (--index), then kagent's own writes."""
     want = set(args.only or MEASURES) | ({"forks"} if "naive" in (args.only or ()) else set())
-    async with serving(args, dsn, conn, report, tmp / "service.log") as b:
+    for variant in {"both": ("no", "yes"), "without": ("no",), "with": ("yes",)}[args.index]:
+        report.index = variant
+        indexed = variant == "yes"
+        await phase(f"invocation index: {'install' if indexed else 'uninstall'}", set_index(conn, indexed))
+        await measure_service(args, dsn, conn, sessions, report, tmp, want, indexed=indexed)
+    if "writes" in want:
+        from bench.kagent_writes import measure_writes
+
+        report.index = "no / yes"
+        rows = await phase("kagent's InsertEvent and task upsert, without and with the index",
+                           measure_writes(conn, sessions["v1_10k"], set_index, reps=args.reps))  # fmt: skip
+        await set_index(conn, False)
+        for measure, without, with_index in rows:
+            row = ratio_row(measure, with_index, without, 1.10, unit="us")
+            report.add(row)
+
+
+async def measure_service(
+    args: argparse.Namespace,
+    dsn: str,
+    conn: asyncpg.Connection,
+    sessions: dict[str, GeneratedSession],
+    report: Report,
+    tmp: Path,
+    want: set[str],
+    *,
+    indexed: bool,
+) -> None:
+    s10k, s100k, s200, legacy = (sessions[k] for k in ("v1_10k", "v1_100k", "v1_200", "legacy_10k"))
+    fork_limit = 1.25 if indexed else 1.5
+    log = tmp / f"service-index-{'yes' if indexed else 'no'}.log"
+    async with serving(args, dsn, conn, report, log) as b:
         await phase("warming up on 200-event forks", warm_up(b, [s200]))
         if "memory" in want:
             await phase("(e) memory during a 100k fork", measure_memory(b, s100k, "100,000 events", True))
@@ -717,13 +778,13 @@ async def measure_all(
                         measure_memory(b, legacy, "10,000 legacy events, merged", False))  # fmt: skip
         await phase("warming up on 10k forks", warm_up(b, [s10k]))
         if "forks" in want:
-            v1_10k = await phase("(a, b) fork 10k vs floor", measure_forks(b, s10k, "10,000 events", 1.5))
-            v1_100k = await phase("(a, c) fork 100k vs floor", measure_forks(b, s100k, "100,000 events", 1.5))
+            v1_10k = await phase("(a, b) fork 10k vs floor", measure_forks(b, s10k, "10,000 events", fork_limit))
+            v1_100k = await phase("(a, c) fork 100k vs floor", measure_forks(b, s100k, "100,000 events", fork_limit))
         if "legacy" in want:
             await phase("legacy 10k fork (merged) vs floor",
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
         if "reads" in want:
-            await phase("(g) dry run and turn listing", measure_reads(b, s100k))
+            await phase("(g) dry run and turn listing", measure_reads(b, s100k, indexed=indexed))
         if "transcript" in want:
             await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
             await phase("transcript 100k", measure_transcript(b, s100k, "100,000 events"))
@@ -733,10 +794,10 @@ async def measure_all(
             await phase("(d) rewind 10% of 100k", measure_rewind(b, s100k))
         if "throughput" in want:
             await phase("(f) throughput", measure_throughput(b, s200))
-        if "naive" in want:
+        if "naive" in want and not indexed:
             await phase("(h) kagent's design, 10k", measure_naive(b, s10k, "10,000 events", v1_10k))
             await phase("(h) kagent's design, 100k", measure_naive(b, s100k, "100,000 events", v1_100k))
-    if "pglz" not in want:
+    if "pglz" not in want or indexed:
         return
     # The same forks with the task rows compressed by pglz, PostgreSQL's default, as an operator who set
     # default_toast_compression would have them (the service keeps a method chosen for the connection).
@@ -779,6 +840,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=MEASURES, help="run only these measures (default: all)")
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--keep", action="store_true", help="keep the database (for profiling)")
+    p.add_argument("--index", choices=["both", "without", "with"], default="both",
+                   help="measure without the invocation index, with it, or both in turn")  # fmt: skip
     args = p.parse_args(argv)
     started = time.monotonic()
     report = asyncio.run(run(args))

@@ -19,7 +19,7 @@ from litestar.params import FromPath
 from litestar.response import Stream
 from prometheus_client import Counter
 
-from service import compare, explorer, lineage, operations, rewind, transcript, turns, whatif
+from service import compare, explorer, invocation_index, lineage, operations, rewind, transcript, turns, whatif
 from service.errors import BadRequest, DatabaseUnavailable, NotFound, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller, scope_headers
 from service.migrate import check_kagent_schema
@@ -382,12 +382,18 @@ async def readyz(request: AnyRequest) -> Response[bytes]:
     try:
         async with asyncio.timeout(5), svc.connection() as conn:
             schema = await check_kagent_schema(svc.store, conn)
+            index = await invocation_index.refresh(svc.store, conn)
     except ServiceError:
         raise
     except Exception as exc:  # any failure to reach or read the database means "not ready"
         raise DatabaseUnavailable(f"not ready: {type(exc).__name__}") from None
     return ok(
-        {"status": "ready", "product_line": schema.product_line, "migration_version": schema.migration_version},
+        {
+            "status": "ready",
+            "product_line": schema.product_line,
+            "migration_version": schema.migration_version,
+            "invocation_index": msgspec.to_builtins(index),
+        },
         "ready",
     )
 

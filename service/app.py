@@ -14,7 +14,7 @@ from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions import HTTPException
 from litestar.types import Receive, Scope, Send
 
-from service import api, mcp_tools, whatif
+from service import api, invocation_index, mcp_tools, whatif
 from service.config import Settings
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.migrate import check_kagent_schema, migrate
@@ -114,6 +114,7 @@ async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool)
     async with pool.acquire() as conn:
         schema = await check_kagent_schema(store, conn)
         version = await migrate(conn, settings.service_schema)
+        await invocation_index.refresh(store, conn)
     log.info(
         "kagent database: line %s (migration %s); service schema %s at version %s",
         schema.product_line,
@@ -121,6 +122,18 @@ async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool)
         settings.service_schema,
         version,
     )
+
+
+async def _watch_index(svc: Services) -> None:
+    """Keep the store's view of the invocation index current: an operator installs or drops it while
+    the service runs, and an index PostgreSQL had to give up (invalid) must no longer be counted on."""
+    while True:
+        await asyncio.sleep(invocation_index.INDEX_CHECK_SECONDS)
+        try:
+            async with svc.connection() as conn:
+                await invocation_index.refresh(svc.store, conn)
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:  # type: ignore[misc]
+            log.warning("invocation index status not read: %s", type(exc).__name__)
 
 
 def create_app(settings: Settings, dsn: str) -> Litestar:
@@ -146,10 +159,12 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
             await runner.sweep()
             runner.start_sweeping()
+            watch = asyncio.get_running_loop().create_task(_watch_index(app.state.services))
             try:
                 async with tools.session_manager.run():
                     yield
             finally:
+                watch.cancel()
                 await runner.stop()
         finally:
             await pool.close()

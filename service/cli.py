@@ -1,4 +1,4 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | job:
+"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | job | index:
 one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
@@ -230,6 +230,8 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
     pool = await open_pool(settings, dsn)
     try:
         await prepare_database(settings, store, pool)
+        if args.command == "index":
+            return await _index(store, pool, args.action)
         svc = services.Services(settings=settings, store=store, pool=pool)
         caller = Caller(user_id=args.user, share_token=args.share_token)
         commands: dict[str, Callable[[], Awaitable[tuple[object, str]]]] = {}
@@ -325,6 +327,30 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         await pool.close()
 
 
+async def _index(store: Any, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
+    from service import invocation_index
+
+    progress: list[str] = []
+
+    def say(line: str) -> None:
+        progress.append(line)
+        print(line, file=sys.stderr, flush=True)  # a build can take minutes: say what it does meanwhile
+
+    async with pool.acquire() as conn:  # outside any transaction, as CREATE INDEX CONCURRENTLY needs
+        if action == "install":
+            now = await invocation_index.install(store, conn, say)
+        elif action == "uninstall":
+            now = await invocation_index.uninstall(store, conn, say)
+        else:
+            now = await invocation_index.status(store, conn)
+    lines = [f"invocation index: {now.state}"] + [
+        f"  {i.name} on {i.table}: {i.state}{f', {i.bytes:,} bytes' if i.bytes else ''}" for i in now.indexes
+    ]
+    if now.state == "incomplete":
+        lines.append("  (kagent-fork index install builds what is missing and rebuilds what is invalid or outdated)")
+    return msgspec.to_builtins(now), "\n".join(lines)
+
+
 def operate(settings: Settings, args: argparse.Namespace) -> int:
     from service.errors import ServiceError
     from service.store import CONNECTION_ERRORS
@@ -411,6 +437,17 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--name", help="the fork's name")
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
     operator("job", "show a what-if job", metavar="job_id")
+    ix = commands.add_parser(
+        "index",
+        help="the optional invocation index on kagent's tables: install, status, uninstall",
+        description="Expression indexes on kagent's event and task tables that let every boundary search find "
+        "a turn without reading the whole session (CREATE INDEX CONCURRENTLY: kagent keeps writing meanwhile). "
+        "Uninstall before a kagent migration that alters event or task.",
+        epilog=EXIT_HELP,
+        formatter_class=formatter,
+    )
+    ix.add_argument("action", choices=["install", "status", "uninstall"])
+    ix.add_argument("--json", action="store_true", help="print the status as JSON")
     return p
 
 

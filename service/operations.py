@@ -293,7 +293,10 @@ async def _fork_once(
             depth=depth, into=into,
         )  # fmt: skip
         boundary = req.rewind_before_invocation_id
-        if reader is not None and caller.user_id == owner and boundary is not None:
+        # Without the invocation index the exact cut decompresses every task of the session; a guess
+        # from the last turns, proven by the server copy, spares that. With it the exact cut is a lookup.
+        guessing = not store.index_use.task_invocations
+        if guessing and reader is not None and caller.user_id == owner and boundary is not None:
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:
                 cut, guess = guessed

@@ -11,7 +11,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
@@ -255,6 +255,25 @@ class EventStats:
 
 
 @dataclass(frozen=True, kw_only=True)
+class IndexUse:
+    """Which indexes of the optional invocation index (service/invocation_index.py) are valid, so that
+    the store may choose a query that needs one. Queries that are the same either way need no flag:
+    PostgreSQL's planner uses a valid index and ignores an invalid one by itself."""
+
+    event_invocation: bool = False
+    event_time: bool = False
+    task_invocations: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexRow:
+    name: str
+    valid: bool
+    comment: str | None
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class NewTask:
     id: str
     created_at: datetime
@@ -283,6 +302,10 @@ def _task(row: Any) -> TaskRow:
     )
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _count(status: str) -> int:
     """The row count of a command tag such as 'INSERT 0 12' or 'UPDATE 3'."""
     return int(status.rsplit(" ", 1)[-1])
@@ -299,6 +322,7 @@ class Store:
         missing = used - self.q.keys()
         if missing:
             raise LookupError(f"sql/queries.sql lacks the queries {sorted(missing)}")
+        self.index_use = IndexUse()
 
     # --- kagent's schema ---------------------------------------------------------------------------
 
@@ -424,9 +448,15 @@ class Store:
     # --- tasks -------------------------------------------------------------------------------------
 
     async def tasks_mentioning(
-        self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
+        self, conn: Connection, session_id: str, owner: str, invocation_id: str, *, prefilter: bool
     ) -> list[TaskRow]:
-        rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, text, prefilter)
+        """The candidates for the tasks that carry the invocation, oldest first (the caller confirms
+        in the parsed JSON): by the invocation index when it is valid, else every task that mentions
+        the id (each decompressed)."""
+        if self.index_use.task_invocations:
+            rows = await conn.fetch(self.q["tasks_carrying"], session_id, owner, invocation_id)
+        else:
+            rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, invocation_id, prefilter)
         return [_task(r) for r in rows]
 
     async def tasks_mentioning_before(
@@ -675,10 +705,59 @@ class Store:
         rows = await conn.fetch(self.q["whatif_claim_stale"], runner, stale_seconds)
         return [WhatifJob(**dict(r)) for r in rows]
 
+    async def custom_plans(self, conn: Connection) -> None:
+        """Plan every statement of this transaction for its own parameters: a prepared statement's generic
+        plan (from its sixth run) assumes a session of a few rows, and for event_turns_of reads all of it."""
+        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+
+    async def event_walk(
+        self, conn: Connection, session_id: str, owner: str, after: tuple[datetime, str] | None
+    ) -> list[tuple[str, datetime, str | None]]:
+        """The next (up to) 250 events after `after` (created_at, id) in that order: (id, created_at,
+        invocation id)."""
+        at, event_id = after if after is not None else (datetime.min.replace(tzinfo=UTC), "")
+        rows = await conn.fetch(self.q["event_walk"], session_id, owner, at, event_id)
+        return [(r["id"], r["created_at"], r["invocation_id"]) for r in rows]
+
+    async def tasks_carrying_any(self, conn: Connection, session_id: str, owner: str, ids: list[str]) -> list[TaskRow]:
+        """Candidates for the tasks carrying any of `ids` (the invocation index), oldest first."""
+        return [_task(r) for r in await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids)]
+
+    async def tasks_between(
+        self, conn: Connection, session_id: str, owner: str, start: datetime, end: datetime | None
+    ) -> list[TaskRow]:
+        return [_task(r) for r in await conn.fetch(self.q["tasks_between"], session_id, owner, start, end)]
+
+    # --- the invocation index ---------------------------------------------------------------------
+
+    async def index_rows(self, conn: Connection, names: list[str]) -> list[IndexRow]:
+        rows = await conn.fetch(self.q["index_states"], names)
+        return [IndexRow(name=r["name"], valid=r["valid"], comment=r["comment"], bytes=int(r["bytes"])) for r in rows]
+
+    async def ddl(self, conn: Connection, statement: str) -> None:
+        await conn.execute(statement)
+
+    async def drop_index(self, conn: Connection, name: str) -> None:
+        # DDL takes no bind parameter: the name is the service's schema (validated at start-up) and a
+        # constant of invocation_index.py.
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+    async def comment_index(self, conn: Connection, name: str, comment: str) -> None:
+        await conn.execute(f"COMMENT ON INDEX {name} IS {_literal(comment)}")
+
+    async def analyze_kagent_tables(self, conn: Connection) -> None:
+        await conn.execute("ANALYZE event, task")
+
     # --- turns -------------------------------------------------------------------------------------
 
-    async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
-        rows = await conn.fetch(self.q["event_turns"], session_id, owner)
+    async def event_turns(
+        self, conn: Connection, session_id: str, owner: str, of: list[str] | None = None
+    ) -> list[EventTurn]:
+        """The turns the events show, in order; `of`: only these invocations (by the invocation index)."""
+        if of is None:
+            rows = await conn.fetch(self.q["event_turns"], session_id, owner)
+        else:
+            rows = await conn.fetch(self.q["event_turns_of"], session_id, owner, of)
         return [
             EventTurn(
                 invocation_id=r["invocation_id"], started_at=r["started_at"], event_count=int(r["event_count"]),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -14,7 +15,7 @@ from service.identity import Caller
 from service.operations import visible_session
 from service.schemas import rfc3339
 from service.services import Services
-from service.store import Connection, SessionRow
+from service.store import Connection, EventTurn, SessionRow, TaskRow
 
 MAX_PAGE = 1000
 USER_TEXT_CHARS = 200
@@ -51,13 +52,7 @@ async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dic
     """Every turn of the session by invocation id: from the events (Python and Go ADK, parsed in
     PostgreSQL), completed by the tasks (task id, state, and turns known only to the tasks), streamed.
     Needs a transaction."""
-    turns = {
-        t.invocation_id: TurnInfo(
-            invocation_id=t.invocation_id, started_at=t.started_at, event_count=t.event_count,
-            user_text=t.user_text,
-        )
-        for t in await svc.store.event_turns(conn, source.id, source.user_id)
-    }  # fmt: skip
+    turns = {t.invocation_id: _turn_info(t) for t in await svc.store.event_turns(conn, source.id, source.user_id)}
     return await with_tasks(svc, conn, source, turns)
 
 
@@ -67,19 +62,95 @@ async def with_tasks(
     """`turns` completed by the session's tasks (streamed): each turn's first task and its state, the
     user text when the events had none, and the turns only tasks know (started at the task's time)."""
     async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, None):
-        try:
-            data = tasks.decode(row.data)
-        except tasks.TaskFormatError:
-            continue
-        dialect = plan.dialect_of(row)
-        for invocation_id in tasks.invocation_ids(data):
-            turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
-            if turn.task_id is None:
-                turn.task_id, turn.state = row.id, tasks.state(data)
-            if turn.user_text is None:
-                text = tasks.first_user_text(data, dialect, invocation_id)
-                turn.user_text = text[:USER_TEXT_CHARS] if text else None
+        _complete(turns, row, None)
     return turns
+
+
+def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | None) -> None:
+    """What one task (fed oldest first) tells of the turns it carries (of `only`'s, when given)."""
+    try:
+        data = tasks.decode(row.data)
+    except tasks.TaskFormatError:
+        return
+    dialect = plan.dialect_of(row)
+    for invocation_id in tasks.invocation_ids(data):
+        if only is not None and invocation_id not in only:
+            continue
+        turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
+        if turn.task_id is None:
+            turn.task_id, turn.state = row.id, tasks.state(data)
+        if turn.user_text is None:
+            text = tasks.first_user_text(data, dialect, invocation_id)
+            turn.user_text = text[:USER_TEXT_CHARS] if text else None
+
+
+def _turn_info(t: EventTurn) -> TurnInfo:
+    return TurnInfo(invocation_id=t.invocation_id, started_at=t.started_at, event_count=t.event_count,
+                    user_text=t.user_text)  # fmt: skip
+
+
+async def _indexed_page(
+    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None
+) -> tuple[list[TurnInfo], bool]:
+    """One page of the listing read through the invocation index: the events of the page's turns and the
+    tasks of its time span, not the whole session. The same page as sorting turn_index, but for turns
+    that start at the same instant as `after` (those all follow it here)."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    await store.custom_plans(conn)
+    start = None
+    if after is not None:
+        known = {t.invocation_id: _turn_info(t) for t in await store.event_turns(conn, sid, owner, [after])}
+        for row in await store.tasks_carrying_any(conn, sid, owner, [after]):
+            _complete(known, row, {after})
+        if after not in known:
+            raise BadRequest(f"after names no turn of this session: {after}")
+        start = known[after].started_at
+    # The event turns in start order, from `start`, until one more than the page holds (each turn
+    # measured whole by its invocation id: its events may lie beyond the part walked).
+    found: dict[str, TurnInfo] = {}
+    seen: set[str] = set()
+    waiting: list[str] = []  # walked, not yet measured: in the order they first appear
+    cursor: tuple[datetime, str] | None = (start, "") if start is not None else None
+    exhausted = False
+    while len(found) <= limit:
+        if not waiting:
+            batch = await store.event_walk(conn, sid, owner, cursor)
+            if not batch:
+                exhausted = True
+                break
+            cursor = (batch[-1][1], batch[-1][0])
+            waiting = list(dict.fromkeys(inv for _, _, inv in batch if inv is not None and inv not in seen))
+            seen.update(waiting)
+            continue
+        # Only as many as the page still needs: a turn first seen later starts later.
+        wanted, waiting = waiting[: limit + 1 - len(found)], waiting[limit + 1 - len(found) :]
+        for t in await store.event_turns(conn, sid, owner, wanted):
+            if t.invocation_id != after and (start is None or t.started_at >= start):
+                found[t.invocation_id] = _turn_info(t)
+    ordered = sorted(found.values(), key=lambda t: t.started_at)[: limit + 1]
+    end = ordered[limit].started_at if len(ordered) > limit and not exhausted else None
+    # The turns only tasks know whose first task lies in the span: such a turn starts at that task.
+    window: dict[str, TurnInfo] = {}
+    for row in await store.tasks_between(conn, sid, owner, start or datetime.min.replace(tzinfo=UTC), end):
+        _complete(window, row, None)
+    candidates = [i for i in window if i not in found and i != after]
+    if candidates:
+        event_turns = {t.invocation_id for t in await store.event_turns(conn, sid, owner, candidates)}
+        firsts: dict[str, TurnInfo] = {}
+        for row in await store.tasks_carrying_any(conn, sid, owner, candidates):
+            _complete(firsts, row, set(candidates))
+        for inv in candidates:
+            first = firsts.get(inv)
+            if inv not in event_turns and first is not None and first.started_at == window[inv].started_at:
+                ordered.append(window[inv])
+    ordered.sort(key=lambda t: t.started_at)
+    page = ordered[:limit]
+    # Each turn of the page completed by its tasks, as with_tasks does over every task.
+    ids = [t.invocation_id for t in page]
+    by_id = {t.invocation_id: t for t in page}
+    for row in await store.tasks_carrying_any(conn, sid, owner, ids) if ids else []:
+        _complete(by_id, row, by_id)
+    return page, len(ordered) <= limit
 
 
 async def invocations(
@@ -88,8 +159,12 @@ async def invocations(
     """Every turn, in order, a page at a time. One snapshot."""
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
+    use = svc.store.index_use
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
+        if use.event_invocation and use.event_time and use.task_invocations:
+            page, last = await _indexed_page(svc, conn, source, limit, after)
+            return Page(items=[_item(t) for t in page], last=last)
         turns = await turn_index(svc, conn, source)
     ordered = sorted(turns.values(), key=lambda t: t.started_at)
     start = 0
@@ -99,13 +174,11 @@ async def invocations(
             raise BadRequest(f"after names no turn of this session: {after}")
         start = index + 1
     page = ordered[start : start + limit]
-    return Page(
-        items=[
-            Invocation(
-                invocation_id=t.invocation_id, task_id=t.task_id, state=t.state, started_at=rfc3339(t.started_at),
-                user_text=t.user_text, event_count=t.event_count,
-            )
-            for t in page
-        ],
-        last=start + limit >= len(ordered),
+    return Page(items=[_item(t) for t in page], last=start + limit >= len(ordered))
+
+
+def _item(t: TurnInfo) -> Invocation:
+    return Invocation(
+        invocation_id=t.invocation_id, task_id=t.task_id, state=t.state, started_at=rfc3339(t.started_at),
+        user_text=t.user_text, event_count=t.event_count,
     )  # fmt: skip

@@ -1,0 +1,27 @@
+-- The optional invocation index on kagent's tables (service/invocation_index.py; `kagent-fork index
+-- install|status|uninstall`). Each index is built with CREATE INDEX CONCURRENTLY (kagent's writes go on
+-- meanwhile), covers only live rows (every reader of the service and of kagent filters deleted_at IS
+-- NULL, and a rewind's UPDATE then writes no entry), and is named after the service's schema. Its
+-- comment names its version: an index whose comment differs is rebuilt by install.
+
+-- name: event_invocation
+-- A turn's events: the boundary event of a fork, rewind, dry run, transcript or what-if, and a
+-- listing page's event counts, found by (session, owner, invocation id) instead of by reading every
+-- event of the session. invocation_id_of is the expression the queries use (migration 0001).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {schema}_event_invocation
+ON event (session_id, user_id, {schema}.invocation_id_of(data))
+WHERE deleted_at IS NULL;
+
+-- name: event_time
+-- A session's events in time order: a turn listing page reads the events of its turns only, and a
+-- rewind or summary of the last turns reads only those.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {schema}_event_time
+ON event (session_id, user_id, created_at, id)
+WHERE deleted_at IS NULL;
+
+-- name: task_invocations
+-- The tasks that carry an invocation id (task_invocation_ids, migration 0006), instead of
+-- decompressing every task of the session.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {schema}_task_invocations
+ON task USING gin ({schema}.task_invocation_ids(data))
+WHERE deleted_at IS NULL;
