@@ -15,12 +15,15 @@ import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import msgspec
 
 from service.config import ConfigError, Settings, from_env
+
+if TYPE_CHECKING:
+    from service.store import Store
 
 log = logging.getLogger("kagent_fork")
 
@@ -327,13 +330,10 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         await pool.close()
 
 
-async def _index(store: Any, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
+async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
     from service import invocation_index
 
-    progress: list[str] = []
-
     def say(line: str) -> None:
-        progress.append(line)
         print(line, file=sys.stderr, flush=True)  # a build can take minutes: say what it does meanwhile
 
     async with pool.acquire() as conn:  # outside any transaction, as CREATE INDEX CONCURRENTLY needs

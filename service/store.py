@@ -302,6 +302,10 @@ def _task(row: Any) -> TaskRow:
     )
 
 
+# Before any row: the lower bound of a range query that has none.
+_BEGINNING = datetime.min.replace(tzinfo=UTC)
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -454,7 +458,7 @@ class Store:
         in the parsed JSON): by the invocation index when it is valid, else every task that mentions
         the id (each decompressed)."""
         if self.index_use.task_invocations:
-            rows = await conn.fetch(self.q["tasks_carrying"], session_id, owner, invocation_id)
+            return await self.tasks_carrying_any(conn, session_id, owner, [invocation_id])
         else:
             rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, invocation_id, prefilter)
         return [_task(r) for r in rows]
@@ -715,7 +719,7 @@ class Store:
     ) -> list[tuple[str, datetime, str | None]]:
         """The next (up to) 250 events after `after` (created_at, id) in that order: (id, created_at,
         invocation id)."""
-        at, event_id = after if after is not None else (datetime.min.replace(tzinfo=UTC), "")
+        at, event_id = after if after is not None else (_BEGINNING, "")
         rows = await conn.fetch(self.q["event_walk"], session_id, owner, at, event_id)
         return [(r["id"], r["created_at"], r["invocation_id"]) for r in rows]
 
@@ -724,9 +728,11 @@ class Store:
         return [_task(r) for r in await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids)]
 
     async def tasks_between(
-        self, conn: Connection, session_id: str, owner: str, start: datetime, end: datetime | None
+        self, conn: Connection, session_id: str, owner: str, start: datetime | None, end: datetime | None
     ) -> list[TaskRow]:
-        return [_task(r) for r in await conn.fetch(self.q["tasks_between"], session_id, owner, start, end)]
+        """The live tasks created in [start, end), oldest first (None: no bound)."""
+        since = start if start is not None else _BEGINNING
+        return [_task(r) for r in await conn.fetch(self.q["tasks_between"], session_id, owner, since, end)]
 
     # --- the invocation index ---------------------------------------------------------------------
 

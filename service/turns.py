@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import msgspec
 
@@ -135,14 +135,15 @@ async def _indexed_page(
     end = ordered[limit].started_at if len(ordered) > limit and not exhausted else None
     # The turns only tasks know whose first task lies in the span: such a turn starts at that task.
     window: dict[str, TurnInfo] = {}
-    for row in await store.tasks_between(conn, sid, owner, start or datetime.min.replace(tzinfo=UTC), end):
+    for row in await store.tasks_between(conn, sid, owner, start, end):
         _complete(window, row, None)
     candidates = [i for i in window if i not in found and i != after]
     if candidates:
         event_turns = {t.invocation_id for t in await store.event_turns(conn, sid, owner, candidates)}
         firsts: dict[str, TurnInfo] = {}
+        wanted_ids = set(candidates)
         for row in await store.tasks_carrying_any(conn, sid, owner, candidates):
-            _complete(firsts, row, set(candidates))
+            _complete(firsts, row, wanted_ids)
         for inv in candidates:
             first = firsts.get(inv)
             if inv not in event_turns and first is not None and first.started_at == window[inv].started_at:

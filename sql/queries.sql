@@ -105,16 +105,6 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND (NOT $4 OR strpos(data, $3) > 0)
 ORDER BY created_at;
 
--- name: tasks_carrying
--- tasks_mentioning by the invocation index (task_invocation_ids; '' stands for the rows PostgreSQL cannot
--- read as JSON, which are candidates too): the same answer once the caller has confirmed the candidates.
-SELECT id, created_at, protocol_version, data
-FROM task
-WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND {task_owned_by_$2}
-  AND {schema}.task_invocation_ids(data) && ARRAY[$3::text, '']
-ORDER BY created_at;
-
 -- name: recent_tasks_mentioning
 -- Of the session's newest 8 live tasks, those that mention $3 (same pre-filter as
 -- tasks_mentioning), oldest first, each with the created_at of the oldest of the newest: a large
@@ -414,7 +404,8 @@ LIMIT 250;
 
 -- name: tasks_carrying_any
 -- The live tasks that carry any of the invocations $3 (the invocation index; '' adds the rows
--- PostgreSQL cannot read), oldest first: the task, state and user text of a listing page's turns.
+-- PostgreSQL cannot read), oldest first: tasks_mentioning's candidates when the index is valid (the
+-- same answer once the caller has confirmed them), and the tasks of a listing page's turns.
 SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
