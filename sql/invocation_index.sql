@@ -20,8 +20,8 @@ ON event (session_id, user_id, created_at, id)
 WHERE deleted_at IS NULL;
 
 -- name: task_invocations
--- The tasks that carry an invocation id (task_invocation_ids, migration 0006), instead of
--- decompressing every task of the session.
+-- The tasks that may carry an invocation id (task_invocation_candidates, migration 0007; the ids in
+-- a JSON array, searched with ?|), instead of decompressing every task of the session.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS {schema}_task_invocations
-ON task USING gin ({schema}.task_invocation_ids(data))
+ON task USING gin ({schema}.task_invocation_candidates(data))
 WHERE deleted_at IS NULL;

@@ -403,14 +403,14 @@ ORDER BY created_at, id
 LIMIT 250;
 
 -- name: tasks_carrying_any
--- The live tasks that carry any of the invocations $3 (the invocation index; '' adds the rows
--- PostgreSQL cannot read), oldest first: tasks_mentioning's candidates when the index is valid (the
--- same answer once the caller has confirmed them), and the tasks of a listing page's turns.
+-- The live tasks that may carry any of the invocations $3 (the invocation index; '' adds the rows
+-- PostgreSQL cannot read), oldest first: candidates, a superset, which the caller confirms with its
+-- own reader (tasks_mentioning's when the index is valid; the tasks of a listing page's turns).
 SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2}
-  AND {schema}.task_invocation_ids(data) && array_append($3::text[], '')
+  AND {schema}.task_invocation_candidates(data) ?| array_append($3::text[], '')
 ORDER BY created_at;
 
 -- name: tasks_between

@@ -253,11 +253,26 @@ async def test_a_boundary_anywhere_in_a_large_fork_gives_the_small_forks_cut(
 
 
 async def test_a_large_legacy_fork_merges_its_tasks_in_python(
-    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Without a guess: only the server copy of per_task tasks proves one, so a guess for a merged fork
+    would always be undone (bench/pieces.py measured 360 ms lost at 100,000 events)."""
     conv = await seed(pool, dialect="legacy", turns=10, tool_calls=True)
+    guesses = 0
+    guess = operations._guess_cut  # pyright: ignore[reportPrivateUsage]
+
+    async def counted(*args: Any) -> Any:
+        nonlocal guesses
+        guesses += 1
+        return await guess(*args)
+
+    monkeypatch.setattr(operations, "_guess_cut", counted)
     path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=1)
     assert path == "streamed" and len(rows[0]["data"]["history"]) > 9
+    assert guesses == 0
+    # A per_task fork of the same legacy session may guess: the server copy proves it.
+    path, _ = await same_fork_both_ways(roomy, pool, monkeypatch, conv, task_layout="per_task")
+    assert path == "server" and guesses == 1
 
 
 @pytest.mark.parametrize("last_turn", ["running_last_turn", "awaiting_approval_last_turn"])
