@@ -87,14 +87,15 @@ async def measure_writes(
     *,
     reps: int,
 ) -> list[tuple[str, float, float]]:
-    """Rounds without and with the index, alternating: (statement, median us without, median us with)."""
+    """Rounds without and with the index, alternating in ABBA order (a drift of the machine's speed
+    during the run weighs on both alike): (statement, median us without, median us with)."""
     events = [r["data"] for r in await conn.fetch(
         "SELECT data FROM event WHERE session_id = $1 ORDER BY created_at LIMIT $2", s.session_id, ROUND)]  # fmt: skip
     tasks = [r["data"] for r in await conn.fetch(
         "SELECT data FROM task WHERE session_id = $1 ORDER BY created_at LIMIT $2", s.session_id, ROUND)]  # fmt: skip
     samples: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for _ in range(reps):
-        for indexed in (False, True):
+    for rep in range(reps):
+        for indexed in (False, True) if rep % 2 == 0 else (True, False):
             await set_index(conn, indexed)
             await conn.execute("VACUUM event, task")
             samples[indexed].append(await _round(conn, s, events, tasks))

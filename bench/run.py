@@ -749,7 +749,7 @@ async def measure_all(
 
         report.index = "no / yes"
         rows = await phase("kagent's InsertEvent and task upsert, without and with the index",
-                           measure_writes(conn, sessions["v1_10k"], set_index, reps=args.reps))  # fmt: skip
+                           measure_writes(conn, sessions["v1_10k"], set_index, reps=2 * args.reps))  # fmt: skip
         await set_index(conn, False)
         for measure, without, with_index in rows:
             row = ratio_row(measure, with_index, without, 1.10, unit="us")

@@ -297,8 +297,8 @@ async def _fork_once(
         # from the last turns, proven by the server copy, spares that. With it the exact cut is a lookup.
         # Only the server copy (per_task tasks of the owner) proves a guess: a guess for a merged fork
         # was always undone (360 ms lost at 100,000 legacy events, bench/pieces.py), so none is made.
-        guessing = not store.index_use.task_invocations and caller.user_id == owner and boundary is not None
-        if guessing and reader is not None and await _always_per_task(svc, conn, source, req):
+        guessing = not store.index_use.task_invocations and caller.user_id == owner
+        if guessing and reader is not None and boundary is not None and await _always_per_task(svc, conn, source, req):
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:
                 cut, guess = guessed
