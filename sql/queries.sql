@@ -410,7 +410,7 @@ SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2}
-  AND {schema}.task_invocation_candidates(data) ?| array_append($3::text[], '')
+  AND {schema}.task_invocation_candidates(data) && array_append($3::text[], '')
 ORDER BY created_at;
 
 -- name: tasks_between
