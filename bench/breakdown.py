@@ -13,17 +13,15 @@ import asyncio
 import cProfile
 import functools
 import inspect
-import os
 import pstats
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import asyncpg
-
 from bench.generate import SessionSpec, insert_population, insert_session
-from bench.run import DEFAULT_SERVER, USER, bench_database, set_index
+from bench.inprocess import kagent_database, service_parts
+from bench.run import USER, set_index
 
 Span = tuple[str, object, float, float]  # store call, connection, start, end (perf_counter)
 
@@ -94,32 +92,17 @@ def _timed_commit(spent: dict[str, float], calls: dict[str, int]) -> None:
 
 
 async def profile(args: argparse.Namespace) -> None:
-    from service import operations, rewind, services, turns
-    from service.app import open_pool, prepare_database
-    from service.config import from_env
-    from service.embedded import install_kagent_schema
+    from service import operations, rewind, turns
     from service.identity import Caller
     from service.schemas import ForkRequest, RewindRequest
-    from service.store import Store
 
-    server = os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
-    async with bench_database(server, keep=False) as dsn:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await install_kagent_schema(conn)
-            session = await insert_session(conn, SessionSpec(turns=args.turns, dialect=args.dialect))
-            await insert_population(conn, args.population)
-            await conn.execute("VACUUM ANALYZE")
-            if args.index:
-                await set_index(conn, True)
-        finally:
-            await conn.close()
-        settings = from_env({"DATABASE_URL": dsn})
-        store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
-        pool = await open_pool(settings, dsn)
-        try:
-            await prepare_database(settings, store, pool)
-            svc = services.Services(settings=settings, store=store, pool=pool)
+    async with kagent_database() as (dsn, conn):
+        session = await insert_session(conn, SessionSpec(turns=args.turns, dialect=args.dialect))
+        await insert_population(conn, args.population)
+        await conn.execute("VACUUM ANALYZE")
+        if args.index:
+            await set_index(conn, True)
+        async with service_parts(dsn) as svc:
             caller = Caller(user_id=USER, share_token=None)
             sid = session.session_id
             boundary = session.invocation_ids[-1 if args.op != "rewind" else len(session.invocation_ids) * 9 // 10]
@@ -139,7 +122,7 @@ async def profile(args: argparse.Namespace) -> None:
             spent: dict[str, float] = defaultdict(float)
             calls: dict[str, int] = defaultdict(int)
             spans: list[Span] = []
-            _timed_store(store, spent, calls, spans)
+            _timed_store(svc.store, spent, calls, spans)
             _timed_commit(spent, calls)
             profiler = cProfile.Profile() if args.cprofile else None
             started = time.perf_counter()
@@ -149,8 +132,6 @@ async def profile(args: argparse.Namespace) -> None:
             if profiler is not None:
                 profiler.disable()
             wall = time.perf_counter() - started
-        finally:
-            await pool.close()
     print(f"{args.op} of a {session.events:,}-event {args.dialect} session: {wall * 1000:.0f} ms in all")
     for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {seconds * 1000:8.1f} ms  {calls[name]:>3} x {name if name == 'COMMIT' else 'store.' + name}")

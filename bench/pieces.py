@@ -23,16 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import asyncpg
-
 from bench.generate import GeneratedSession, SessionSpec, insert_population, insert_session
-from bench.run import DEFAULT_SERVER, USER, bench_database, set_index
+from bench.inprocess import kagent_database, service_parts
+from bench.run import USER, set_index
 
 
 @contextlib.contextmanager
@@ -84,64 +82,47 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 
 async def measure(args: argparse.Namespace) -> None:
-    from service import invocation_index, operations, services
-    from service.app import open_pool, prepare_database
-    from service.config import from_env
-    from service.embedded import install_kagent_schema
+    from service import invocation_index, operations
     from service.identity import Caller
     from service.schemas import ForkRequest
-    from service.store import Store
 
-    server = os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
-    async with bench_database(server, keep=False) as dsn:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await install_kagent_schema(conn)
-            sessions: list[GeneratedSession] = []
-            for turns in args.turns:
-                for dialect in args.dialects:
-                    sessions.append(await insert_session(conn, SessionSpec(turns=turns, dialect=dialect)))
-            await insert_population(conn, args.population)
-            await conn.execute("VACUUM ANALYZE")
-            settings = from_env({"DATABASE_URL": dsn})
-            store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
-            pool = await open_pool(settings, dsn)
-            try:
-                await prepare_database(settings, store, pool)
-                svc = services.Services(settings=settings, store=store, pool=pool)
-                caller = Caller(user_id=USER, share_token=None)
-                for indexed in (False, True):
-                    await set_index(conn, indexed)
-                    async with pool.acquire() as c:
-                        await invocation_index.refresh(store, c)
-                    for s in sessions:
-                        req = ForkRequest(rewind_before_invocation_id=s.invocation_ids[-1])
-                        times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-                        for rep in range(args.reps + 1):  # the first repetition warms up, uncounted
-                            for name, variant in VARIANTS.items():
-                                await conn.execute("VACUUM event, task")
-                                await conn.execute("CHECKPOINT")
-                                with variant():
-                                    started = time.perf_counter()
-                                    out = await operations.fork(svc, caller, s.session_id, req)
-                                    took = time.perf_counter() - started
-                                new_id = out.session_id
-                                assert new_id is not None
-                                for table in ("event", "task"):
-                                    await conn.execute(f"DELETE FROM {table} WHERE session_id = $1", new_id)
-                                await conn.execute("DELETE FROM session WHERE id = $1", new_id)
-                                if rep:
-                                    times[name].append(took)
-                        shipped = statistics.median(times["shipped"]) * 1000
-                        print(f"{s.events:,} events, {s.dialect}, index {'yes' if indexed else 'no'}:", flush=True)
-                        for name, samples in times.items():
-                            ms = statistics.median(samples) * 1000
-                            print(f"  {name:15s} {ms:7.0f} ms  {ms - shipped:+6.0f} ms  "
-                                  f"{[round(x * 1000) for x in samples]}", flush=True)  # fmt: skip
-            finally:
-                await pool.close()
-        finally:
-            await conn.close()
+    async with kagent_database() as (dsn, conn):
+        sessions: list[GeneratedSession] = []
+        for turns in args.turns:
+            for dialect in args.dialects:
+                sessions.append(await insert_session(conn, SessionSpec(turns=turns, dialect=dialect)))
+        await insert_population(conn, args.population)
+        await conn.execute("VACUUM ANALYZE")
+        async with service_parts(dsn) as svc:
+            caller = Caller(user_id=USER, share_token=None)
+            for indexed in (False, True):
+                await set_index(conn, indexed)
+                async with svc.pool.acquire() as c:
+                    await invocation_index.refresh(svc.store, c)
+                for s in sessions:
+                    req = ForkRequest(rewind_before_invocation_id=s.invocation_ids[-1])
+                    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+                    for rep in range(args.reps + 1):  # the first repetition warms up, uncounted
+                        for name, variant in VARIANTS.items():
+                            await conn.execute("VACUUM event, task")
+                            await conn.execute("CHECKPOINT")
+                            with variant():
+                                started = time.perf_counter()
+                                out = await operations.fork(svc, caller, s.session_id, req)
+                                took = time.perf_counter() - started
+                            new_id = out.session_id
+                            assert new_id is not None
+                            for table in ("event", "task"):
+                                await conn.execute(f"DELETE FROM {table} WHERE session_id = $1", new_id)
+                            await conn.execute("DELETE FROM session WHERE id = $1", new_id)
+                            if rep:
+                                times[name].append(took)
+                    shipped = statistics.median(times["shipped"]) * 1000
+                    print(f"{s.events:,} events, {s.dialect}, index {'yes' if indexed else 'no'}:", flush=True)
+                    for name, samples in times.items():
+                        ms = statistics.median(samples) * 1000
+                        print(f"  {name:15s} {ms:7.0f} ms  {ms - shipped:+6.0f} ms  "
+                              f"{[round(x * 1000) for x in samples]}", flush=True)  # fmt: skip
 
 
 def main() -> None:

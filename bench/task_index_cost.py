@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 import uuid
 
-import asyncpg
-
 from bench.generate import SessionSpec, insert_session
+from bench.inprocess import kagent_database
 from bench.kagent_writes import UPSERT_TASK
-from bench.run import DEFAULT_SERVER, bench_database
 
 PARSE_ONLY = """
 CREATE FUNCTION bench_parse_only(data TEXT) RETURNS TEXT[] LANGUAGE plpgsql IMMUTABLE AS $$
@@ -51,50 +48,43 @@ TASKS = 300
 
 
 async def measure(args: argparse.Namespace) -> None:
-    from service.embedded import install_kagent_schema
     from service.migrate import migrate
 
-    server = os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
-    async with bench_database(server, keep=False) as dsn:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await install_kagent_schema(conn)
-            await migrate(conn, "kagent_fork")
-            await conn.execute(PARSE_ONLY)
-            s = await insert_session(conn, SessionSpec(turns=1000))
-            statements = {}
-            for i, (name, index) in enumerate(VARIANTS.items()):
-                table = f"task_copy_{i}"
-                await conn.execute(f"CREATE TABLE {table} (LIKE task INCLUDING ALL)")
-                await conn.execute(f"INSERT INTO {table} SELECT * FROM task")
-                if index is not None:
-                    await conn.execute(f"CREATE INDEX ON {table} {index} WHERE deleted_at IS NULL")
-                await conn.execute(f"VACUUM ANALYZE {table}")
-                statements[name] = UPSERT_TASK.replace("INTO task ", f"INTO {table} ").replace("task.", f"{table}.")
-            rows = await conn.fetch(
-                "SELECT data FROM task WHERE session_id = $1 ORDER BY created_at LIMIT $2", s.session_id, TASKS
-            )
-            datas = [r["data"] for r in rows]
-            target = str(uuid.uuid4())
-            await conn.execute(
-                "INSERT INTO session (id, user_id, name, created_at, updated_at) VALUES ($1, $2, 'b', NOW(), NOW())",
-                target, s.user_id,
-            )  # fmt: skip
-            times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-            names = list(VARIANTS)
-            for round_ in range(args.rounds):
-                for k, data in enumerate(datas):
-                    task_id = str(uuid.uuid4())
-                    for name in names if (k + round_) % 2 == 0 else names[::-1]:
-                        started = time.perf_counter()
-                        await conn.execute(statements[name], task_id, data, target, "1.0", s.user_id)
-                        await conn.execute(statements[name], task_id, data, target, "1.0", s.user_id)
-                        times[name].append((time.perf_counter() - started) / 2)
-                for i in range(len(VARIANTS)):
-                    await conn.execute(f"DELETE FROM task_copy_{i} WHERE session_id = $1", target)
-                    await conn.execute(f"VACUUM task_copy_{i}")
-        finally:
-            await conn.close()
+    async with kagent_database() as (_, conn):
+        await migrate(conn, "kagent_fork")
+        await conn.execute(PARSE_ONLY)
+        s = await insert_session(conn, SessionSpec(turns=1000))
+        statements = {}
+        for i, (name, index) in enumerate(VARIANTS.items()):
+            table = f"task_copy_{i}"
+            await conn.execute(f"CREATE TABLE {table} (LIKE task INCLUDING ALL)")
+            await conn.execute(f"INSERT INTO {table} SELECT * FROM task")
+            if index is not None:
+                await conn.execute(f"CREATE INDEX ON {table} {index} WHERE deleted_at IS NULL")
+            await conn.execute(f"VACUUM ANALYZE {table}")
+            statements[name] = UPSERT_TASK.replace("INTO task ", f"INTO {table} ").replace("task.", f"{table}.")
+        rows = await conn.fetch(
+            "SELECT data FROM task WHERE session_id = $1 ORDER BY created_at LIMIT $2", s.session_id, TASKS
+        )
+        datas = [r["data"] for r in rows]
+        target = str(uuid.uuid4())
+        await conn.execute(
+            "INSERT INTO session (id, user_id, name, created_at, updated_at) VALUES ($1, $2, 'b', NOW(), NOW())",
+            target, s.user_id,
+        )  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        names = list(VARIANTS)
+        for round_ in range(args.rounds):
+            for k, data in enumerate(datas):
+                task_id = str(uuid.uuid4())
+                for name in names if (k + round_) % 2 == 0 else names[::-1]:
+                    started = time.perf_counter()
+                    await conn.execute(statements[name], task_id, data, target, "1.0", s.user_id)
+                    await conn.execute(statements[name], task_id, data, target, "1.0", s.user_id)
+                    times[name].append((time.perf_counter() - started) / 2)
+            for i in range(len(VARIANTS)):
+                await conn.execute(f"DELETE FROM task_copy_{i} WHERE session_id = $1", target)
+                await conn.execute(f"VACUUM task_copy_{i}")
     base = statistics.median(times["none"])
     print(f"kagent's task upsert of a 12.8 KB task, median of {len(times['none'])} (insert + update) / 2:")
     for name, samples in times.items():
