@@ -717,17 +717,29 @@ class Store:
         await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL jit = off")
 
     async def event_walk(
-        self, conn: Connection, session_id: str, owner: str, after: tuple[datetime, str] | None
+        self, conn: Connection, session_id: str, owner: str, after: tuple[datetime, str] | None, count: int
     ) -> list[tuple[str, datetime, str | None]]:
-        """The next (up to) 250 events after `after` (created_at, id) in that order: (id, created_at,
+        """The next (up to) `count` events after `after` (created_at, id) in that order: (id, created_at,
         invocation id)."""
         at, event_id = after if after is not None else (_BEGINNING, "")
-        rows = await conn.fetch(self.q["event_walk"], session_id, owner, at, event_id)
+        rows = await conn.fetch(self.q["event_walk"], session_id, owner, at, event_id, count)
         return [(r["id"], r["created_at"], r["invocation_id"]) for r in rows]
 
-    async def tasks_carrying_any(self, conn: Connection, session_id: str, owner: str, ids: list[str]) -> list[TaskRow]:
-        """Candidates for the tasks carrying any of `ids` (the invocation index), oldest first."""
-        return [_task(r) for r in await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids)]
+    async def tasks_carrying_any(
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        ids: list[str],
+        besides: tuple[datetime | None, datetime | None] | None = None,
+    ) -> list[TaskRow]:
+        """Candidates for the tasks carrying any of `ids` (the invocation index), oldest first; `besides`:
+        but those created in [start, end) (None: no bound), read already."""
+        start, end = besides if besides is not None else (None, None)
+        if besides is not None and start is None:
+            start = _BEGINNING
+        rows = await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids, start, end)
+        return [_task(r) for r in rows]
 
     async def tasks_between(
         self, conn: Connection, session_id: str, owner: str, start: datetime | None, end: datetime | None

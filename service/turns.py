@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,10 @@ MAX_PAGE = 1000
 # whole session is as fast (1,000 turns: 2.8 s by lookups, 2.6 s in one pass; bench/README.md).
 INDEXED_PAGE_MAX = 200
 USER_TEXT_CHARS = 200
+# A page walks the session's events in time order; its first walk assumes this many events a turn (the
+# next ones use what it found), and no walk reads more than WALK_MAX events at once.
+WALK_FIRST_EVENTS_PER_TURN = 4
+WALK_MAX = 1000
 
 
 class Invocation(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,15 +118,20 @@ async def _indexed_page(
     # measured whole by its invocation id: its events may lie beyond the part walked).
     found: dict[str, TurnInfo] = {}
     seen: set[str] = set()
+    walked = 0
     waiting: list[str] = []  # walked, not yet measured: in the order they first appear
     cursor: tuple[datetime, str] | None = (start, "") if start is not None else None
     exhausted = False
     while len(found) <= limit:
         if not waiting:
-            batch = await store.event_walk(conn, sid, owner, cursor)
+            # As many events as the turns still wanted hold, at the events per turn walked so far.
+            per_turn = walked / len(seen) if seen else WALK_FIRST_EVENTS_PER_TURN
+            count = min(WALK_MAX, math.ceil((limit + 1 - len(found)) * per_turn * 1.1) + 10)
+            batch = await store.event_walk(conn, sid, owner, cursor, count)
             if not batch:
                 exhausted = True
                 break
+            walked += len(batch)
             cursor = (batch[-1][1], batch[-1][0])
             waiting = list(dict.fromkeys(inv for _, _, inv in batch if inv is not None and inv not in seen))
             seen.update(waiting)
@@ -135,7 +145,8 @@ async def _indexed_page(
     end = ordered[limit].started_at if len(ordered) > limit and not exhausted else None
     # The turns only tasks know whose first task lies in the span: such a turn starts at that task.
     window: dict[str, TurnInfo] = {}
-    for row in await store.tasks_between(conn, sid, owner, start, end):
+    spanned = await store.tasks_between(conn, sid, owner, start, end)
+    for row in spanned:
         _complete(window, row, None)
     candidates = [i for i in window if i not in found and i != after]
     if candidates:
@@ -150,10 +161,12 @@ async def _indexed_page(
                 ordered.append(window[inv])
     ordered.sort(key=lambda t: t.started_at)
     page = ordered[:limit]
-    # Each turn of the page completed by its tasks, as with_tasks does over every task.
+    # Each turn of the page completed by its tasks, as with_tasks does over every task: those of the span,
+    # read above, and those outside it that carry one of the page's turns.
     ids = [t.invocation_id for t in page]
     by_id = {t.invocation_id: t for t in page}
-    for row in await store.tasks_carrying_any(conn, sid, owner, ids) if ids else []:
+    outside = await store.tasks_carrying_any(conn, sid, owner, ids, besides=(start, end)) if ids else []
+    for row in sorted([*spanned, *outside], key=lambda r: r.created_at):
         _complete(by_id, row, by_id)
     return page, len(ordered) <= limit
 

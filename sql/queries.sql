@@ -392,25 +392,28 @@ WITH parsed AS MATERIALIZED (
 ), {turns_of_parsed};
 
 -- name: event_walk
--- The session's events after ($3, $4) in (created_at, id) order, 250 at a time, with their invocation
--- id: a turn listing page reads the events of its own turns only (by the invocation index's
--- (session, owner, created_at) part). The first call passes ('-infinity', '').
+-- The session's next $5 events after ($3, $4) in (created_at, id) order, with their invocation id: a
+-- turn listing page reads the events of its own turns only (by the invocation index's (session, owner,
+-- created_at) part). The first call passes ('-infinity', '').
 SELECT id, created_at, {schema}.invocation_id_of(data) AS invocation_id
 FROM event
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND created_at >= $3 AND (created_at, id) > ($3, $4)
 ORDER BY created_at, id
-LIMIT 250;
+LIMIT $5;
 
 -- name: tasks_carrying_any
 -- The live tasks that may carry any of the invocations $3 (the invocation index; '' adds the rows
 -- PostgreSQL cannot read), oldest first: candidates, a superset, which the caller confirms with its
 -- own reader (tasks_mentioning's when the index is valid; the tasks of a listing page's turns).
+-- $4, $5: leave out the tasks created in [$4, $5) (NULL: leave none out; $5 NULL: no end), which a
+-- listing page has read already.
 SELECT id, created_at, protocol_version, data
 FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2}
   AND {schema}.task_invocation_candidates(data) && array_append($3::text[], '')
+  AND NOT coalesce(created_at >= $4 AND ($5::timestamptz IS NULL OR created_at < $5), false)
 ORDER BY created_at;
 
 -- name: tasks_between

@@ -292,7 +292,7 @@ async def test_the_searches_use_the_index_on_a_large_session(svc: Services) -> N
         await conn.execute("SET plan_cache_mode = force_generic_plan")  # as a prepared statement's plan
         for query, args in [
             ("boundary_event", [s.session_id, s.user_id, s.invocation_ids[150], True]),
-            ("tasks_carrying_any", [s.session_id, s.user_id, [s.invocation_ids[150]]]),
+            ("tasks_carrying_any", [s.session_id, s.user_id, [s.invocation_ids[150]], None, None]),
         ]:
             stmt = await conn.prepare(q[query])
             plan = json.dumps(await stmt.explain(*args))
