@@ -1,4 +1,4 @@
-"""What the in-process measures (bench.breakdown, bench.pieces, bench.task_index_cost) share: a throw-away
+"""What the in-process measures (bench.breakdown, bench.pieces, bench.write_cost) share: a throw-away
 database holding kagent's tables, and the service's parts opened on it the way the app opens them."""
 
 from __future__ import annotations
