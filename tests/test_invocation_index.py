@@ -107,6 +107,7 @@ async def test_install_status_repair_uninstall(svc: Services, own_db: str) -> No
     async with svc.pool.acquire() as conn:
         definition = await conn.fetchval("SELECT pg_get_indexdef('kagent_fork_task_invocations'::regclass)")
         assert "task_invocation_candidates(data)" in definition
+        assert "fastupdate=off" in definition  # no pending list for every search to read
         assert await conn.fetchval("SELECT 'kagent_fork_event_invocation'::regclass::oid") == kept
         assert (
             await conn.fetchval(
