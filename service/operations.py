@@ -317,7 +317,7 @@ async def _fork_once(
 
 async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> bool:
     """Whether every cut of the session is copied per_task: asked for, or `auto` on a session without
-    legacy tasks (of no legacy task, any kept part is copied per_task; plan.choose_layout)."""
+    legacy tasks (then any kept part is copied per_task: plan.choose_layout)."""
     if req.task_layout != "auto":
         return req.task_layout == "per_task"
     versions = await svc.store.task_versions_before(conn, source.id, source.user_id, None)

@@ -735,9 +735,7 @@ class Store:
     ) -> list[TaskRow]:
         """Candidates for the tasks carrying any of `ids` (the invocation index), oldest first; `besides`:
         but those created in [start, end) (None: no bound), read already."""
-        start, end = besides if besides is not None else (None, None)
-        if besides is not None and start is None:
-            start = _BEGINNING
+        start, end = (besides[0] or _BEGINNING, besides[1]) if besides is not None else (None, None)
         rows = await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids, start, end)
         return [_task(r) for r in rows]
 
