@@ -250,14 +250,7 @@ async def _answers(svc: Services, caller: Caller, session_id: str, invocations: 
     out["fork rows"] = {table: len(found) for table, found in rows.items()}
     out["fork event data"] = digest(sorted(r["data"] for r in rows["events"]))
     for limit in (1, 2, 100):
-        pages, after = [], None
-        while True:
-            page = await turns.invocations(svc, caller, session_id, limit=limit, after=after)
-            pages.append([*msgspec.to_builtins(page.items), page.last])
-            if page.last or not page.items:
-                break
-            after = page.items[-1].invocation_id
-        out[f"pages of {limit}"] = pages
+        out[f"pages of {limit}"] = await _pages(svc, caller, session_id, limit)
     return out
 
 
@@ -278,6 +271,30 @@ async def test_every_boundary_search_answers_the_same_with_the_index(svc: Servic
         indexed = await _answers(svc, caller, conv.session_id, conv.invocation_ids)
         for key, answer in without[conv.session_id].items():
             assert indexed[key] == answer, key
+
+
+async def _pages(svc: Services, caller: Caller, session_id: str, limit: int) -> list[Any]:
+    pages: list[Any] = []
+    after = None
+    while True:
+        page = await turns.invocations(svc, caller, session_id, limit=limit, after=after)
+        pages.append([*msgspec.to_builtins(page.items), page.last])
+        if page.last or not page.items:
+            return pages
+        after = page.items[-1].invocation_id
+
+
+async def test_the_listing_pages_of_a_long_session_are_the_same_with_the_index(svc: Services) -> None:
+    """Turns of 10 events each, so that a page's walks end inside turns and are sized from what they
+    found; pages that end on the session's last turn, and one past it."""
+    async with svc.pool.acquire() as conn:
+        s = await insert_session(conn, SessionSpec(turns=120))
+    caller = Caller(user_id=s.user_id)
+    without = {limit: await _pages(svc, caller, s.session_id, limit) for limit in (7, 40, 120, 200)}
+    assert len(without[7]) == 18 and len(without[200]) == 1
+    await _set_index(svc, True)
+    for limit, pages in without.items():
+        assert await _pages(svc, caller, s.session_id, limit) == pages, limit
 
 
 async def test_the_searches_use_the_index_on_a_large_session(svc: Services) -> None:
