@@ -92,8 +92,9 @@ def _timed_commit(spent: dict[str, float], calls: dict[str, int]) -> None:
 
 
 async def profile(args: argparse.Namespace) -> None:
-    from service import operations, rewind, turns
+    from service.branches import turns
     from service.identity import Caller
+    from service.operations import forking, rewind
     from service.schemas import ForkRequest, RewindRequest
 
     async with kagent_database() as (dsn, conn):
@@ -110,7 +111,7 @@ async def profile(args: argparse.Namespace) -> None:
             async def once() -> None:
                 if args.op in ("fork", "dry-run"):
                     req = ForkRequest(rewind_before_invocation_id=boundary, dry_run=args.op == "dry-run")
-                    await operations.fork(svc, caller, sid, req)
+                    await forking.fork(svc, caller, sid, req)
                 elif args.op == "rewind":
                     result = await rewind.rewind(svc, caller, sid, RewindRequest(rewind_before_invocation_id=boundary))
                     assert isinstance(result, rewind.RewindResult) and result.rewind.id is not None

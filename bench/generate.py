@@ -458,7 +458,7 @@ async def insert_population(conn: asyncpg.Connection, sessions: int, *, turns: i
 
 
 async def _main(args: argparse.Namespace) -> None:
-    from service.embedded import install_kagent_schema
+    from service.embedded.server import install_kagent_schema
 
     conn = await asyncpg.connect(args.database_url)
     try:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 @contextlib.asynccontextmanager
 async def kagent_database() -> AsyncIterator[tuple[str, asyncpg.Connection]]:
     """A database of its own on BENCH_DATABASE_URL's server with kagent's tables, and a connection to it."""
-    from service.embedded import install_kagent_schema
+    from service.embedded.server import install_kagent_schema
 
     async with bench_database(os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER), keep=False) as dsn:
         conn = await asyncpg.connect(dsn)
@@ -37,7 +37,7 @@ async def service_parts(dsn: str) -> AsyncIterator[Services]:
     from service import services
     from service.app import open_pool, prepare_database
     from service.config import from_env
-    from service.store import Store
+    from service.kagent.store import Store
 
     settings = from_env({"DATABASE_URL": dsn})
     store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)

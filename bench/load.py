@@ -116,7 +116,7 @@ async def serve(dsn: str, workers: int, log: Path) -> AsyncIterator[str]:
 async def seed(dsn: str, sessions: int, turns: int, users: int) -> tuple[list[Source], list[Source]]:
     """`sessions` sessions of `turns` turns (both kagent lines), by `users` users: two thirds to fork,
     one third to rewind."""
-    from service.embedded import install_kagent_schema
+    from service.embedded.server import install_kagent_schema
 
     conn = await asyncpg.connect(dsn)
     try:

@@ -2,14 +2,14 @@
 
 A large fork (at least copying.LARGE_FORK_TASKS tasks) takes a second connection in the same snapshot
 (the reader); without the task index it guesses its boundary task from the last turns
-(operations._guess_cut, undone by a savepoint when wrong); per_task tasks of the owner are copied by
+(forking._guess_cut, undone by a savepoint when wrong); per_task tasks of the owner are copied by
 PostgreSQL while the reader checks them (copying._server_copy), other tasks are rewritten in Python.
 This times the same fork (before the last turn, in-process, as bench.breakdown) with each piece taken
 away in turn, without and with the invocation index, in one throw-away database, the variants
 alternating within each repetition:
 
 - shipped: the code as it is;
-- no guess: operations._guess_cut answers None (the exact cut is searched first);
+- no guess: forking._guess_cut answers None (the exact cut is searched first);
 - no server copy: the tasks go through the Python rewrite on the reader (no guess either: only the server
   copy proves a guess);
 - no reader: copying.LARGE_FORK_TASKS raised out of reach (one connection: no guess, no server copy, the
@@ -35,18 +35,18 @@ from bench.run import USER, set_index
 
 @contextlib.contextmanager
 def _no_guess() -> Iterator[None]:
-    from service import operations
+    from service.operations import forking
 
     async def none(*_: Any) -> None:
         return None
 
-    with _patched(operations, "_guess_cut", none):
+    with _patched(forking, "_guess_cut", none):
         yield
 
 
 @contextlib.contextmanager
 def _no_server_copy() -> Iterator[None]:
-    from service import copying
+    from service.operations import copying
 
     async def refuse(*_: Any) -> int:
         raise copying._CopyInPython("bench.pieces: the server copy taken away")  # pyright: ignore[reportPrivateUsage]
@@ -57,7 +57,7 @@ def _no_server_copy() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _no_reader() -> Iterator[None]:
-    from service import copying
+    from service.operations import copying
 
     with _patched(copying, "LARGE_FORK_TASKS", 10**12):
         yield
@@ -82,8 +82,9 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 
 async def measure(args: argparse.Namespace) -> None:
-    from service import invocation_index, operations
     from service.identity import Caller
+    from service.kagent import invocation_index
+    from service.operations import forking
     from service.schemas import ForkRequest
 
     async with kagent_database() as (dsn, conn):
@@ -108,7 +109,7 @@ async def measure(args: argparse.Namespace) -> None:
                             await conn.execute("CHECKPOINT")
                             with variant():
                                 started = time.perf_counter()
-                                out = await operations.fork(svc, caller, s.session_id, req)
+                                out = await forking.fork(svc, caller, s.session_id, req)
                                 took = time.perf_counter() - started
                             new_id = out.session_id
                             assert new_id is not None

@@ -680,7 +680,7 @@ async def phase(title: str, coro: Awaitable[Any]) -> Any:
 
 
 async def run(args: argparse.Namespace) -> Report:
-    from service.embedded import install_kagent_schema
+    from service.embedded.server import install_kagent_schema
 
     server = os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
     report = Report()
@@ -725,9 +725,9 @@ MEASURES = (
 
 async def set_index(conn: asyncpg.Connection, wanted: bool) -> None:
     """The invocation index installed or removed, as an operator would (`kagent-fork index ...`)."""
-    from service import invocation_index
-    from service.migrate import migrate
-    from service.store import Store
+    from service.kagent import invocation_index
+    from service.kagent.migrate import migrate
+    from service.kagent.store import Store
 
     store = Store("kagent_fork")
     await migrate(conn, store.schema)

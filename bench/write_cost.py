@@ -77,7 +77,7 @@ async def _copies(conn: asyncpg.Connection, table: str) -> dict[str, str]:
 
 
 async def measure(args: argparse.Namespace) -> None:
-    from service.migrate import migrate
+    from service.kagent.migrate import migrate
 
     results: dict[str, dict[str, list[float]]] = {}
     async with kagent_database() as (_, conn):

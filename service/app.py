@@ -14,13 +14,15 @@ from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions import HTTPException
 from litestar.types import Receive, Scope, Send
 
-from service import api, invocation_index, mcp_tools, whatif
+from service.agents import whatif
 from service.config import Settings
+from service.doors import api, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
-from service.migrate import check_kagent_schema, migrate
+from service.kagent import invocation_index
+from service.kagent.migrate import check_kagent_schema, migrate
+from service.kagent.store import CONNECTION_ERRORS, Store
 from service.observability import configure_logging, observe, stamp_request_ids
 from service.services import Services
-from service.store import CONNECTION_ERRORS, Store
 from service.tracing import tracing_middleware
 
 log = logging.getLogger("kagent_fork")

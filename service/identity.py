@@ -20,8 +20,9 @@ import jwt
 import msgspec
 
 from service.config import PublicKey, Settings, public_key_algorithm
-from service.errors import BadRequest, Forbidden, Unauthorized
-from service.store import Share
+from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from service.kagent.store import Connection, SessionRow, Share
+from service.services import Services
 
 DEFAULT_USER = "admin@kagent.dev"
 JWT_LEEWAY_SECONDS = 30  # clock skew tolerated between the token's issuer and this service
@@ -160,3 +161,21 @@ def access_for(caller: Caller, session_id: str, share: Share | None) -> Access:
     if share.session_id != session_id:
         return Access(owner=caller.user_id, read_only=False, via_share=False)
     return Access(owner=share.owner, read_only=share.read_only, via_share=True)
+
+
+async def resolve_access(svc: Services, conn: Connection, caller: Caller, session_id: str) -> Access:
+    share = None
+    if caller.share_token is not None:
+        share = await svc.store.share_by_token(conn, caller.share_token)
+    return access_for(caller, session_id, share)
+
+
+async def visible_session(
+    svc: Services, conn: Connection, caller: Caller, session_id: str, *, lock: bool = False
+) -> tuple[SessionRow, Access]:
+    """The session as the caller may see it; 404 alike for missing and not visible."""
+    access = await resolve_access(svc, conn, caller, session_id)
+    row = await svc.store.get_session(conn, session_id, access.owner, lock=lock)
+    if row is None:
+        raise NotFound("Session not found")
+    return row, access

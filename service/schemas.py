@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from service.errors import BadRequest
+from service.kagent.store import SessionRow
 
 # Every string a caller sends: at most 256 characters and no NUL (PostgreSQL text cannot hold one).
 Text = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
@@ -119,3 +120,15 @@ def rfc3339(value: datetime | None) -> str:
     if value.microsecond:
         text += f".{value.microsecond:06d}".rstrip("0")
     return text + "Z"
+
+
+def session_json(row: SessionRow) -> Session:
+    return Session(
+        id=row.id,
+        user_id=row.user_id,
+        name=row.name,
+        agent_id=row.agent_id,
+        source=row.source,
+        created_at=rfc3339(row.created_at),
+        updated_at=rfc3339(row.updated_at),
+    )

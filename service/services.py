@@ -9,7 +9,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from service.config import Settings
-from service.store import Store, pooled_connection
+from service.kagent.store import Store, pooled_connection
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
--- The optional invocation index on kagent's tables (service/invocation_index.py; `kagent-fork index
+-- The optional invocation index on kagent's tables (service/kagent/invocation_index.py; `kagent-fork index
 -- install|status|uninstall`). Each index is built with CREATE INDEX CONCURRENTLY (kagent's writes go on
 -- meanwhile), covers only live rows (every reader of the service and of kagent filters deleted_at IS
 -- NULL, and a rewind's UPDATE then writes no entry), and is named after the service's schema. Its

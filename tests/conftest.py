@@ -22,10 +22,10 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.config import Settings
-from service.embedded import install_kagent_schema, pgserver
-from service.migrate import migrate
+from service.embedded.server import install_kagent_schema, pgserver
+from service.kagent.migrate import migrate
+from service.kagent.store import Store
 from service.services import Services
-from service.store import Store
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 SAMPLES = SHARED / "samples"

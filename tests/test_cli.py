@@ -121,7 +121,7 @@ async def test_version_help_forks_and_json_first(database_url: str, pool: asyncp
 
 
 async def test_the_demo_turns_are_logged_on_every_start(server_url: str) -> None:
-    from service.embedded import prepare_demo
+    from service.embedded.server import prepare_demo
     from tests.conftest import create_database, drop_database
 
     url = await create_database(server_url)

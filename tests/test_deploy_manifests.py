@@ -33,7 +33,7 @@ KUBERNETES_VERSIONS = sorted({OLDEST_KUBERNETES, kubernetes_validate.latest_vers
 # kagent's Helm chart (release "kagent"): helm/kagent/templates/ui-service.yaml.
 KAGENT_UI = ("kagent-ui", 8080)
 KAGENT_FORK = "kagent-fork"
-UVICORN_GRACEFUL_SHUTDOWN_SECONDS = 30  # service/cli.py: timeout_graceful_shutdown
+UVICORN_GRACEFUL_SHUTDOWN_SECONDS = 30  # service/doors/cli.py: timeout_graceful_shutdown
 OPTIONAL_FILES = {"httproute.yaml", "secret.example.yaml", "servicemonitor.yaml"}  # not in kustomization.yaml
 
 
@@ -228,7 +228,7 @@ def test_resources_and_graceful_shutdown() -> None:
     pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pod["terminationGracePeriodSeconds"] == 40
     assert pod["terminationGracePeriodSeconds"] > pre_stop + UVICORN_GRACEFUL_SHUTDOWN_SECONDS
-    cli = (ROOT / "service" / "cli.py").read_text()
+    cli = (ROOT / "service" / "doors" / "cli.py").read_text()
     assert f"timeout_graceful_shutdown={UVICORN_GRACEFUL_SHUTDOWN_SECONDS}" in cli
 
 
@@ -396,7 +396,7 @@ def test_httproute_sends_exactly_the_kagent_fork_calls_to_kagent_fork() -> None:
 def test_mcp_server_and_agent_name_the_served_tools() -> None:
     """The RemoteMCPServer reaches the service's /mcp, and the example Agent asks for tools the service
     serves, with the identity headers forwarded (kagent's RemoteMCPServer/Agent v1alpha2 fields)."""
-    from service import mcp_tools
+    from service.doors import mcp_tools
 
     server = one("RemoteMCPServer", "kagent-fork")
     assert server["apiVersion"] == "kagent.dev/v1alpha2" and server["spec"]["protocol"] == "STREAMABLE_HTTP"

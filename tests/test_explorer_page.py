@@ -200,11 +200,11 @@ async def test_readable_on_a_phone(browser: Browser, page_url: str, pool: asyncp
 
 
 def test_page_files_are_in_the_package() -> None:
-    files = {p.name for p in (ROOT / "service" / "ui").iterdir()}
+    files = {p.name for p in (ROOT / "service" / "doors" / "ui").iterdir()}
     assert {"index.html", "app.js", "style.css"} <= files
-    html = (ROOT / "service" / "ui" / "index.html").read_text()
+    html = (ROOT / "service" / "doors" / "ui" / "index.html").read_text()
     assert "http" not in html.replace("https://", "").lower() or "http-equiv" in html  # no CDN, nothing from elsewhere
-    assert "innerHTML" not in (ROOT / "service" / "ui" / "app.js").read_text()
+    assert "innerHTML" not in (ROOT / "service" / "doors" / "ui" / "app.js").read_text()
 
 
 async def test_served_page(client: Any) -> None:

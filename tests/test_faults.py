@@ -22,7 +22,7 @@ import pytest
 
 from service.app import create_app
 from service.config import Settings
-from service.embedded import pgserver
+from service.embedded.server import pgserver
 from tests.conftest import create_database, drop_database
 from tests.helpers import seed
 from tests.support.conversations import Conversation
@@ -227,7 +227,7 @@ SERVER_COPY_STEPS = [("task", "INSERT INTO task"), ("event", "INSERT INTO event"
 async def test_connection_killed_mid_server_copy(
     database: str, side: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, table: str, statement: str
 ) -> None:
-    from service import copying
+    from service.operations import copying
 
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     conv = await seed(side, dialect="v1", turns=6, tool_calls=True)
@@ -272,7 +272,7 @@ async def test_client_gone_mid_fork_in_process(
     """The request is cancelled while the fork waits (the ASGI app is cancelled with it): nothing is left
     behind, no connection or advisory lock leaks, and a retry with the same key makes the fork. With
     the server copy, the reader connection's work is cancelled too."""
-    from service import copying
+    from service.operations import copying
 
     if server_copy:
         monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)

@@ -318,18 +318,18 @@ async def test_task_copy_on_a_second_connection_equals_the_serial_one(
 ) -> None:
     """Large forks read their tasks on a second connection in the fork's snapshot; with no connection to
     spare they read them on their own. Both give the same fork, in one transaction."""
-    from service import copying, operations
     from service.identity import Caller
+    from service.kagent.store import Store
+    from service.operations import copying, forking
     from service.schemas import ForkRequest
-    from service.store import Store
 
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     conv = await seed(pool, dialect="v1", turns=5, tool_calls=True)
     small = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
     try:
-        svc = operations.Services(settings=settings, store=Store(settings.service_schema), pool=small)
+        svc = forking.Services(settings=settings, store=Store(settings.service_schema), pool=small)
         req = ForkRequest(rewind_before_invocation_id=conv.turns[4].invocation_id)
-        outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, req)
+        outcome = await forking.fork(svc, Caller(user_id=conv.user_id), conv.session_id, req)
         assert outcome.created and outcome.session_id is not None
         assert small.get_size() == min(pool_size, 2), "the overlapped path opened its reader connection"
     finally:

@@ -15,8 +15,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from service import fork as plan
-from service.store import TaskRow
+from service.kagent.store import TaskRow
+from service.operations import plan
 from tests.helpers import seed
 from tests.support.conversations import Conversation, build_conversation
 from tests.support.ui_transcript import AGENT_CALL, ASK_USER, TOOL, transcript_main, transcript_v010
@@ -159,18 +159,18 @@ async def test_large_fork_path_takes_the_same_layout(
     layout: str,
 ) -> None:
     """Large forks (a second connection streams the merged task) decide the layout the same way."""
-    from service import copying, operations
     from service.identity import Caller
+    from service.kagent.store import Store
+    from service.operations import copying, forking
     from service.schemas import ForkRequest
-    from service.store import Store
 
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
     conv = await seed(pool, dialect="legacy", turns=4, tool_calls=True, shapes=shapes)
     small = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
     try:
-        svc = operations.Services(settings=settings, store=Store(settings.service_schema), pool=small)
+        svc = forking.Services(settings=settings, store=Store(settings.service_schema), pool=small)
         req = ForkRequest(rewind_before_invocation_id=conv.turns[3].invocation_id)
-        outcome = await operations.fork(svc, Caller(user_id=conv.user_id), conv.session_id, req)
+        outcome = await forking.fork(svc, Caller(user_id=conv.user_id), conv.session_id, req)
         assert outcome.created and outcome.session_id is not None
         assert small.get_size() == min(pool_size, 2), "the overlapped path checked on its reader"
     finally:

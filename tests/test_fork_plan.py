@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from service import fork as plan
-from service import tasks
 from service.errors import Unprocessable
-from service.store import TaskRow
-from service.tasks import TaskDialect
+from service.kagent import dialects
+from service.kagent.dialects import TaskDialect
+from service.kagent.store import TaskRow
+from service.operations import plan
 from tests.test_tasks import turn
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -42,14 +42,14 @@ def test_choose_layout() -> None:
 
 
 def test_verbatim_prefilter_only_for_ids_json_cannot_escape() -> None:
-    assert tasks.verbatim_in_json("e-6f1c2a7e-3b4d-4e8a-9c2f-1a2b3c4d5e6f")
-    assert not tasks.verbatim_in_json('e-"quoted"')
-    assert not tasks.verbatim_in_json("e-é")
+    assert dialects.verbatim_in_json("e-6f1c2a7e-3b4d-4e8a-9c2f-1a2b3c4d5e6f")
+    assert not dialects.verbatim_in_json('e-"quoted"')
+    assert not dialects.verbatim_in_json("e-é")
 
 
 def test_find_boundary_task_skips_unreadable_rows_and_cuts_merged_ones() -> None:
-    merged, _ = tasks.merge([turn(TaskDialect.LEGACY, f"e-{i}", "q", "a", i) for i in (1, 2)], TaskDialect.LEGACY,
-                            tasks.Rewrite(task_id="m", context_id="s", user_id="u"))  # fmt: skip
+    merged, _ = dialects.merge([turn(TaskDialect.LEGACY, f"e-{i}", "q", "a", i) for i in (1, 2)], TaskDialect.LEGACY,
+                            dialects.Rewrite(task_id="m", context_id="s", user_id="u"))  # fmt: skip
     bad = TaskRow(id="bad", created_at=NOW, protocol_version=None, data="{not json e-2")
     found = plan.find_boundary_task([bad, row(merged, 1, None)], "e-2")
     assert found is not None and found.row.id == "m" and found.cut == 2

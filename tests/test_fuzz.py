@@ -26,7 +26,7 @@ from schemathesis.checks import CheckFunction
 from service.app import create_app
 from service.config import Settings
 from service.identity import Caller
-from service.rewind import RewindResult, rewind
+from service.operations.rewind import RewindResult, rewind
 from service.schemas import RewindRequest
 from service.services import Services
 from tests.helpers import new_user, seed, table_fingerprint

@@ -1,4 +1,4 @@
-"""The optional invocation index (service/invocation_index.py): install, status, repair, uninstall; kagent's
+"""The optional invocation index (service/kagent/invocation_index.py): install, status, repair, uninstall; kagent's
 writes never fail because of it; every boundary search answers the same with it as without, and uses it.
 
 Each test works in a database of its own: the index changes kagent's tables for everyone on them."""
@@ -17,14 +17,16 @@ from litestar.testing import AsyncTestClient
 
 from bench.generate import SessionSpec, insert_session
 from bench.kagent_writes import INSERT_EVENT, UPSERT_TASK
-from service import invocation_index, operations, rewind, transcript, turns
 from service.app import create_app
+from service.branches import transcript, turns
 from service.config import Settings
 from service.identity import Caller
-from service.migrate import migrate
+from service.kagent import invocation_index
+from service.kagent.migrate import migrate
+from service.kagent.store import Store
+from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest
 from service.services import Services
-from service.store import Store
 from tests.conftest import create_database, drop_database
 from tests.helpers import digest, new_user, seed, session_rows
 from tests.test_cli import cli, ok_json
@@ -172,10 +174,10 @@ async def test_kagent_writes_never_fail_on_hostile_rows(svc: Services) -> None:
 
 
 async def test_task_ids_match_the_service_reader(svc: Services) -> None:
-    """The task index's candidates hold every id tasks.invocation_ids reads (the service confirms each
+    """The task index's candidates hold every id dialects.invocation_ids reads (the service confirms each
     candidate with its own reader, so more is harmless, less would lose a task), on every shape of task
     the fixtures hold (both dialects, both metadata prefixes, approvals, runtime events, running turns)."""
-    from service import tasks
+    from service.kagent import dialects
 
     convs = [
         await seed(svc.pool, dialect="legacy", turns=4, tool_calls=True, approval_turn=1),
@@ -188,7 +190,7 @@ async def test_task_ids_match_the_service_reader(svc: Services) -> None:
             for row in await conn.fetch(
                 f"SELECT data, {CANDIDATES} AS ids FROM task WHERE session_id = $1", conv.session_id
             ):
-                read = tasks.invocation_ids(tasks.decode(row["data"]))
+                read = dialects.invocation_ids(dialects.decode(row["data"]))
                 assert set(read) <= set(row["ids"])
                 checked += 1
         # Variants of the metadata rules (adk_ first unless null, kagent_ else, strings only, every place)
@@ -207,7 +209,7 @@ async def test_task_ids_match_the_service_reader(svc: Services) -> None:
             (json.dumps({"history": {"metadata": {"adk_invocation_id": "e-obj"}}}), [], ["e-obj"]),
             ('{"metadata": {"adk\\u005finvocation_id": "e-\\u0041"}}', ["e-A"], ["e-A"]),
         ]:  # fmt: skip
-            assert tasks.invocation_ids(tasks.decode(text)) == read, text
+            assert dialects.invocation_ids(dialects.decode(text)) == read, text
             assert await conn.fetchval(f"SELECT {CANDIDATES.replace('data', '$1')}", text) == candidates
     assert checked == sum(len(c.invocation_ids) for c in convs)
 
@@ -226,9 +228,7 @@ async def _answers(svc: Services, caller: Caller, session_id: str, invocations: 
     real fork's rows, what-if's source turn, the transcript before the turn, the turn listing's pages."""
     out: dict[str, Any] = {}
     for inv in [*invocations, "e-not-a-turn"]:
-        plan = await operations.fork(
-            svc, caller, session_id, ForkRequest(rewind_before_invocation_id=inv, dry_run=True)
-        )
+        plan = await forking.fork(svc, caller, session_id, ForkRequest(rewind_before_invocation_id=inv, dry_run=True))
         out[f"fork plan {inv}"] = _stable(msgspec.to_builtins(plan.data))
         try:
             undo = await rewind.rewind(
@@ -243,7 +243,7 @@ async def _answers(svc: Services, caller: Caller, session_id: str, invocations: 
         except Exception as exc:
             out[f"transcript before {inv}"] = repr(exc)
     middle = invocations[len(invocations) // 2]
-    forked = await operations.fork(svc, caller, session_id, ForkRequest(rewind_before_invocation_id=middle))
+    forked = await forking.fork(svc, caller, session_id, ForkRequest(rewind_before_invocation_id=middle))
     data = msgspec.to_builtins(forked.data)
     out["fork"] = _stable(data["fork"])
     rows = await session_rows(svc.pool, data["id"], caller.user_id)

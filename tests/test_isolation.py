@@ -22,7 +22,7 @@ from litestar.testing import AsyncTestClient
 from service.app import create_app
 from service.config import ConfigError, Settings, from_env
 from service.identity import Caller
-from service.rewind import RewindResult, rewind
+from service.operations.rewind import RewindResult, rewind
 from service.schemas import RewindRequest
 from service.services import Services
 from tests.helpers import new_user, seed, session_rows, table_fingerprint

@@ -31,13 +31,13 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("kagent_fork-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     needed = ["service/sql/queries.sql", "service/sql/migrations/0001_lineage.sql", "service/sql/kagent/schema.sql"]
-    page = {"service/ui/index.html", "service/ui/app.js", "service/ui/style.css"}
+    page = {"service/doors/ui/index.html", "service/doors/ui/app.js", "service/doors/ui/style.css"}
     assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     probe = (
-        "import service.store, service.api, service.migrate, service.explorer;"
-        "print(service.store.sql_dir()); print(service.api.openapi_path());"
-        "service.store.Store('kagent_fork'); service.explorer.page_file('app.js')"
+        "import service.kagent.store, service.doors.api, service.kagent.migrate, service.doors.explorer;"
+        "print(service.kagent.store.sql_dir()); print(service.doors.api.openapi_path());"
+        "service.kagent.store.Store('kagent_fork'); service.doors.explorer.page_file('app.js')"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     out = subprocess.run(

@@ -1,5 +1,5 @@
-"""tasks.replacing_ids_rewrites, the check that lets PostgreSQL copy a task by replacing its ids as
-text, against its definition: the replaced text decodes to what tasks.rewrite makes. The check must
+"""dialects.replacing_ids_rewrites, the check that lets PostgreSQL copy a task by replacing its ids as
+text, against its definition: the replaced text decodes to what dialects.rewrite makes. The check must
 never say yes where the definition says no (or the server copy would write a wrong task), and must say
 yes for the tasks kagent really writes (or the server copy would never be used)."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service import tasks
+from service.kagent import dialects
 from tests.conftest import SAMPLES
 from tests.support.conversations import build_conversation
 
@@ -34,15 +34,17 @@ def definition(text: str, task_id: str, context_id: str, user: str = USER) -> bo
     new_task, new_context = str(uuid.uuid4()), str(uuid.uuid4())
     replaced = quoted_ids_replaced(text, [(task_id, new_task), (context_id, new_context)])
     try:
-        got = tasks.decode(replaced)
-    except tasks.TaskFormatError:
+        got = dialects.decode(replaced)
+    except dialects.TaskFormatError:
         return False
-    rw = tasks.Rewrite(task_id=new_task, context_id=new_context, user_id=user)
-    return got == tasks.rewrite(tasks.decode(text), rw)
+    rw = dialects.Rewrite(task_id=new_task, context_id=new_context, user_id=user)
+    return got == dialects.rewrite(dialects.decode(text), rw)
 
 
 def check(text: str, task_id: str, context_id: str, user: str = USER) -> bool:
-    return tasks.replacing_ids_rewrites(text, tasks.decode(text), task_id=task_id, context_id=context_id, user_id=user)
+    return dialects.replacing_ids_rewrites(
+        text, dialects.decode(text), task_id=task_id, context_id=context_id, user_id=user
+    )
 
 
 def real_tasks() -> list[tuple[str, str, str, str]]:
@@ -51,7 +53,7 @@ def real_tasks() -> list[tuple[str, str, str, str]]:
     out = []
     for name in ("a2a_task.json", "a2a_task_v0_3.json"):
         data = json.loads((SAMPLES / name).read_text())
-        users = tasks.rewrite_targets(data).user_ids if tasks.rewrite_targets(data) else []
+        users = dialects.rewrite_targets(data).user_ids if dialects.rewrite_targets(data) else []
         owner = str(users[0]) if users else USER
         out.append((json.dumps(data), data["id"], data["contextId"], owner))
     for dialect in ("v1", "legacy"):

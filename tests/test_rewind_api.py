@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from service.identity import Caller
-from service.rewind import rewind
+from service.operations.rewind import rewind
 from service.schemas import RewindRequest
 from service.services import Services
 from tests.helpers import append_turns, digest, expected_summary, new_user, seed, session_rows, table_fingerprint
@@ -272,9 +272,9 @@ async def test_tree_survives_a_cycle_in_the_records(client: Any, pool: asyncpg.P
 async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the_same_rows(
     settings: Any, database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, dialect: str
 ) -> None:
-    from service import copying
-    from service import rewind as rewinding
-    from service.store import Store
+    from service.kagent.store import Store
+    from service.operations import copying
+    from service.operations import rewind as rewinding
 
     class CountingStore(Store):
         snapshots = 0
@@ -318,7 +318,7 @@ async def test_each_rewind_gets_its_own_stamp_after_the_sessions_last_one(
     """A rewind's stamp is taken after the session lock and after every earlier rewind of the session,
     not the transaction's start: two rewinds that began in the same microsecond, or a clock that went
     back, would otherwise share one stamp or sort out of order, and one undo would restore both."""
-    from service import rewind as rewinding
+    from service.operations import rewind as rewinding
 
     conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
     caller = Caller(user_id=conv.user_id)

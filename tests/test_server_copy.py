@@ -14,12 +14,13 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from service import copying, operations, services
+from service import services
 from service.config import Settings
 from service.errors import Unprocessable
 from service.identity import Caller
+from service.kagent.store import Store
+from service.operations import copying, forking
 from service.schemas import ForkPlan, ForkRequest
-from service.store import Store
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support.conversations import Conversation, build_conversation, create_share, insert_conversation
 
@@ -55,7 +56,7 @@ async def fork_via(
     before = {path: copies(path) for path in ("server", "python", "streamed")}
     boundary = conv.turns[turn].invocation_id if turn is not None else None
     request = ForkRequest(rewind_before_invocation_id=boundary, **req)
-    outcome = await operations.fork(svc, Caller(user_id=conv.user_id), source or conv.session_id, request)
+    outcome = await forking.fork(svc, Caller(user_id=conv.user_id), source or conv.session_id, request)
     assert outcome.created and outcome.session_id is not None
     taken = [path for path, count in before.items() if copies(path) == count + 1]
     return outcome.session_id, taken[0] if taken else "none"
@@ -219,7 +220,7 @@ async def test_another_users_fork_is_rewritten_by_the_service(
     before = copies("streamed")
     request = ForkRequest(rewind_before_invocation_id=conv.turns[-1].invocation_id)
     visitor = Caller(user_id="visitor@example.com", share_token=token)
-    outcome = await operations.fork(roomy, visitor, conv.session_id, request)
+    outcome = await forking.fork(roomy, visitor, conv.session_id, request)
     assert outcome.session_id is not None and copies("streamed") == before + 1
     rows = await task_rows(pool, outcome.session_id)
     assert {r["user_id"] for r in rows} == {"visitor@example.com"}
@@ -259,14 +260,14 @@ async def test_a_large_legacy_fork_merges_its_tasks_in_python(
     would always be undone (bench/pieces.py measured 360 ms lost at 100,000 events)."""
     conv = await seed(pool, dialect="legacy", turns=10, tool_calls=True)
     guesses = 0
-    guess = operations._guess_cut  # pyright: ignore[reportPrivateUsage]
+    guess = forking._guess_cut  # pyright: ignore[reportPrivateUsage]
 
     async def counted(*args: Any) -> Any:
         nonlocal guesses
         guesses += 1
         return await guess(*args)
 
-    monkeypatch.setattr(operations, "_guess_cut", counted)
+    monkeypatch.setattr(forking, "_guess_cut", counted)
     path, rows = await same_fork_both_ways(roomy, pool, monkeypatch, conv, kept=1)
     assert path == "streamed" and len(rows[0]["data"]["history"]) > 9
     assert guesses == 0
@@ -337,7 +338,7 @@ async def test_a_visitors_large_legacy_fork_streams_a_row_whose_text_needs_escap
     made = []
     for large in (True, False):
         monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
-        outcome = await operations.fork(roomy, Caller(user_id=visitor, share_token=token), conv.session_id, request)
+        outcome = await forking.fork(roomy, Caller(user_id=visitor, share_token=token), conv.session_id, request)
         assert outcome.session_id is not None
         made.append([{**row, "updated_at": None} for row in await task_rows(pool, outcome.session_id)])
     assert made[0] == made[1] and len(made[0]) == 1
@@ -354,10 +355,10 @@ async def test_a_dry_run_counts_the_bytes_the_fork_writes(
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
     boundary = conv.turns[4].invocation_id
     caller = Caller(user_id=conv.user_id)
-    planned = await operations.fork(
+    planned = await forking.fork(
         roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary, dry_run=True)
     )
-    made = await operations.fork(roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary))
+    made = await forking.fork(roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary))
     assert made.session_id is not None
     async with pool.acquire() as conn:
         written = await conn.fetchval(

@@ -19,12 +19,12 @@ import msgspec
 import pytest
 import yaml
 
-from service.api import handlers
 from service.app import open_pool, prepare_database
 from service.config import ConfigError, Settings, from_env
-from service.migrate import SchemaError, check_kagent_schema, migrate
+from service.doors.api import handlers
+from service.kagent.migrate import SchemaError, check_kagent_schema, migrate
+from service.kagent.store import Store
 from service.schemas import EmptyRequest, ForkRequest, RewindRequest
-from service.store import Store
 from tests.conftest import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from service.store import Store
+from service.kagent.store import Store
 from tests.helpers import seed
 
 

@@ -10,8 +10,8 @@ from a2a.compat.v0_3 import types as v03
 from a2a.types import Task as V1Task
 from google.protobuf import json_format
 
-from service import tasks
-from service.tasks import Rewrite, TaskDialect
+from service.kagent import dialects
+from service.kagent.dialects import Rewrite, TaskDialect
 from tests.conftest import SAMPLES
 
 RW = Rewrite(task_id="new-task", context_id="new-session", user_id="bob")
@@ -46,7 +46,7 @@ def turn(dialect: TaskDialect, inv: str, question: str, answer: str, n: int) -> 
 
 
 def parses(task: dict, dialect: TaskDialect) -> None:
-    text = tasks.encode(task)
+    text = dialects.encode(task)
     if dialect is TaskDialect.V1:
         json_format.Parse(text, V1Task())
     else:
@@ -66,7 +66,7 @@ def test_dialect_of_protocol_version() -> None:
 def test_rewrite_points_every_id_at_the_fork_and_keeps_the_rest(name: str, dialect: TaskDialect) -> None:
     source = sample(name)
     before = copy.deepcopy(source)
-    out = tasks.rewrite(source, RW)
+    out = dialects.rewrite(source, RW)
     assert source == before, "the source value is not modified"
     assert out["id"] == "new-task" and out["contextId"] == "new-session"
     for message in out["history"]:
@@ -77,7 +77,7 @@ def test_rewrite_points_every_id_at_the_fork_and_keeps_the_rest(name: str, diale
         assert out["metadata"]["adk_user_id"] == "bob"
     # message ids and invocation ids are kept, so tasks still match their events
     assert [m["messageId"] for m in out["history"]] == [m["messageId"] for m in source["history"]]
-    assert tasks.invocation_ids(out) == tasks.invocation_ids(source)
+    assert dialects.invocation_ids(out) == dialects.invocation_ids(source)
     parses(out, dialect)
 
 
@@ -86,7 +86,7 @@ def test_invocation_ids_read_adk_then_kagent_prefix_everywhere() -> None:
     task["status"]["message"] = {"messageId": "s", "role": "ROLE_AGENT", "parts": [{"text": "x"}],
                                  "metadata": {"kagent_invocation_id": "e-2"}}  # fmt: skip
     task["artifacts"][0]["metadata"] = {"adk_invocation_id": "e-3", "kagent_invocation_id": "ignored"}
-    assert tasks.invocation_ids(task) == ["e-1", "e-2", "e-3"]
+    assert dialects.invocation_ids(task) == ["e-1", "e-2", "e-3"]
 
 
 @pytest.mark.parametrize("dialect", list(TaskDialect))
@@ -94,23 +94,23 @@ def test_merge_concatenates_histories_dedups_and_completes(dialect: TaskDialect)
     t1 = turn(dialect, "e-1", "q1", "a1", 1)
     t2 = turn(dialect, "e-2", "q2", "a2", 2)
     t2["history"].insert(0, copy.deepcopy(t1["history"][0]))  # a replayed message is shown once
-    merged, count = tasks.merge([t1, t2], dialect, RW)
+    merged, count = dialects.merge([t1, t2], dialect, RW)
     ids = [m["messageId"] for m in merged["history"]]
     assert ids == (["u1", "a1", "u2", "a2"] if dialect is TaskDialect.LEGACY else ["u1", "u2"])
     assert count == len(ids)
-    assert tasks.is_terminal(merged, dialect) and merged["id"] == "new-task"
-    assert tasks.invocation_ids(merged)[:2] == ["e-1", "e-2"]
+    assert dialects.is_terminal(merged, dialect) and merged["id"] == "new-task"
+    assert dialects.invocation_ids(merged)[:2] == ["e-1", "e-2"]
     parses(merged, dialect)
 
 
 @pytest.mark.parametrize("dialect", list(TaskDialect))
 def test_cut_of_a_merged_task_keeps_the_turns_before_the_boundary(dialect: TaskDialect) -> None:
-    merged, _ = tasks.merge([turn(dialect, f"e-{i}", f"q{i}", f"a{i}", i) for i in range(1, 4)], dialect, RW)
-    index = tasks.cut_index(merged, dialect, "e-2")
+    merged, _ = dialects.merge([turn(dialect, f"e-{i}", f"q{i}", f"a{i}", i) for i in range(1, 4)], dialect, RW)
+    index = dialects.cut_index(merged, dialect, "e-2")
     assert index == (2 if dialect is TaskDialect.LEGACY else 1)
     assert index is not None
-    out = tasks.cut(merged, dialect, index)
-    assert tasks.invocation_ids(out) == ["e-1"]
+    out = dialects.cut(merged, dialect, index)
+    assert dialects.invocation_ids(out) == ["e-1"]
     if dialect is TaskDialect.V1:
         assert [a["artifactId"] for a in out["artifacts"]] == ["art1"], "artifacts of later turns go"
     parses(out, dialect)
@@ -122,12 +122,12 @@ def test_cut_goes_before_user_messages_that_open_the_turn() -> None:
     del second[0]["metadata"]  # only the agent's reply carries the turn's id
     second[1]["metadata"] = {"adk_invocation_id": "e-2"}
     task["history"] += second
-    assert tasks.cut_index(task, TaskDialect.LEGACY, "e-2") == 2
-    assert tasks.cut_index(task, TaskDialect.LEGACY, "e-9") is None
+    assert dialects.cut_index(task, TaskDialect.LEGACY, "e-2") == 2
+    assert dialects.cut_index(task, TaskDialect.LEGACY, "e-9") is None
 
 
 def test_decode_refuses_what_is_not_a_json_object() -> None:
-    with pytest.raises(tasks.TaskFormatError):
-        tasks.decode("not json")
-    with pytest.raises(tasks.TaskFormatError):
-        tasks.decode("[1, 2]")
+    with pytest.raises(dialects.TaskFormatError):
+        dialects.decode("not json")
+    with pytest.raises(dialects.TaskFormatError):
+        dialects.decode("[1, 2]")

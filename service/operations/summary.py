@@ -12,8 +12,8 @@ from datetime import datetime
 
 import msgspec
 
+from service.kagent.store import Connection, EventTally, Store
 from service.schemas import Summary
-from service.store import Connection, EventTally, Store
 
 USER_TEXT_CHARS = 200
 AGENT_TEXT_CHARS = 480

@@ -9,14 +9,13 @@ from datetime import datetime
 
 import msgspec
 
-from service import fork as plan
-from service import tasks
 from service.errors import BadRequest
-from service.identity import Caller
-from service.operations import visible_session
+from service.identity import Caller, visible_session
+from service.kagent import dialects
+from service.kagent.store import Connection, EventTurn, SessionRow, TaskRow
+from service.operations import plan
 from service.schemas import rfc3339
 from service.services import Services
-from service.store import Connection, EventTurn, SessionRow, TaskRow
 
 MAX_PAGE = 1000
 # Pages up to this many turns are read through the invocation index (44 ms for 100 turns of a 100,000-event
@@ -78,18 +77,18 @@ async def with_tasks(
 def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | None) -> None:
     """What one task (fed oldest first) tells of the turns it carries (of `only`'s, when given)."""
     try:
-        data = tasks.decode(row.data)
-    except tasks.TaskFormatError:
+        data = dialects.decode(row.data)
+    except dialects.TaskFormatError:
         return
     dialect = plan.dialect_of(row)
-    for invocation_id in tasks.invocation_ids(data):
+    for invocation_id in dialects.invocation_ids(data):
         if only is not None and invocation_id not in only:
             continue
         turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
         if turn.task_id is None:
-            turn.task_id, turn.state = row.id, tasks.state(data)
+            turn.task_id, turn.state = row.id, dialects.state(data)
         if turn.user_text is None:
-            text = tasks.first_user_text(data, dialect, invocation_id)
+            text = dialects.first_user_text(data, dialect, invocation_id)
             turn.user_text = text[:USER_TEXT_CHARS] if text else None
 
 

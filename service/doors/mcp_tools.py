@@ -16,12 +16,14 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
 
-from service import compare, operations, rewind, transcript, turns, whatif
+from service.agents import whatif
+from service.branches import compare, transcript, turns
 from service.errors import ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
+from service.kagent.store import CONNECTION_ERRORS
+from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest, checked_id
 from service.services import Services
-from service.store import CONNECTION_ERRORS
 
 _encoder = msgspec.json.Encoder()
 Operation = Callable[[Services, Caller], Awaitable[object]]
@@ -127,7 +129,7 @@ def mcp_server(runner: Callable[[], whatif.Runner]) -> FastMCP:
                 ForkRequest, rewind_before_invocation_id=rewind_before_invocation_id, name=name,
                 if_boundary_missing=if_boundary_missing, task_layout=task_layout, dry_run=dry_run,
             )  # fmt: skip
-            return (await operations.fork(svc, caller, checked_id(session_id), req)).data
+            return (await forking.fork(svc, caller, checked_id(session_id), req)).data
 
         return await run(ctx, op)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.store import Connection, Store, sql_dir
+from service.kagent.store import Connection, Store, sql_dir
 
 # The columns kagent-fork reads or writes (kagent's core migrations 1-7); more columns are fine.
 REQUIRED_COLUMNS = {

@@ -17,8 +17,8 @@ from types import ModuleType
 
 import asyncpg
 
-from service.demo import insert_demo
-from service.store import Connection, sql_dir
+from service.embedded.demo import insert_demo
+from service.kagent.store import Connection, sql_dir
 
 log = logging.getLogger("kagent_fork")
 
@@ -109,7 +109,7 @@ def start_embedded(data_dir: str) -> str:
     live_users(path)
     server = pgserver().get_server(path, cleanup_mode="stop")
     subprocess.Popen(
-        [sys.executable, "-m", "service.embedded", str(os.getpid()), str(path)],
+        [sys.executable, "-m", "service.embedded.server", str(os.getpid()), str(path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,  # a closed terminal's SIGHUP must not take the watcher too
     )  # fmt: skip

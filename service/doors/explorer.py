@@ -8,9 +8,8 @@ from pathlib import Path
 import msgspec
 
 from service.errors import BadRequest
-from service.identity import Caller
-from service.operations import resolve_access, session_json
-from service.schemas import Session
+from service.identity import Caller, resolve_access
+from service.schemas import Session, session_json
 from service.services import Services
 
 MAX_SESSIONS = 500

@@ -16,13 +16,13 @@ from typing import Literal
 
 import msgspec
 
-from service import tasks, turns
+from service.branches import turns
 from service.errors import NotFound
-from service.identity import Caller
-from service.operations import visible_session
+from service.identity import Caller, visible_session
+from service.kagent import dialects
+from service.kagent.store import SessionRow, TranscriptEvent
 from service.schemas import rfc3339
 from service.services import Services
-from service.store import SessionRow, TranscriptEvent
 
 # Tool arguments and responses longer than this (as JSON text) are cut, saying so.
 CUT_CHARS = 2000
@@ -173,7 +173,7 @@ async def reading(
         until = None
         if before is not None:
             until = await svc.store.boundary_event_at(
-                conn, source.id, source.user_id, before, prefilter=tasks.verbatim_in_json(before)
+                conn, source.id, source.user_id, before, prefilter=dialects.verbatim_in_json(before)
             )
             if until is None:
                 raise NotFound(f"invocation {before} not found in session {source.id}")

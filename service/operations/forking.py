@@ -14,9 +14,17 @@ from datetime import datetime
 
 import msgspec
 
-from service import copying, summary, tasks
-from service import fork as plan
-from service.copying import (
+from service.errors import NotFound, TooManyRequests, Unprocessable
+from service.identity import Caller, visible_session
+from service.kagent import dialects
+from service.kagent.store import (
+    Connection,
+    Lineage,
+    SessionRow,
+    TaskRow,
+)
+from service.operations import copying, plan, summary
+from service.operations.copying import (
     Cut,
     Guess,
     GuessWrong,
@@ -26,16 +34,8 @@ from service.copying import (
     snapshot_reader,
     together,
 )
-from service.errors import NotFound, TooManyRequests, Unprocessable
-from service.identity import Access, Caller, access_for
-from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, Session, rfc3339
+from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, session_json
 from service.services import Services
-from service.store import (
-    Connection,
-    Lineage,
-    SessionRow,
-    TaskRow,
-)
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("kagent_fork")
@@ -53,36 +53,6 @@ class ForkOutcome:
     session_id: str | None
 
 
-def session_json(row: SessionRow) -> Session:
-    return Session(
-        id=row.id,
-        user_id=row.user_id,
-        name=row.name,
-        agent_id=row.agent_id,
-        source=row.source,
-        created_at=rfc3339(row.created_at),
-        updated_at=rfc3339(row.updated_at),
-    )
-
-
-async def resolve_access(svc: Services, conn: Connection, caller: Caller, session_id: str) -> Access:
-    share = None
-    if caller.share_token is not None:
-        share = await svc.store.share_by_token(conn, caller.share_token)
-    return access_for(caller, session_id, share)
-
-
-async def visible_session(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, *, lock: bool = False
-) -> tuple[SessionRow, Access]:
-    """The session as the caller may see it; 404 alike for missing and not visible."""
-    access = await resolve_access(svc, conn, caller, session_id)
-    row = await svc.store.get_session(conn, session_id, access.owner, lock=lock)
-    if row is None:
-        raise NotFound("Session not found")
-    return row, access
-
-
 async def _find_cut(
     svc: Services,
     conn: Connection,
@@ -98,7 +68,7 @@ async def _find_cut(
     partial = None
     found = False
     if boundary is not None:
-        prefilter = tasks.verbatim_in_json(boundary)
+        prefilter = dialects.verbatim_in_json(boundary)
         event_search = store.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
         if reader is not None:
             # Neither search has an index to use: each reads all of the session's rows of its table, so
@@ -135,7 +105,7 @@ async def _find_cut(
             start = None
             if invocation is not None:
                 start = await store.boundary_event_at(
-                    conn, sid, owner, invocation, prefilter=tasks.verbatim_in_json(invocation)
+                    conn, sid, owner, invocation, prefilter=dialects.verbatim_in_json(invocation)
                 )
             start = start or row.created_at
             events_before = start if events_before is None else min(events_before, start)
@@ -155,13 +125,13 @@ def _running_turn(last: TaskRow | None, before: datetime | None) -> tuple[str | 
     if last is None or (before is not None and last.created_at >= before):
         return None
     try:
-        data = tasks.decode(last.data)
-    except tasks.TaskFormatError:
+        data = dialects.decode(last.data)
+    except dialects.TaskFormatError:
         return None
-    if tasks.is_terminal(data, plan.dialect_of(last)):
+    if dialects.is_terminal(data, plan.dialect_of(last)):
         return None
-    invocations = tasks.invocation_ids(data)
-    return (invocations[0] if invocations else None), last, tasks.state(data)
+    invocations = dialects.invocation_ids(data)
+    return (invocations[0] if invocations else None), last, dialects.state(data)
 
 
 async def _lineage_parent(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, str, int]:
@@ -181,8 +151,8 @@ async def _default_name(svc: Services, conn: Connection, source: SessionRow) -> 
     text = None
     if (first := await svc.store.first_task(conn, source.id, source.user_id)) is not None:
         try:
-            text = tasks.first_user_text(tasks.decode(first.data), plan.dialect_of(first))
-        except (tasks.TaskFormatError, Unprocessable):
+            text = dialects.first_user_text(dialects.decode(first.data), plan.dialect_of(first))
+        except (dialects.TaskFormatError, Unprocessable):
             text = None
     if text is None:
         text = await svc.store.first_user_event_text(conn, source.id, source.user_id)
@@ -321,7 +291,7 @@ async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, 
     if req.task_layout != "auto":
         return req.task_layout == "per_task"
     versions = await svc.store.task_versions_before(conn, source.id, source.user_id, None)
-    return all(tasks.TaskDialect.of(v) == tasks.TaskDialect.V1 for v in versions)
+    return all(dialects.TaskDialect.of(v) == dialects.TaskDialect.V1 for v in versions)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,7 +323,7 @@ async def _guess_cut(
     Guessed, because an older task could carry the boundary too: the server copy checks every kept
     task and the caller undoes the fork's writes when one does (copying.GuessWrong)."""
     store, sid, owner = svc.store, source.id, source.user_id
-    prefilter = tasks.verbatim_in_json(boundary)
+    prefilter = dialects.verbatim_in_json(boundary)
     recent = await store.recent_tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
     task = plan.find_boundary_task(recent.candidates, boundary)
     if task is None or recent.oldest is None or task.row.created_at <= recent.oldest:
@@ -376,13 +346,13 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     svc, conn, source, req, caller = fork.svc, fork.conn, fork.source, fork.req, fork.caller
     store, sid, owner = svc.store, source.id, source.user_id
     versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
-    dialects = _dialects(versions, cut)
-    layout = plan.choose_layout(req.task_layout, dialects)
+    kept_dialects = _dialects(versions, cut)
+    layout = plan.choose_layout(req.task_layout, kept_dialects)
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = list(cut.warnings)
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
-    if layout == "merged" and tasks.TaskDialect.V1 in dialects:
+    if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
     elif layout == "merged" and fork.reader is not None:
         # On the reader, while the fork's connection copies the events (copying.copy_rows awaits it).
@@ -476,8 +446,8 @@ async def _merge_check(
     0.10.x's UI would show them otherwise merged (fork.merge_hazard), which only a task holding a
     confirmation request can cause: only those are read (found by their text in PostgreSQL)."""
     store, sid, owner, partial = svc.store, source.id, source.user_id, cut.partial
-    candidates = await store.tasks_mentioning_before(conn, sid, owner, cut.tasks_before, tasks.CONFIRMATION_CALL)
-    if partial is not None and tasks.CONFIRMATION_CALL in partial.row.data:
+    candidates = await store.tasks_mentioning_before(conn, sid, owner, cut.tasks_before, dialects.CONFIRMATION_CALL)
+    if partial is not None and dialects.CONFIRMATION_CALL in partial.row.data:
         candidates.append(partial.row)
     if not candidates:
         return "merged", []
@@ -489,12 +459,12 @@ async def _merge_check(
     return plan.merge_verdict(requested, hazard)
 
 
-def _dialects(versions: dict[str | None, int], cut: Cut) -> set[tasks.TaskDialect]:
+def _dialects(versions: dict[str | None, int], cut: Cut) -> set[dialects.TaskDialect]:
     """The dialects of the kept tasks (`versions`: their protocol_version) and of the cut one."""
-    dialects = set()
+    found = set()
     for version in [*versions, *([cut.partial.row.protocol_version] if cut.partial is not None else [])]:
-        dialect = tasks.TaskDialect.of(version)
+        dialect = dialects.TaskDialect.of(version)
         if dialect is None:
             raise Unprocessable(f"this session holds tasks of protocol_version {version!r}, unknown to this service")
-        dialects.add(dialect)
-    return dialects
+        found.add(dialect)
+    return found

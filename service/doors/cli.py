@@ -23,7 +23,7 @@ import msgspec
 from service.config import ConfigError, Settings, from_env
 
 if TYPE_CHECKING:
-    from service.store import Store
+    from service.kagent.store import Store
 
 log = logging.getLogger("kagent_fork")
 
@@ -41,7 +41,7 @@ STREAMED = object()  # a command that wrote its output while it ran
 def _database_url(settings: Settings, *, demo: bool) -> str:
     if settings.database_url:
         return settings.database_url
-    from service.embedded import prepare_demo, start_embedded
+    from service.embedded.server import prepare_demo, start_embedded
 
     dsn = start_embedded(settings.embedded_data_dir)
     log.info("embedded PostgreSQL ready in %s (no DATABASE_URL given)", settings.embedded_data_dir)
@@ -54,8 +54,8 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
 def database_problem(settings: Settings, dsn: str) -> str | None:
     """Why the service cannot start on this database, in one line naming the setting to check; None if
     it can (reachable within DB_CONNECT_TIMEOUT_SECONDS, kagent's tables there, not dirty)."""
-    from service.migrate import SchemaError, check_kagent_schema
-    from service.store import CONNECTION_ERRORS, Store
+    from service.kagent.migrate import SchemaError, check_kagent_schema
+    from service.kagent.store import CONNECTION_ERRORS, Store
 
     async def check() -> None:
         conn = await asyncpg.connect(dsn, timeout=settings.db_connect_timeout_seconds)
@@ -223,11 +223,14 @@ def _show_job(j: dict[str, Any]) -> str:
 
 
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
-    from service import compare, lineage, operations, rewind, services, transcript, turns, whatif
+    from service import services
+    from service.agents import whatif
     from service.app import open_pool, prepare_database
+    from service.branches import compare, lineage, transcript, turns
     from service.identity import Caller
+    from service.kagent.store import Store
+    from service.operations import forking, rewind
     from service.schemas import ForkRequest, RewindRequest
-    from service.store import Store
 
     store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
     pool = await open_pool(settings, dsn)
@@ -246,7 +249,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
                                    "dry_run": args.dry_run}.items() if v is not None},
                 ForkRequest,
             )  # fmt: skip
-            outcome = await operations.fork(svc, caller, args.session_id, req, args.idempotency_key)
+            outcome = await forking.fork(svc, caller, args.session_id, req, args.idempotency_key)
             data = msgspec.json.decode(msgspec.json.encode(outcome.data))
             return data, _show_fork(data)
 
@@ -331,7 +334,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
 
 
 async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
-    from service import invocation_index
+    from service.kagent import invocation_index
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)  # a build can take minutes: say what it does meanwhile
@@ -353,7 +356,7 @@ async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object,
 
 def operate(settings: Settings, args: argparse.Namespace) -> int:
     from service.errors import ServiceError
-    from service.store import CONNECTION_ERRORS
+    from service.kagent.store import CONNECTION_ERRORS
 
     try:
         dsn = _database_url(settings, demo=True)

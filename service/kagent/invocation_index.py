@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from service.store import Connection, IndexUse, Store, load_queries, sql_dir
+from service.kagent.store import Connection, IndexUse, Store, load_queries, sql_dir
 
 log = logging.getLogger("kagent_fork")
 

@@ -19,11 +19,15 @@ from litestar.params import FromPath
 from litestar.response import Stream
 from prometheus_client import Counter
 
-from service import compare, explorer, invocation_index, lineage, operations, rewind, transcript, turns, whatif
+from service.agents import whatif
+from service.branches import compare, lineage, transcript, turns
+from service.doors import explorer
 from service.errors import BadRequest, DatabaseUnavailable, NotFound, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller, scope_headers
-from service.migrate import check_kagent_schema
+from service.kagent import invocation_index
+from service.kagent.migrate import check_kagent_schema
 from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
+from service.operations import forking, rewind
 from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest, checked_id
 from service.services import Services
 
@@ -129,9 +133,7 @@ async def fork_session(request: AnyRequest, session_id: FromPath[str]) -> Respon
     with outcome_of(FORKS, "fork", session_id):
         req = await decode_body(request, ForkRequest)
         caller = caller_of(request)
-        outcome = await operations.fork(
-            services(request), caller, checked_id(session_id), req, idempotency_key(request)
-        )
+        outcome = await forking.fork(services(request), caller, checked_id(session_id), req, idempotency_key(request))
     kind = "replayed" if outcome.replayed else ("created" if outcome.created else "dry_run")
     FORKS.labels(kind).inc()
     extra: dict[str, object] = {"action": "fork", "session_id": session_id, "user_id": caller.user_id, "outcome": kind,
@@ -400,10 +402,10 @@ async def readyz(request: AnyRequest) -> Response[bytes]:
 
 def openapi_path() -> Path:
     """openapi.yaml beside the package in a checkout, or inside it in an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "openapi.yaml", here.parent / "openapi.yaml"):
-        if candidate.is_file():
-            return candidate
+    # service/openapi.yaml in a wheel, beside service/ in a checkout: the first found walking up from here
+    for parent in Path(__file__).resolve().parents[:3]:
+        if (parent / "openapi.yaml").is_file():
+            return parent / "openapi.yaml"
     raise FileNotFoundError("openapi.yaml is missing from the installation")
 
 

@@ -12,12 +12,11 @@ from typing import Literal
 
 import msgspec
 
-from service import summary
-from service.identity import Access, Caller
-from service.operations import resolve_access, visible_session
+from service.identity import Access, Caller, resolve_access, visible_session
+from service.kagent.store import Connection, Lineage
+from service.operations import summary
 from service.schemas import LineageRecord, rfc3339
 from service.services import Services
-from service.store import Connection, Lineage
 
 Status = Literal["ok", "deleted", "missing"]
 

@@ -15,14 +15,13 @@ from datetime import datetime
 
 import msgspec
 
-from service import copying, summary, tasks
-from service import fork as plan
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
-from service.identity import Caller
-from service.operations import session_json, visible_session
-from service.schemas import RewindRequest, Session, Summary, rfc3339
+from service.identity import Caller, visible_session
+from service.kagent import dialects
+from service.kagent.store import Connection, NewTask, Rewind, SessionRow
+from service.operations import copying, plan, summary
+from service.schemas import RewindRequest, Session, Summary, rfc3339, session_json
 from service.services import Services
-from service.store import Connection, NewTask, Rewind, SessionRow
 
 
 class RewindInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -70,7 +69,7 @@ async def _boundary(
     svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, invocation_id: str
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
-    prefilter = tasks.verbatim_in_json(invocation_id)
+    prefilter = dialects.verbatim_in_json(invocation_id)
     event_search = store.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
     if reader is not None:
         # Both searches read all of the session's rows of their table: at once, on two connections.
@@ -98,8 +97,8 @@ async def _tasks_hidden(svc: Services, conn: Connection, source: SessionRow, sta
     count, running = 0, []
     async for row in svc.store.stream_tasks_from(conn, source.id, source.user_id, start):
         count += 1
-        state = tasks.state_of(row.data)
-        if state is not None and not tasks.is_terminal_state(state, plan.dialect_of(row)):
+        state = dialects.state_of(row.data)
+        if state is not None and not dialects.is_terminal_state(state, plan.dialect_of(row)):
             running.append(f"{row.id} ({state})")
     return count, running
 
@@ -108,10 +107,11 @@ def _replacement(partial: plan.BoundaryTask, source: SessionRow, now: datetime) 
     """The kept part of a task that holds turns before the boundary, under a new id (kagent never
     writes a soft-deleted task id again, and the original stays for undo)."""
     dialect = plan.dialect_of(partial.row)
-    data = tasks.cut(tasks.decode(partial.row.data), dialect, partial.cut)
-    rw = tasks.Rewrite(task_id=str(uuid.uuid4()), context_id=source.id, user_id=source.user_id)
+    data = dialects.cut(dialects.decode(partial.row.data), dialect, partial.cut)
+    rw = dialects.Rewrite(task_id=str(uuid.uuid4()), context_id=source.id, user_id=source.user_id)
+    text = dialects.encode(dialects.rewrite(data, rw))
     return NewTask(
-        id=rw.task_id, created_at=partial.row.created_at, updated_at=now, data=tasks.encode(tasks.rewrite(data, rw)),
+        id=rw.task_id, created_at=partial.row.created_at, updated_at=now, data=text,
         session_id=source.id, protocol_version=partial.row.protocol_version, user_id=source.user_id,
     )  # fmt: skip
 

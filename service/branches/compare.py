@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import msgspec
 
-from service import summary
-from service.identity import Caller
-from service.operations import visible_session
+from service.identity import Caller, visible_session
+from service.kagent.store import Connection, EventTurn, SessionRow
+from service.operations import summary
 from service.services import Services
-from service.store import Connection, EventTurn, SessionRow
 
 
 class Side(msgspec.Struct, frozen=True, kw_only=True):

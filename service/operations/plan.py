@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from service import tasks
 from service.errors import Unprocessable
-from service.store import NewTask, TaskRow
-from service.tasks import TaskDialect
+from service.kagent import dialects
+from service.kagent.dialects import TaskDialect
+from service.kagent.store import NewTask, TaskRow
 
 Layout = str  # "merged" | "per_task"
 
@@ -57,7 +57,7 @@ def merge_hazard(
     """Why kagent 0.10.x's UI would show the kept legacy tasks merged into one task otherwise than one
     by one; None when it shows them the same.
 
-    `candidates`: every kept task whose text holds a confirmation request (tasks.CONFIRMATION_CALL),
+    `candidates`: every kept task whose text holds a confirmation request (dialects.CONFIRMATION_CALL),
     oldest first, the cut one (`partial`) included; `first_id`/`last_id`: the oldest and newest kept
     tasks. The UI reads a task's history message by message; only two of its reads reach past a
     message, and only when the message is a confirmation request (tool approval or ask_user):
@@ -71,19 +71,19 @@ def merge_hazard(
     """
     for row in candidates:
         try:
-            data = tasks.decode(row.data)
-        except tasks.TaskFormatError:
+            data = dialects.decode(row.data)
+        except dialects.TaskFormatError:
             continue  # the copy refuses it (422)
         if partial is not None and row.id == partial.row.id:
-            data = tasks.cut(data, TaskDialect.LEGACY, partial.cut)
+            data = dialects.cut(data, TaskDialect.LEGACY, partial.cut)
         reason = _task_merge_hazard(data, first=row.id == first_id, last=row.id == last_id)
         if reason is not None:
             return f"task {row.id} holds {reason}"
     return None
 
 
-def _task_merge_hazard(task: tasks.JSON, *, first: bool, last: bool) -> str | None:
-    messages = tasks.history(task)
+def _task_merge_hazard(task: dialects.JSON, *, first: bool, last: bool) -> str | None:
+    messages = dialects.history(task)
     seen: set[str] = set()
     usage = False
     for index, message in enumerate(messages):
@@ -92,8 +92,8 @@ def _task_merge_hazard(task: tasks.JSON, *, first: bool, last: bool) -> str | No
             if message_id in seen:
                 continue  # the UI (and the merge) read a messageId once
             seen.add(message_id)
-        if tasks.confirmation_requests(message):
-            answered = any(tasks.decision(m, TaskDialect.LEGACY) is not None for m in messages[index + 1 :])
+        if dialects.confirmation_requests(message):
+            answered = any(dialects.decision(m, TaskDialect.LEGACY) is not None for m in messages[index + 1 :])
             if not answered and not last:
                 return (
                     "a tool confirmation with no decision after it in that task: merged with the later turns, "
@@ -106,7 +106,7 @@ def _task_merge_hazard(task: tasks.JSON, *, first: bool, last: bool) -> str | No
                     "turns, kagent 0.10.x's UI would show an earlier turn's usage on its card"
                 )
             continue
-        if message.get("role") != "user" and tasks.carries_usage(message):
+        if message.get("role") != "user" and dialects.carries_usage(message):
             usage = True
     return None
 
@@ -138,11 +138,11 @@ class BoundaryTask:
 def find_boundary_task(candidates: Sequence[TaskRow], invocation_id: str) -> BoundaryTask | None:
     for row in candidates:
         try:
-            data = tasks.decode(row.data)
-        except tasks.TaskFormatError:
+            data = dialects.decode(row.data)
+        except dialects.TaskFormatError:
             continue  # an unreadable row is never a boundary
-        if invocation_id in tasks.invocation_ids(data):
-            index = tasks.cut_index(data, dialect_of(row), invocation_id)
+        if invocation_id in dialects.invocation_ids(data):
+            index = dialects.cut_index(data, dialect_of(row), invocation_id)
             return BoundaryTask(row=row, cut=index or 0)
     return None
 
@@ -163,30 +163,30 @@ class TaskCopier:
     messages: int = 0
     written: int = 0
     warnings: list[str] = field(default_factory=list)
-    _merger: tasks.Merger | None = None
+    _merger: dialects.Merger | None = None
     _merge_created_at: datetime | None = None
     _merge_version: str | None = None
     _gathered: list[bytes] = field(default_factory=list)
 
-    def _rewrite(self) -> tasks.Rewrite:
-        return tasks.Rewrite(task_id=str(uuid.uuid4()), context_id=self.session_id, user_id=self.user_id)
+    def _rewrite(self) -> dialects.Rewrite:
+        return dialects.Rewrite(task_id=str(uuid.uuid4()), context_id=self.session_id, user_id=self.user_id)
 
-    def _prepared(self, row: TaskRow, cut: int | None) -> tasks.JSON:
+    def _prepared(self, row: TaskRow, cut: int | None) -> dialects.JSON:
         """The source task decoded, cut (only history[:cut]) when cut is given, closed if unfinished."""
         dialect = dialect_of(row)
         try:
-            data = tasks.decode(row.data)
-        except tasks.TaskFormatError as exc:
+            data = dialects.decode(row.data)
+        except dialects.TaskFormatError as exc:
             raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
         if cut is not None:
-            return tasks.cut(data, dialect, cut)
-        if not tasks.is_terminal(data, dialect):
+            return dialects.cut(data, dialect, cut)
+        if not dialects.is_terminal(data, dialect):
             # A turn that never finished (its agent gone): copying it live would make kagent's UI
             # resubscribe to a task nobody runs, so its copy is closed as canceled.
             self.warnings.append(
-                f"task {row.id} was left in state {tasks.state(data)!r}: its copy is closed as canceled"
+                f"task {row.id} was left in state {dialects.state(data)!r}: its copy is closed as canceled"
             )
-            return tasks.cancel(data, dialect)
+            return dialects.cancel(data, dialect)
         return data
 
     def add(self, row: TaskRow, cut: int | None = None) -> NewTask | None:
@@ -195,21 +195,21 @@ class TaskCopier:
             self._gathered += self.merge(row, cut)
             return None
         data = self._prepared(row, cut)
-        self.messages += len(tasks.history(data))
+        self.messages += len(dialects.history(data))
         self.written += 1
         rw = self._rewrite()
-        return self._row(rw.task_id, row.created_at, tasks.encode(tasks.rewrite(data, rw)), row.protocol_version)
+        return self._row(rw.task_id, row.created_at, dialects.encode(dialects.rewrite(data, rw)), row.protocol_version)
 
     def merge(self, row: TaskRow, cut: int | None = None) -> list[bytes]:
         """Merged layout: the merged task's next pieces of text, from this kept task (the first call's
         begin with the task's beginning)."""
         data = self._prepared(row, cut)
         first = self._merger is None
-        self._merger = self._merger or tasks.Merger(dialect_of(row), self._rewrite())
+        self._merger = self._merger or dialects.Merger(dialect_of(row), self._rewrite())
         self._merge_created_at = self._merge_created_at or row.created_at
         self._merge_version = row.protocol_version
         parts = self._merger.add(data)
-        return [tasks.Merger.HEAD, *parts] if first else parts
+        return [dialects.Merger.HEAD, *parts] if first else parts
 
     @property
     def merged_task_id(self) -> str | None:
@@ -259,8 +259,8 @@ class TaskCopier:
 class ServerCopyCheck:
     """Decides, task by task, whether the server-side copy of the kept tasks (their ids replaced as
     text inside PostgreSQL, copy_tasks_before in sql/queries.sql) writes exactly what TaskCopier would:
-    the task is terminal and the replacement makes exactly tasks.rewrite's change
-    (tasks.replacing_ids_rewrites). Anything else (an unfinished task to close, an id written with
+    the task is terminal and the replacement makes exactly dialects.rewrite's change
+    (dialects.replacing_ids_rewrites). Anything else (an unfinished task to close, an id written with
     escapes, a message pointing at another task, metadata naming another user, the id as a text)
     needs TaskCopier.
 
@@ -282,20 +282,24 @@ class ServerCopyCheck:
             return False
         dialect = dialect_of(row)
         try:
-            data = tasks.decode(row.data)
-        except tasks.TaskFormatError as exc:
+            data = dialects.decode(row.data)
+        except dialects.TaskFormatError as exc:
             raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
-        if self.boundary is not None and self._mentions_boundary(row) and self.boundary in tasks.invocation_ids(data):
+        if (
+            self.boundary is not None
+            and self._mentions_boundary(row)
+            and self.boundary in dialects.invocation_ids(data)
+        ):
             self.mismatch = f"task {row.id}, older than the guessed boundary task, carries the boundary too"
-        elif not tasks.is_terminal(data, dialect):
+        elif not dialects.is_terminal(data, dialect):
             self.mismatch = f"task {row.id} is not finished"
-        elif not tasks.replacing_ids_rewrites(
+        elif not dialects.replacing_ids_rewrites(
             row.data, data, task_id=row.id, context_id=self.source_session_id, user_id=self.user_id
         ):
             self.mismatch = f"task {row.id} holds ids the text replacement would not rewrite exactly"
         if self.mismatch is not None:
             return False
-        self.messages += len(tasks.history(data))
+        self.messages += len(dialects.history(data))
         self.written += 1
         return True
 
@@ -303,4 +307,4 @@ class ServerCopyCheck:
         """Whether the row's text may carry the boundary (the same plain-text pre-filter as the SQL
         searches: an id of characters JSON never escapes appears verbatim wherever it is)."""
         assert self.boundary is not None
-        return not tasks.verbatim_in_json(self.boundary) or self.boundary in row.data
+        return not dialects.verbatim_in_json(self.boundary) or self.boundary in row.data

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from service import fork as plan
 from service.errors import Unprocessable
-from service.observability import TASK_COPIES
-from service.store import (
+from service.kagent.store import (
     CONNECTION_ERRORS,
     TASK_WRITE_BATCH_BYTES,
     Connection,
@@ -25,6 +23,8 @@ from service.store import (
     copy_text,
     copy_text_fields,
 )
+from service.observability import TASK_COPIES
+from service.operations import plan
 
 if TYPE_CHECKING:
     from asyncpg import Record

@@ -73,10 +73,10 @@ async def pooled_connection(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionP
 
 def sql_dir() -> Path:
     """sql/ beside the package in a checkout, or inside it in an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "sql", here.parent / "sql"):
-        if (candidate / "queries.sql").is_file():
-            return candidate
+    # service/sql in a wheel, sql/ beside service/ in a checkout: the first found walking up from here
+    for parent in Path(__file__).resolve().parents[:4]:
+        if (parent / "sql" / "queries.sql").is_file():
+            return parent / "sql"
     raise FileNotFoundError("kagent-fork's sql/ directory is missing from the installation")
 
 
@@ -256,7 +256,7 @@ class EventStats:
 
 @dataclass(frozen=True, kw_only=True)
 class IndexUse:
-    """Which indexes of the optional invocation index (service/invocation_index.py) are valid, so that
+    """Which indexes of the optional invocation index (service/kagent/invocation_index.py) are valid, so that
     the store may choose a query that needs one. Queries that are the same either way need no flag:
     PostgreSQL's planner uses a valid index and ignores an invalid one by itself."""
 

@@ -1,6 +1,6 @@
 """What-if: regenerate a turn on another agent over A2A, as a job.
 
-Starting one is the fork operation itself (into the chosen agent, `operations.Into`), whose transaction
+Starting one is the fork operation itself (into the chosen agent, `forking.Into`), whose transaction
 also writes the job row; then the turn's user message is sent to the agent over A2A (kagent's endpoint)
 with the fork as its context, and the agent writes the new turn into the fork as it does for any chat.
 The job runs in the replica that started it (`Runner`): its status changes are written in their own
@@ -24,15 +24,15 @@ from typing import Annotated, TypeVar
 import msgspec
 from msgspec import Meta
 
-from service import a2a_client, operations, summary, tasks
-from service import fork as plan
+from service.agents import a2a_client
 from service.errors import BadRequest, Conflict, NotConfigured, NotFound, ServiceError, Unprocessable
-from service.identity import Caller
+from service.identity import Caller, visible_session
+from service.kagent import dialects
+from service.kagent.store import CONNECTION_ERRORS, Connection, WhatifJob
 from service.observability import WHATIF_DURATION, WHATIF_JOBS, WHATIF_RUNNING
-from service.operations import visible_session
+from service.operations import forking, plan, summary
 from service.schemas import ForkedSession, ForkPlan, ForkRequest, Text, rfc3339
 from service.services import Services
-from service.store import CONNECTION_ERRORS, Connection, WhatifJob
 
 log = logging.getLogger("kagent_fork")
 T = TypeVar("T")
@@ -101,8 +101,8 @@ def agent_ref_of(agent_id: str) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class _Turn:
-    message: tasks.JSON  # the user message that opened the turn, as the source task's history holds it
-    dialect: tasks.TaskDialect
+    message: dialects.JSON  # the user message that opened the turn, as the source task's history holds it
+    dialect: dialects.TaskDialect
     owner: str  # the source session's owner
 
 
@@ -111,7 +111,7 @@ async def _source_turn(
 ) -> tuple[str | None, _Turn]:
     """The source's agent and the user message that opened the turn, from its task's history."""
     source, _ = await visible_session(svc, conn, caller, session_id)
-    prefilter = tasks.verbatim_in_json(invocation_id)
+    prefilter = dialects.verbatim_in_json(invocation_id)
     candidates = await svc.store.tasks_mentioning(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
     found = plan.find_boundary_task(candidates, invocation_id)
     if found is None:
@@ -119,7 +119,7 @@ async def _source_turn(
             raise Unprocessable(f"no task of the session holds the turn {invocation_id}'s user message to send")
         raise NotFound(f"invocation {invocation_id} not found in session {source.id}")
     dialect = plan.dialect_of(found.row)
-    message = tasks.user_message(tasks.decode(found.row.data), dialect, invocation_id)
+    message = dialects.user_message(dialects.decode(found.row.data), dialect, invocation_id)
     if message is None:
         raise Unprocessable(f"the turn {invocation_id} has no user message to send")
     return source.agent_id, _Turn(message=message, dialect=dialect, owner=source.user_id)
@@ -151,7 +151,7 @@ async def start(
     if idempotency_key is None:
         return await _checked_start(svc, runner, caller, session_id, req, fork_req, None, authorization), False
     key = f"whatif:{idempotency_key}"
-    digest = operations.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
+    digest = forking.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
     # Retries of one key wait here and replay the first answer; the lock's connection is the only one
     # held while the what-if starts (each step takes and returns its own).
     async with svc.connection() as conn, svc.store.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
@@ -181,7 +181,7 @@ async def _checked_start(
     if agent_ref is None:
         raise Unprocessable(f"the source session's agent {source_agent!r} is not namespace/name: give agent_ref")
     limit = int(req.max_context_tokens or svc.settings.whatif_max_context_tokens)
-    planned = (await operations.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
+    planned = (await forking.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
     assert isinstance(planned, ForkPlan)
     if planned.estimated_context_tokens > limit:
         raise Unprocessable(
@@ -227,8 +227,8 @@ async def _start(
             )  # fmt: skip
         made.append((job, started))
 
-    await operations.fork(
-        svc, caller, session_id, fork_req, into=operations.Into(agent_id=agent_id_of(agent_ref), then=write_job)
+    await forking.fork(
+        svc, caller, session_id, fork_req, into=forking.Into(agent_id=agent_id_of(agent_ref), then=write_job)
     )
     job, started = made[0]
     WHATIF_JOBS.labels("started").inc()
@@ -288,7 +288,7 @@ def _agent(svc: Services, job: WhatifJob, headers: dict[str, str]) -> a2a_client
     if base is None:
         raise NotConfigured("KAGENT_A2A_URL is not set")
     return a2a_client.Agent(
-        url=a2a_client.agent_url(base, job.agent_ref), dialect=tasks.TaskDialect(job.dialect), headers=headers,
+        url=a2a_client.agent_url(base, job.agent_ref), dialect=dialects.TaskDialect(job.dialect), headers=headers,
         timeout=float(svc.settings.whatif_timeout_seconds),
     )  # fmt: skip
 

@@ -24,7 +24,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER
 from a2a.utils.errors import A2AError as SdkError
 from google.protobuf import json_format
 
-from service.tasks import JSON, TaskDialect
+from service.kagent.dialects import JSON, TaskDialect
 
 TERMINAL = {
     a2a.TASK_STATE_COMPLETED: "completed",
