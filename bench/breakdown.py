@@ -27,9 +27,10 @@ Span = tuple[str, object, float, float]  # store call, connection, start, end (p
 
 
 def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spans: list[Span]) -> None:
-    """Wrap every public coroutine and async generator of the store so that their time is summed (and
-    each call's span kept, for --timeline)."""
-    for name, method in inspect.getmembers(store, inspect.ismethod):
+    """Wrap every public coroutine and async generator of the store's parts so that their time is summed
+    (and each call's span kept, for --timeline)."""
+    parts = [store.database, store.sessions, store.events, store.tasks, store.lineage, store.rewinds, store.jobs]
+    for part, name, method in [(p, n, m) for p in parts for n, m in inspect.getmembers(p, inspect.ismethod)]:
         if name.startswith("_"):
             continue
         if inspect.isasyncgenfunction(method):
@@ -53,7 +54,7 @@ def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spa
 
                 return wrapper
 
-            setattr(store, name, stream())
+            setattr(part, name, stream())
         elif inspect.iscoroutinefunction(method):
 
             def call(method: Callable[..., Any] = method, name: str = name) -> Any:
@@ -71,7 +72,7 @@ def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spa
 
                 return wrapper
 
-            setattr(store, name, call())
+            setattr(part, name, call())
 
 
 def _timed_commit(spent: dict[str, float], calls: dict[str, int]) -> None:

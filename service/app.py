@@ -20,7 +20,8 @@ from service.doors import api, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import invocation_index
 from service.kagent.migrate import check_kagent_schema, migrate
-from service.kagent.store import CONNECTION_ERRORS, Store
+from service.kagent.store import Store
+from service.kagent.store.base import CONNECTION_ERRORS
 from service.observability import configure_logging, observe, stamp_request_ids
 from service.services import Services
 from service.tracing import tracing_middleware

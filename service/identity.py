@@ -21,7 +21,8 @@ import msgspec
 
 from service.config import PublicKey, Settings, public_key_algorithm
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
-from service.kagent.store import Connection, SessionRow, Share
+from service.kagent.store.base import Connection
+from service.kagent.store.sessions import SessionRow, Share
 from service.services import Services
 
 DEFAULT_USER = "admin@kagent.dev"
@@ -166,7 +167,7 @@ def access_for(caller: Caller, session_id: str, share: Share | None) -> Access:
 async def resolve_access(svc: Services, conn: Connection, caller: Caller, session_id: str) -> Access:
     share = None
     if caller.share_token is not None:
-        share = await svc.store.share_by_token(conn, caller.share_token)
+        share = await svc.store.sessions.share_by_token(conn, caller.share_token)
     return access_for(caller, session_id, share)
 
 
@@ -175,7 +176,7 @@ async def visible_session(
 ) -> tuple[SessionRow, Access]:
     """The session as the caller may see it; 404 alike for missing and not visible."""
     access = await resolve_access(svc, conn, caller, session_id)
-    row = await svc.store.get_session(conn, session_id, access.owner, lock=lock)
+    row = await svc.store.sessions.get_session(conn, session_id, access.owner, lock=lock)
     if row is None:
         raise NotFound("Session not found")
     return row, access

@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from service.errors import BadRequest
-from service.kagent.store import SessionRow
+from service.kagent.store.sessions import SessionRow
 
 # Every string a caller sends: at most 256 characters and no NUL (PostgreSQL text cannot hold one).
 Text = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]

@@ -9,7 +9,8 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from service.config import Settings
-from service.kagent.store import Store, pooled_connection
+from service.kagent.store import Store
+from service.kagent.store.base import pooled_connection
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from service.kagent.store import TaskRow
+from service.kagent.store.tasks import TaskRow
 from service.operations import plan
 from tests.helpers import seed
 from tests.support.conversations import Conversation, build_conversation

@@ -10,7 +10,7 @@ import pytest
 from service.errors import Unprocessable
 from service.kagent import dialects
 from service.kagent.dialects import TaskDialect
-from service.kagent.store import TaskRow
+from service.kagent.store.tasks import TaskRow
 from service.operations import plan
 from tests.test_tasks import turn
 

@@ -115,3 +115,19 @@ def test_the_check_sees_an_arrow_up() -> None:
     """The rule itself can fail: a kagent module importing an operation would be caught."""
     assert RANKS[_group("service.kagent.store")] < RANKS[_group("service.operations.forking")]
     assert _group("service.identity") == "frame" and _group("service.doors.api") == "doors"
+
+
+def test_classes_and_functions_stay_small() -> None:
+    big = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = (
+                MAX_CLASS_LINES
+                if isinstance(node, ast.ClassDef)
+                else MAX_FUNCTION_LINES
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                else None
+            )
+            if limit is not None and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > limit:
+                big.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
+    assert not big, big

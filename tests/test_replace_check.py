@@ -22,7 +22,7 @@ Task = dict[str, Any]
 
 
 def quoted_ids_replaced(text: str, ids: list[tuple[str, str]]) -> str:
-    """What copy_tasks_before (sql/queries.sql) does to a task's text: each old id, as a whole JSON
+    """What copy_tasks_before (sql/queries/events.sql) does to a task's text: each old id, as a whole JSON
     string "<old>", replaced by "<new>", pair by pair (PostgreSQL's replace() and Python's agree)."""
     for old, new in ids:
         text = text.replace(f'"{old}"', f'"{new}"')

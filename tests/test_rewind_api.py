@@ -273,19 +273,23 @@ async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the
     settings: Any, database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, dialect: str
 ) -> None:
     from service.kagent.store import Store
+    from service.kagent.store.database import Database
     from service.operations import copying
     from service.operations import rewind as rewinding
 
-    class CountingStore(Store):
+    class CountingDatabase(Database):
         snapshots = 0
 
         async def use_snapshot(self, conn: Any, snapshot: str) -> None:
-            CountingStore.snapshots += 1
+            CountingDatabase.snapshots += 1
             await super().use_snapshot(conn, snapshot)
+
+    counting = Store(settings.service_schema)
+    counting.database = CountingDatabase(counting.queries)
 
     conv = await seed(pool, dialect=dialect, turns=6, tool_calls=True)
     roomy = await asyncpg.create_pool(database_url, min_size=2, max_size=4)
-    svc = Services(settings=settings, store=CountingStore(settings.service_schema), pool=roomy)
+    svc = Services(settings=settings, store=counting, pool=roomy)
     req = RewindRequest(rewind_before_invocation_id=conv.turns[3].invocation_id)
     hidden, summaries = [], []
     try:
@@ -309,7 +313,7 @@ async def test_a_large_sessions_rewind_searches_on_two_connections_and_hides_the
     assert hidden[0] == hidden[1] and len(hidden[0]) > 2
     # the large rewind told on its reader, while it hid them, what the small one told before hiding them
     assert summaries[0] == summaries[1] and summaries[0] is not None and summaries[0].turns == 3
-    assert CountingStore.snapshots == 1  # the large rewind's reader, and only that one
+    assert CountingDatabase.snapshots == 1  # the large rewind's reader, and only that one
 
 
 async def test_each_rewind_gets_its_own_stamp_after_the_sessions_last_one(

@@ -28,7 +28,8 @@ from service.agents import a2a_client
 from service.errors import BadRequest, Conflict, NotConfigured, NotFound, ServiceError, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent import dialects
-from service.kagent.store import CONNECTION_ERRORS, Connection, WhatifJob
+from service.kagent.store.base import CONNECTION_ERRORS, Connection
+from service.kagent.store.jobs import WhatifJob
 from service.observability import WHATIF_DURATION, WHATIF_JOBS, WHATIF_RUNNING
 from service.operations import forking, plan, summary
 from service.schemas import ForkedSession, ForkPlan, ForkRequest, Text, rfc3339
@@ -112,10 +113,14 @@ async def _source_turn(
     """The source's agent and the user message that opened the turn, from its task's history."""
     source, _ = await visible_session(svc, conn, caller, session_id)
     prefilter = dialects.verbatim_in_json(invocation_id)
-    candidates = await svc.store.tasks_mentioning(conn, source.id, source.user_id, invocation_id, prefilter=prefilter)
+    candidates = await svc.store.tasks.tasks_mentioning(
+        conn, source.id, source.user_id, invocation_id, prefilter=prefilter
+    )
     found = plan.find_boundary_task(candidates, invocation_id)
     if found is None:
-        if await svc.store.boundary_event_at(conn, source.id, source.user_id, invocation_id, prefilter=prefilter):
+        if await svc.store.events.boundary_event_at(
+            conn, source.id, source.user_id, invocation_id, prefilter=prefilter
+        ):
             raise Unprocessable(f"no task of the session holds the turn {invocation_id}'s user message to send")
         raise NotFound(f"invocation {invocation_id} not found in session {source.id}")
     dialect = plan.dialect_of(found.row)
@@ -154,8 +159,8 @@ async def start(
     digest = forking.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
     # Retries of one key wait here and replay the first answer; the lock's connection is the only one
     # held while the what-if starts (each step takes and returns its own).
-    async with svc.connection() as conn, svc.store.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
-        stored = await svc.store.idempotent_answer(conn, caller.user_id, key, settings.idempotency_ttl_seconds)
+    async with svc.connection() as conn, svc.store.lineage.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
+        stored = await svc.store.lineage.idempotent_answer(conn, caller.user_id, key, settings.idempotency_ttl_seconds)
         if stored is not None:
             if stored[0] != digest:
                 raise Unprocessable("Idempotency-Key was already used with a different request")
@@ -217,11 +222,11 @@ async def _start(
             status="running", task_id=None, error=None, result=None, runner=runner.id,
             created_at=datetime.min, finished_at=None,
         )  # fmt: skip
-        created = await svc.store.insert_whatif_job(conn, job)
+        created = await svc.store.jobs.insert_whatif_job(conn, job)
         job = dataclasses.replace(job, created_at=created)
         started = Started(job=job_json(job), session=fork)
         if idempotency is not None:
-            await svc.store.remember_answer(
+            await svc.store.lineage.remember_answer(
                 conn, user_id=caller.user_id, key=idempotency[0], request_hash=idempotency[1], session_id=fork.id,
                 answer=_encoder.encode(started).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
             )  # fmt: skip
@@ -246,7 +251,7 @@ def _headers(user_id: str, authorization: str | None) -> dict[str, str]:
 
 async def get(svc: Services, caller: Caller, job_id: str) -> Job:
     async with svc.connection() as conn:
-        job = await svc.store.whatif_job(conn, job_id, caller.user_id)
+        job = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
     if job is None:
         raise NotFound(f"what-if job {job_id} not found")
     return job_json(job)
@@ -255,19 +260,19 @@ async def get(svc: Services, caller: Caller, job_id: str) -> Job:
 async def of_session(svc: Services, caller: Caller, session_id: str) -> list[Job]:
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
-        jobs = await svc.store.whatif_jobs(conn, source.id, source.user_id, caller.user_id)
+        jobs = await svc.store.jobs.whatif_jobs(conn, source.id, source.user_id, caller.user_id)
     return [job_json(j) for j in jobs]
 
 
 async def cancel(svc: Services, caller: Caller, job_id: str, authorization: str | None = None) -> Job:
     """Mark the job cancelled (its runner stops at its next beat) and ask the agent to cancel its task."""
     async with svc.connection() as conn:
-        job = await svc.store.whatif_job(conn, job_id, caller.user_id)
+        job = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
         if job is None:
             raise NotFound(f"what-if job {job_id} not found")
         if (
             job.status != "running"
-            or await svc.store.whatif_finish(conn, job.id, "cancelled", error=None, result=None) is None
+            or await svc.store.jobs.whatif_finish(conn, job.id, "cancelled", error=None, result=None) is None
         ):
             raise Conflict(f"what-if job {job_id} already ended ({job.status})")
         WHATIF_JOBS.labels("cancelled").inc()
@@ -278,7 +283,7 @@ async def cancel(svc: Services, caller: Caller, job_id: str, authorization: str 
                 await a2a_client.cancel_task(agent, job.task_id)
             except a2a_client.AgentError as exc:
                 log.warning("what-if %s: the agent did not cancel its task: %s", job.id, exc)
-        fresh = await svc.store.whatif_job(conn, job_id, caller.user_id)
+        fresh = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
     assert fresh is not None
     return job_json(fresh)
 
@@ -322,7 +327,7 @@ class Runner:
         following it), or fail the job as interrupted when it never got one. How many were taken."""
         beat = self.svc.settings.whatif_heartbeat_seconds
         async with self.svc.connection() as conn:
-            stale = await self.svc.store.whatif_claim_stale(conn, self.id, 3 * beat)
+            stale = await self.svc.store.jobs.whatif_claim_stale(conn, self.id, 3 * beat)
         for job in stale:
             if job.task_id is None:
                 await self._finish(job, "failed", "interrupted: the service stopped before the agent took the turn")
@@ -373,13 +378,13 @@ class Runner:
                         return
                     task_id, state = sent.id, sent.status.state
                     async with svc.connection() as conn:
-                        await svc.store.whatif_task(conn, job.id, task_id)
+                        await svc.store.jobs.whatif_task(conn, job.id, task_id)
                 beat_due = time.monotonic() + svc.settings.whatif_heartbeat_seconds
                 while state not in a2a_client.TERMINAL:
                     await asyncio.sleep(POLL_SECONDS)
                     if time.monotonic() >= beat_due:
                         async with svc.connection() as conn:
-                            if not await svc.store.whatif_heartbeat(conn, job.id, self.id):
+                            if not await svc.store.jobs.whatif_heartbeat(conn, job.id, self.id):
                                 return  # cancelled, or another runner has it
                         beat_due = time.monotonic() + svc.settings.whatif_heartbeat_seconds
                     state = (await a2a_client.get_task(agent, task_id)).status.state
@@ -406,7 +411,7 @@ class Runner:
                 if done:
                     return task.result()
                 async with self.svc.connection() as conn:
-                    await self.svc.store.whatif_heartbeat(conn, job.id, self.id)
+                    await self.svc.store.jobs.whatif_heartbeat(conn, job.id, self.id)
         finally:
             task.cancel()
 
@@ -419,7 +424,7 @@ class Runner:
                 last_agent_text=tally.last_agent_text, tool_calls=dict(sorted(tally.tool_calls.items())),
                 total_tokens=tally.total_tokens,
             )  # fmt: skip
-            ended = await svc.store.whatif_finish(
+            ended = await svc.store.jobs.whatif_finish(
                 conn, job.id, status, error=error, result=_encoder.encode(result).decode()
             )
         if ended is not None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import msgspec
 
 from service.identity import Caller, visible_session
-from service.kagent.store import Connection, EventTurn, SessionRow
+from service.kagent.store.base import Connection
+from service.kagent.store.events import EventTurn
+from service.kagent.store.sessions import SessionRow
 from service.operations import summary
 from service.services import Services
 
@@ -46,8 +48,8 @@ async def compare(svc: Services, caller: Caller, left_id: str, right_id: str) ->
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         left, _ = await visible_session(svc, conn, caller, left_id)
         right, _ = await visible_session(svc, conn, caller, right_id)
-        left_turns = await svc.store.event_turns(conn, left.id, left.user_id)
-        right_turns = await svc.store.event_turns(conn, right.id, right.user_id)
+        left_turns = await svc.store.events.event_turns(conn, left.id, left.user_id)
+        right_turns = await svc.store.events.event_turns(conn, right.id, right.user_id)
         common = common_prefix(left_turns, right_turns)
         return Comparison(
             common_turns=common,

@@ -13,7 +13,8 @@ from typing import Literal
 import msgspec
 
 from service.identity import Access, Caller, resolve_access, visible_session
-from service.kagent.store import Connection, Lineage
+from service.kagent.store.base import Connection
+from service.kagent.store.lineage import Lineage
 from service.operations import summary
 from service.schemas import LineageRecord, rfc3339
 from service.services import Services
@@ -65,10 +66,10 @@ async def forks(svc: Services, caller: Caller, session_id: str) -> list[ForkEntr
         source, access = await visible_session(svc, conn, caller, session_id)
         viewer = _viewer(caller, session_id, access)
         entries = []
-        for child in await svc.store.forks_of(conn, source.id, source.user_id):
+        for child in await svc.store.lineage.forks_of(conn, source.id, source.user_id):
             if not viewer.sees(child.session_id, child.user_id):
                 continue
-            status = await svc.store.session_status(conn, child.session_id, child.user_id)
+            status = await svc.store.sessions.session_status(conn, child.session_id, child.user_id)
             entries.append(
                 ForkEntry(
                     session_id=child.session_id, name=status[0] if status else None,
@@ -85,7 +86,10 @@ async def tree(svc: Services, caller: Caller, session_id: str) -> TreeNode:
         viewer = _viewer(caller, session_id, access)
         limit = svc.settings.max_fork_depth + 1
         # Climb to the highest visible ancestor; `seen` stops a cycle in the records.
-        top, top_lineage = (source.id, source.user_id), await svc.store.lineage_of(conn, source.id, source.user_id)
+        top, top_lineage = (
+            (source.id, source.user_id),
+            await svc.store.lineage.lineage_of(conn, source.id, source.user_id),
+        )
         seen = {top}
         lineage = top_lineage
         while lineage is not None and len(seen) <= limit:
@@ -94,7 +98,7 @@ async def tree(svc: Services, caller: Caller, session_id: str) -> TreeNode:
                 break
             seen.add(parent)
             top = parent
-            lineage = top_lineage = await svc.store.lineage_of(conn, *parent)
+            lineage = top_lineage = await svc.store.lineage.lineage_of(conn, *parent)
         return await _node(svc, conn, viewer, top, top_lineage, {top}, limit)
 
 
@@ -107,11 +111,11 @@ async def _node(
     path: set[tuple[str, str]],
     budget: int,
 ) -> TreeNode:
-    status = await svc.store.session_status(conn, *key)
+    status = await svc.store.sessions.session_status(conn, *key)
     state: Status = "missing" if status is None else ("deleted" if status[1] else "ok")
     children = []
     if budget > 0:
-        for child in await svc.store.forks_of(conn, *key):
+        for child in await svc.store.lineage.forks_of(conn, *key):
             child_key = (child.session_id, child.user_id)
             if child_key in path or not viewer.sees(*child_key):
                 continue

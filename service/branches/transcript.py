@@ -20,7 +20,8 @@ from service.branches import turns
 from service.errors import NotFound
 from service.identity import Caller, visible_session
 from service.kagent import dialects
-from service.kagent.store import SessionRow, TranscriptEvent
+from service.kagent.store.events import TranscriptEvent
+from service.kagent.store.sessions import SessionRow
 from service.schemas import rfc3339
 from service.services import Services
 
@@ -172,13 +173,13 @@ async def reading(
         source, _ = await visible_session(svc, conn, caller, session_id)
         until = None
         if before is not None:
-            until = await svc.store.boundary_event_at(
+            until = await svc.store.events.boundary_event_at(
                 conn, source.id, source.user_id, before, prefilter=dialects.verbatim_in_json(before)
             )
             if until is None:
                 raise NotFound(f"invocation {before} not found in session {source.id}")
         known = await turns.with_tasks(svc, conn, source, {})
-        events = svc.store.stream_transcript_events(conn, source.id, source.user_id, until, cut_chars=CUT_CHARS)
+        events = svc.store.events.stream_transcript_events(conn, source.id, source.user_id, until, cut_chars=CUT_CHARS)
         yield Reading(session=source, events=events, known=known)
 
 

@@ -12,7 +12,10 @@ import msgspec
 from service.errors import BadRequest
 from service.identity import Caller, visible_session
 from service.kagent import dialects
-from service.kagent.store import Connection, EventTurn, SessionRow, TaskRow
+from service.kagent.store.base import Connection
+from service.kagent.store.events import EventTurn
+from service.kagent.store.sessions import SessionRow
+from service.kagent.store.tasks import TaskRow
 from service.operations import plan
 from service.schemas import rfc3339
 from service.services import Services
@@ -60,7 +63,9 @@ async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dic
     """Every turn of the session by invocation id: from the events (Python and Go ADK, parsed in
     PostgreSQL), completed by the tasks (task id, state, and turns known only to the tasks), streamed.
     Needs a transaction."""
-    turns = {t.invocation_id: _turn_info(t) for t in await svc.store.event_turns(conn, source.id, source.user_id)}
+    turns = {
+        t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
+    }
     return await with_tasks(svc, conn, source, turns)
 
 
@@ -69,7 +74,7 @@ async def with_tasks(
 ) -> dict[str, TurnInfo]:
     """`turns` completed by the session's tasks (streamed): each turn's first task and its state, the
     user text when the events had none, and the turns only tasks know (started at the task's time)."""
-    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, None):
+    async for row in svc.store.tasks.stream_tasks_before(conn, source.id, source.user_id, None):
         _complete(turns, row, None)
     return turns
 
@@ -104,11 +109,11 @@ async def _indexed_page(
     tasks of its time span, not the whole session. The same page as sorting turn_index, but for turns
     that start at the same instant as `after` (those all follow it here)."""
     store, sid, owner = svc.store, source.id, source.user_id
-    await store.custom_plans(conn)
+    await store.database.custom_plans(conn)
     start = None
     if after is not None:
-        known = {t.invocation_id: _turn_info(t) for t in await store.event_turns(conn, sid, owner, [after])}
-        for row in await store.tasks_carrying_any(conn, sid, owner, [after]):
+        known = {t.invocation_id: _turn_info(t) for t in await store.events.event_turns(conn, sid, owner, [after])}
+        for row in await store.tasks.tasks_carrying_any(conn, sid, owner, [after]):
             _complete(known, row, {after})
         if after not in known:
             raise BadRequest(f"after names no turn of this session: {after}")
@@ -126,7 +131,7 @@ async def _indexed_page(
             # As many events as the turns still wanted hold, at the events per turn walked so far.
             per_turn = walked / len(seen) if seen else WALK_FIRST_EVENTS_PER_TURN
             count = min(WALK_MAX, math.ceil((limit + 1 - len(found)) * per_turn * 1.1) + 10)
-            batch = await store.event_walk(conn, sid, owner, cursor, count)
+            batch = await store.events.event_walk(conn, sid, owner, cursor, count)
             if not batch:
                 exhausted = True
                 break
@@ -137,22 +142,22 @@ async def _indexed_page(
             continue
         # Only as many as the page still needs: a turn first seen later starts later.
         wanted, waiting = waiting[: limit + 1 - len(found)], waiting[limit + 1 - len(found) :]
-        for t in await store.event_turns(conn, sid, owner, wanted):
+        for t in await store.events.event_turns(conn, sid, owner, wanted):
             if t.invocation_id != after and (start is None or t.started_at >= start):
                 found[t.invocation_id] = _turn_info(t)
     ordered = sorted(found.values(), key=lambda t: t.started_at)[: limit + 1]
     end = ordered[limit].started_at if len(ordered) > limit and not exhausted else None
     # The turns only tasks know whose first task lies in the span: such a turn starts at that task.
     window: dict[str, TurnInfo] = {}
-    spanned = await store.tasks_between(conn, sid, owner, start, end)
+    spanned = await store.tasks.tasks_between(conn, sid, owner, start, end)
     for row in spanned:
         _complete(window, row, None)
     candidates = [i for i in window if i not in found and i != after]
     if candidates:
-        event_turns = {t.invocation_id for t in await store.event_turns(conn, sid, owner, candidates)}
+        event_turns = {t.invocation_id for t in await store.events.event_turns(conn, sid, owner, candidates)}
         firsts: dict[str, TurnInfo] = {}
         wanted_ids = set(candidates)
-        for row in await store.tasks_carrying_any(conn, sid, owner, candidates):
+        for row in await store.tasks.tasks_carrying_any(conn, sid, owner, candidates):
             _complete(firsts, row, wanted_ids)
         for inv in candidates:
             first = firsts.get(inv)
@@ -164,7 +169,7 @@ async def _indexed_page(
     # read above, and those outside it that carry one of the page's turns.
     ids = [t.invocation_id for t in page]
     by_id = {t.invocation_id: t for t in page}
-    outside = await store.tasks_carrying_any(conn, sid, owner, ids, besides=(start, end)) if ids else []
+    outside = await store.tasks.tasks_carrying_any(conn, sid, owner, ids, besides=(start, end)) if ids else []
     for row in sorted([*spanned, *outside], key=lambda r: r.created_at):
         _complete(by_id, row, by_id)
     return page, len(ordered) <= limit

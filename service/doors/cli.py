@@ -55,7 +55,8 @@ def database_problem(settings: Settings, dsn: str) -> str | None:
     """Why the service cannot start on this database, in one line naming the setting to check; None if
     it can (reachable within DB_CONNECT_TIMEOUT_SECONDS, kagent's tables there, not dirty)."""
     from service.kagent.migrate import SchemaError, check_kagent_schema
-    from service.kagent.store import CONNECTION_ERRORS, Store
+    from service.kagent.store import Store
+    from service.kagent.store.base import CONNECTION_ERRORS
 
     async def check() -> None:
         conn = await asyncpg.connect(dsn, timeout=settings.db_connect_timeout_seconds)
@@ -356,7 +357,7 @@ async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object,
 
 def operate(settings: Settings, args: argparse.Namespace) -> int:
     from service.errors import ServiceError
-    from service.kagent.store import CONNECTION_ERRORS
+    from service.kagent.store.base import CONNECTION_ERRORS
 
     try:
         dsn = _database_url(settings, demo=True)

@@ -29,13 +29,13 @@ async def sessions(svc: Services, caller: Caller, *, agent_id: str | None = None
     if not 1 <= limit <= MAX_SESSIONS:
         raise BadRequest(f"limit must be between 1 and {MAX_SESSIONS}")
     async with svc.connection() as conn:
-        rows = await svc.store.sessions_of(conn, caller.user_id, agent_id, limit)
+        rows = await svc.store.sessions.sessions_of(conn, caller.user_id, agent_id, limit)
         shared = []
         if caller.share_token is not None:
-            share = await svc.store.share_by_token(conn, caller.share_token)
+            share = await svc.store.sessions.share_by_token(conn, caller.share_token)
             if share is not None:
                 access = await resolve_access(svc, conn, caller, share.session_id)
-                row = await svc.store.get_session(conn, share.session_id, access.owner)
+                row = await svc.store.sessions.get_session(conn, share.session_id, access.owner)
                 shared = [row] if row is not None and (agent_id is None or row.agent_id == agent_id) else []
     return [session_json(r) for r in [*shared, *rows]][:limit]
 

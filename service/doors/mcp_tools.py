@@ -20,7 +20,7 @@ from service.agents import whatif
 from service.branches import compare, transcript, turns
 from service.errors import ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
-from service.kagent.store import CONNECTION_ERRORS
+from service.kagent.store.base import CONNECTION_ERRORS
 from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest, checked_id
 from service.services import Services
@@ -41,10 +41,181 @@ def _text(text: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], isError=error)
 
 
+class _Server(FastMCP):
+    """FastMCP that knows the app's what-if runner (set once the app is made), for its tools to find."""
+
+    runner: Callable[[], whatif.Runner]
+
+
+def _runner(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
+    server = ctx.fastmcp
+    assert isinstance(server, _Server)
+    return server.runner
+
+
+async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
+    request = ctx.request_context.request
+    if request is None:
+        return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
+    svc = _runner(ctx)().svc
+    try:
+        query = {name: request.query_params.getlist(name) for name in request.query_params}
+        caller = resolve_caller(svc.settings, scope_headers(request.scope), query)
+        result = await operation(svc, caller)
+    except ServiceError as exc:
+        return _text(exc.message, error=True)
+    except msgspec.ValidationError as exc:
+        return _text(f"invalid arguments: {exc}", error=True)
+    except CONNECTION_ERRORS:
+        await svc.pool.expire_connections()
+        return _text("database unavailable, try again later", error=True)
+    if raw:
+        assert isinstance(result, str)
+        return _text(result)
+    return _text(_encoder.encode(result).decode())
+
+
+async def list_turns(
+    ctx: Context[Any, Any, Any], session_id: str, limit: int = 100, after: str | None = None
+) -> CallToolResult:
+    """The turns of a session, in order (invocation id, task, state, user text): pick one to fork,
+    rewind or regenerate."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        after_id = checked_id(after, "after") if after is not None else None
+        page = await turns.invocations(svc, caller, checked_id(session_id), limit=limit, after=after_id)
+        return {"turns": page.items, "last_page": page.last}
+
+    return await _run(ctx, op)
+
+
+async def show_transcript(
+    ctx: Context[Any, Any, Any],
+    session_id: str,
+    before: str | None = None,
+    format: Literal["markdown", "json"] = "markdown",
+) -> CallToolResult:
+    """A session's conversation as the agent sees it, turn by turn; `before`: only the turns before
+    that invocation (what a fork there would hold)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        sid, until = checked_id(session_id), checked_id(before, "before") if before is not None else None
+        if format == "json":
+            return await transcript.read(svc, caller, sid, before=until)
+        async with transcript.reading(svc, caller, sid, before=until) as r:
+            return b"".join([chunk async for chunk in transcript.markdown_chunks(r)]).decode()
+
+    return await _run(ctx, op, raw=format == "markdown")
+
+
+async def fork_session(
+    ctx: Context[Any, Any, Any],
+    session_id: str,
+    rewind_before_invocation_id: str | None = None,
+    name: str | None = None,
+    if_boundary_missing: Literal["copy_all", "error"] = "error",
+    task_layout: Literal["auto", "merged", "per_task"] = "auto",
+    dry_run: bool = False,
+) -> CallToolResult:
+    """Fork chat from here: a new session holding the conversation before the turn
+    `rewind_before_invocation_id` (none: all of it). The source is not changed. `dry_run` answers the
+    plan."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        req = _request(
+            ForkRequest, rewind_before_invocation_id=rewind_before_invocation_id, name=name,
+            if_boundary_missing=if_boundary_missing, task_layout=task_layout, dry_run=dry_run,
+        )  # fmt: skip
+        return (await forking.fork(svc, caller, checked_id(session_id), req)).data
+
+    return await _run(ctx, op)
+
+
+async def rewind_session(
+    ctx: Context[Any, Any, Any],
+    session_id: str,
+    rewind_before_invocation_id: str,
+    dry_run: bool = False,
+    force: bool = False,
+) -> CallToolResult:
+    """Rewind to here: the session loses the turn `rewind_before_invocation_id` and everything after
+    it (nothing is erased; undo_rewind brings it back). `dry_run` answers what it would hide."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        req = _request(
+            RewindRequest, rewind_before_invocation_id=rewind_before_invocation_id, dry_run=dry_run, force=force
+        )
+        return await rewind.rewind(svc, caller, checked_id(session_id), req)
+
+    return await _run(ctx, op)
+
+
+async def undo_rewind(ctx: Context[Any, Any, Any], session_id: str, rewind_id: str) -> CallToolResult:
+    """Undo a rewind of a session (its id is in rewind_session's answer)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await rewind.undo(svc, caller, checked_id(session_id), checked_id(rewind_id, "rewind id"))
+
+    return await _run(ctx, op)
+
+
+async def compare_sessions(ctx: Context[Any, Any, Any], session_id: str, other_session_id: str) -> CallToolResult:
+    """Two sessions side by side (a source and its fork, or two forks): their common turns, and each
+    one's turns, tool calls, tokens, duration and last answer after them."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await compare.compare(svc, caller, checked_id(session_id), checked_id(other_session_id))
+
+    return await _run(ctx, op)
+
+
+async def start_whatif(
+    ctx: Context[Any, Any, Any],
+    session_id: str,
+    rewind_before_invocation_id: str,
+    agent_ref: str | None = None,
+    name: str | None = None,
+    max_context_tokens: int | None = None,
+) -> CallToolResult:
+    """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
+    (namespace/name; default: the session's own) and send that turn's user message to it over A2A. The
+    agent runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agent_ref": agent_ref,
+                  "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
+        req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
+        started, _ = await whatif.start(svc, _runner(ctx)(), caller, checked_id(session_id), req)
+        return started
+
+    return await _run(ctx, op)
+
+
+async def whatif_status(ctx: Context[Any, Any, Any], job_id: str) -> CallToolResult:
+    """A what-if job: running, completed, failed or cancelled, and what the agent answered."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await whatif.get(svc, caller, checked_id(job_id, "job id"))
+
+    return await _run(ctx, op)
+
+
+TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
+    list_turns,
+    show_transcript,
+    fork_session,
+    rewind_session,
+    undo_rewind,
+    compare_sessions,
+    start_whatif,
+    whatif_status,
+]
+
+
 def mcp_server(runner: Callable[[], whatif.Runner]) -> FastMCP:
     """The MCP server, mounted by the app at /mcp; `runner` gives the app's what-if runner (and through
     it the app's services) once the app runs."""
-    server = FastMCP(
+    server = _Server(
         "kagent-fork",
         instructions="Fork, rewind and compare kagent conversations. Session ids are kagent session ids; "
         "turns are named by their invocation ids (list_turns).",
@@ -55,151 +226,7 @@ def mcp_server(runner: Callable[[], whatif.Runner]) -> FastMCP:
         # server (DNS rebinding) would refuse every agent. Who calls is decided by the headers, as for HTTP.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-
-    async def run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
-        request = ctx.request_context.request
-        if request is None:
-            return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
-        svc = runner().svc
-        try:
-            query = {name: request.query_params.getlist(name) for name in request.query_params}
-            caller = resolve_caller(svc.settings, scope_headers(request.scope), query)
-            result = await operation(svc, caller)
-        except ServiceError as exc:
-            return _text(exc.message, error=True)
-        except msgspec.ValidationError as exc:
-            return _text(f"invalid arguments: {exc}", error=True)
-        except CONNECTION_ERRORS:
-            await svc.pool.expire_connections()
-            return _text("database unavailable, try again later", error=True)
-        if raw:
-            assert isinstance(result, str)
-            return _text(result)
-        return _text(_encoder.encode(result).decode())
-
-    @server.tool()
-    async def list_turns(
-        ctx: Context[Any, Any, Any], session_id: str, limit: int = 100, after: str | None = None
-    ) -> CallToolResult:
-        """The turns of a session, in order (invocation id, task, state, user text): pick one to fork,
-        rewind or regenerate."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            after_id = checked_id(after, "after") if after is not None else None
-            page = await turns.invocations(svc, caller, checked_id(session_id), limit=limit, after=after_id)
-            return {"turns": page.items, "last_page": page.last}
-
-        return await run(ctx, op)
-
-    @server.tool()
-    async def show_transcript(
-        ctx: Context[Any, Any, Any],
-        session_id: str,
-        before: str | None = None,
-        format: Literal["markdown", "json"] = "markdown",
-    ) -> CallToolResult:
-        """A session's conversation as the agent sees it, turn by turn; `before`: only the turns before
-        that invocation (what a fork there would hold)."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            sid, until = checked_id(session_id), checked_id(before, "before") if before is not None else None
-            if format == "json":
-                return await transcript.read(svc, caller, sid, before=until)
-            async with transcript.reading(svc, caller, sid, before=until) as r:
-                return b"".join([chunk async for chunk in transcript.markdown_chunks(r)]).decode()
-
-        return await run(ctx, op, raw=format == "markdown")
-
-    @server.tool()
-    async def fork_session(
-        ctx: Context[Any, Any, Any],
-        session_id: str,
-        rewind_before_invocation_id: str | None = None,
-        name: str | None = None,
-        if_boundary_missing: Literal["copy_all", "error"] = "error",
-        task_layout: Literal["auto", "merged", "per_task"] = "auto",
-        dry_run: bool = False,
-    ) -> CallToolResult:
-        """Fork chat from here: a new session holding the conversation before the turn
-        `rewind_before_invocation_id` (none: all of it). The source is not changed. `dry_run` answers the
-        plan."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            req = _request(
-                ForkRequest, rewind_before_invocation_id=rewind_before_invocation_id, name=name,
-                if_boundary_missing=if_boundary_missing, task_layout=task_layout, dry_run=dry_run,
-            )  # fmt: skip
-            return (await forking.fork(svc, caller, checked_id(session_id), req)).data
-
-        return await run(ctx, op)
-
-    @server.tool()
-    async def rewind_session(
-        ctx: Context[Any, Any, Any],
-        session_id: str,
-        rewind_before_invocation_id: str,
-        dry_run: bool = False,
-        force: bool = False,
-    ) -> CallToolResult:
-        """Rewind to here: the session loses the turn `rewind_before_invocation_id` and everything after
-        it (nothing is erased; undo_rewind brings it back). `dry_run` answers what it would hide."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            req = _request(
-                RewindRequest, rewind_before_invocation_id=rewind_before_invocation_id, dry_run=dry_run, force=force
-            )
-            return await rewind.rewind(svc, caller, checked_id(session_id), req)
-
-        return await run(ctx, op)
-
-    @server.tool()
-    async def undo_rewind(ctx: Context[Any, Any, Any], session_id: str, rewind_id: str) -> CallToolResult:
-        """Undo a rewind of a session (its id is in rewind_session's answer)."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            return await rewind.undo(svc, caller, checked_id(session_id), checked_id(rewind_id, "rewind id"))
-
-        return await run(ctx, op)
-
-    @server.tool()
-    async def compare_sessions(ctx: Context[Any, Any, Any], session_id: str, other_session_id: str) -> CallToolResult:
-        """Two sessions side by side (a source and its fork, or two forks): their common turns, and each
-        one's turns, tool calls, tokens, duration and last answer after them."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            return await compare.compare(svc, caller, checked_id(session_id), checked_id(other_session_id))
-
-        return await run(ctx, op)
-
-    @server.tool()
-    async def start_whatif(
-        ctx: Context[Any, Any, Any],
-        session_id: str,
-        rewind_before_invocation_id: str,
-        agent_ref: str | None = None,
-        name: str | None = None,
-        max_context_tokens: int | None = None,
-    ) -> CallToolResult:
-        """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
-        (namespace/name; default: the session's own) and send that turn's user message to it over A2A. The
-        agent runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agent_ref": agent_ref,
-                      "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
-            req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
-            started, _ = await whatif.start(svc, runner(), caller, checked_id(session_id), req)
-            return started
-
-        return await run(ctx, op)
-
-    @server.tool()
-    async def whatif_status(ctx: Context[Any, Any, Any], job_id: str) -> CallToolResult:
-        """A what-if job: running, completed, failed or cancelled, and what the agent answered."""
-
-        async def op(svc: Services, caller: Caller) -> object:
-            return await whatif.get(svc, caller, checked_id(job_id, "job id"))
-
-        return await run(ctx, op)
-
+    server.runner = runner
+    for tool in TOOLS:
+        server.add_tool(tool)
     return server

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from service.kagent.store import Connection
+from service.kagent.store.base import Connection
 
 DEMO_USER = "admin@kagent.dev"
 DEMO_AGENT = "kagent__NS__k8s_agent"

@@ -18,7 +18,7 @@ from types import ModuleType
 import asyncpg
 
 from service.embedded.demo import insert_demo
-from service.kagent.store import Connection, sql_dir
+from service.kagent.store.base import Connection, sql_dir
 
 log = logging.getLogger("kagent_fork")
 

@@ -374,7 +374,7 @@ _ESCAPED_ID_CHAR = re.compile(r"\\u00(?:2[bde]|3[0-9ad]|[4-7][0-9a-f])", re.IGNO
 
 def replacing_ids_rewrites(text: str, task: JSON, *, task_id: str, context_id: str, user_id: str) -> bool:
     """Whether replacing, in the text, each whole JSON string "<task_id>" and then "<context_id>" by a
-    new id (what copy_tasks_before in sql/queries.sql does) gives what rewrite(task, Rewrite(<new task
+    new id (what copy_tasks_before in sql/queries/events.sql does) gives what rewrite(task, Rewrite(<new task
     id>, <new context id>, user_id)) makes, whatever the new ids (each new, a verbatim id); `task` is
     `text` decoded.
 

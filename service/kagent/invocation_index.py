@@ -12,7 +12,8 @@ from typing import Literal
 
 import msgspec
 
-from service.kagent.store import Connection, IndexUse, Store, load_queries, sql_dir
+from service.kagent.store import Store
+from service.kagent.store.base import Connection, IndexUse, load_queries, sql_dir
 
 log = logging.getLogger("kagent_fork")
 
@@ -66,7 +67,7 @@ def full_name(store: Store, index: str) -> str:
 
 
 async def status(store: Store, conn: Connection) -> IndexStatus:
-    found = {row.name: row for row in await store.index_rows(conn, [full_name(store, i) for i in INDEXES])}
+    found = {row.name: row for row in await store.database.index_rows(conn, [full_name(store, i) for i in INDEXES])}
     infos = []
     for index, table in INDEXES.items():
         row = found.get(full_name(store, index))
@@ -104,26 +105,26 @@ async def install(store: Store, conn: Connection, say: Callable[[str], None] = l
     the planner knows the expressions' values. One install at a time (an advisory lock). Needs a
     connection outside any transaction (CREATE INDEX CONCURRENTLY)."""
     statements = _statements(store)
-    async with store.key_lock(conn, "kagent-fork:index", store.schema):
+    async with store.lineage.key_lock(conn, "kagent-fork:index", store.schema):
         for info in (await status(store, conn)).indexes:
             if info.state == "valid":
                 say(f"{info.name}: valid, kept")
                 continue
             if info.state != "missing":
                 say(f"{info.name}: {info.state}, dropped to be built again")
-                await store.drop_index(conn, info.name)
+                await store.database.drop_index(conn, info.name)
             say(f"{info.name}: building (CREATE INDEX CONCURRENTLY on {info.table}; kagent's writes go on)")
-            await store.ddl(conn, statements[info.index])
-            await store.comment_index(conn, info.name, VERSIONS[info.index])
+            await store.database.ddl(conn, statements[info.index])
+            await store.database.comment_index(conn, info.name, VERSIONS[info.index])
         say("ANALYZE event, task")
-        await store.analyze_kagent_tables(conn)
+        await store.database.analyze_kagent_tables(conn)
         return await status(store, conn)
 
 
 async def uninstall(store: Store, conn: Connection, say: Callable[[str], None] = lambda _: None) -> IndexStatus:
-    async with store.key_lock(conn, "kagent-fork:index", store.schema):
+    async with store.lineage.key_lock(conn, "kagent-fork:index", store.schema):
         for info in (await status(store, conn)).indexes:
             if info.state != "missing":
                 say(f"{info.name}: dropping (DROP INDEX CONCURRENTLY)")
-                await store.drop_index(conn, info.name)
+                await store.database.drop_index(conn, info.name)
         return await status(store, conn)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.kagent.store import Connection, Store, sql_dir
+from service.kagent.store import Store
+from service.kagent.store.base import Connection, sql_dir
 
 # The columns kagent-fork reads or writes (kagent's core migrations 1-7); more columns are fine.
 REQUIRED_COLUMNS = {
@@ -37,7 +38,7 @@ class KagentSchema:
 
 async def check_kagent_schema(store: Store, conn: Connection) -> KagentSchema:
     """Refuse a database without kagent's tables, or whose kagent migration is half applied."""
-    tables = await store.kagent_columns(conn)
+    tables = await store.database.kagent_columns(conn)
     problems = [
         f"table {name} lacks columns {sorted(columns - tables.get(name, set()))}"
         if name in tables
@@ -47,7 +48,7 @@ async def check_kagent_schema(store: Store, conn: Connection) -> KagentSchema:
     ]
     if problems:
         raise SchemaError("this database does not hold kagent's tables (core migrations 1-7): " + "; ".join(problems))
-    state = await store.schema_migrations(conn) if "schema_migrations" in tables else None
+    state = await store.database.schema_migrations(conn) if "schema_migrations" in tables else None
     if state is None:
         return KagentSchema(migration_version=None, product_line="unknown")
     version, dirty = state

@@ -13,16 +13,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import Unprocessable
-from service.kagent.store import (
-    CONNECTION_ERRORS,
-    TASK_WRITE_BATCH_BYTES,
-    Connection,
-    NewTask,
-    SessionRow,
-    TaskRow,
-    copy_text,
-    copy_text_fields,
-)
+from service.kagent.store.base import CONNECTION_ERRORS, TASK_WRITE_BATCH_BYTES, Connection, copy_text, copy_text_fields
+from service.kagent.store.sessions import SessionRow
+from service.kagent.store.tasks import NewTask, TaskRow
 from service.observability import TASK_COPIES
 from service.operations import plan
 
@@ -119,7 +112,7 @@ async def copy_rows(
 async def _copy_events(
     svc: Services, conn: Connection, source: SessionRow, copier: plan.TaskCopier, before: datetime | None
 ) -> int:
-    events = await svc.store.copy_kept(
+    events = await svc.store.events.copy_kept(
         conn, "event", session_id=source.id, owner=source.user_id, before=before,
         new_session_id=copier.session_id, new_user_id=copier.user_id,
     )  # fmt: skip
@@ -156,7 +149,7 @@ async def _server_copy(
     refused: list[Unprocessable] = []
 
     async def write() -> tuple[int, int]:
-        copied = await store.copy_kept(
+        copied = await store.events.copy_kept(
             conn, "task", session_id=source.id, owner=source.user_id, before=cut.tasks_before,
             new_session_id=copier.session_id, new_user_id=copier.user_id,
         )  # fmt: skip
@@ -169,7 +162,7 @@ async def _server_copy(
         if guess is not None:
             await asyncio.wait((guess.events_search,))  # the reader runs one statement at a time
         try:
-            async for row in store.stream_tasks_before(reader, source.id, source.user_id, cut.tasks_before):
+            async for row in store.tasks.stream_tasks_before(reader, source.id, source.user_id, cut.tasks_before):
                 if not check.add(row):
                     return
         except Unprocessable as exc:
@@ -185,7 +178,7 @@ async def _server_copy(
     copier.written += check.written
     if cut.partial is not None:
         new = copier.add(cut.partial.row, cut.partial.cut)
-        await store.insert_tasks(conn, [new] if new is not None else [])
+        await store.tasks.insert_tasks(conn, [new] if new is not None else [])
     return events
 
 
@@ -215,10 +208,10 @@ async def _copy_tasks(
     """Stream the kept tasks through the copier into new rows, with bounded memory: read on the reader
     while one COPY writes, or, without a reader, batch by batch on the fork's connection."""
     if reader is not None and copier.layout == "merged":
-        await svc.store.copy_task_text(conn, _merged_row(svc, reader, source, cut, copier))
+        await svc.store.tasks.copy_task_text(conn, _merged_row(svc, reader, source, cut, copier))
         return
     if reader is not None:
-        await svc.store.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
+        await svc.store.tasks.stream_new_tasks(conn, _new_tasks(svc, reader, source, cut, copier))
         return
     batch: list[NewTask] = []
     size = 0
@@ -226,13 +219,13 @@ async def _copy_tasks(
         batch.append(new)
         size += len(new.data)
         if size >= TASK_WRITE_BATCH_BYTES:
-            await svc.store.insert_tasks(conn, batch)
+            await svc.store.tasks.insert_tasks(conn, batch)
             batch, size = [], 0
-    await svc.store.insert_tasks(conn, batch)
+    await svc.store.tasks.insert_tasks(conn, batch)
 
 
 async def kept_tasks(svc: Services, conn: Connection, source: SessionRow, cut: Cut) -> AsyncIterator[TaskRow]:
-    async for row in svc.store.stream_tasks_before(conn, source.id, source.user_id, cut.tasks_before):
+    async for row in svc.store.tasks.stream_tasks_before(conn, source.id, source.user_id, cut.tasks_before):
         yield row
     if cut.partial is not None:
         yield cut.partial.row
@@ -299,7 +292,7 @@ async def snapshot_reader(svc: Services, conn: Connection, *, wanted: bool) -> A
     try:
         await snapshot.start()
         started = True
-        await svc.store.use_snapshot(reader, await svc.store.export_snapshot(conn))
+        await svc.store.database.use_snapshot(reader, await svc.store.database.export_snapshot(conn))
         yield reader
     finally:
         await _let_go(svc, reader, snapshot if started else None)

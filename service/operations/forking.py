@@ -17,12 +17,10 @@ import msgspec
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent import dialects
-from service.kagent.store import (
-    Connection,
-    Lineage,
-    SessionRow,
-    TaskRow,
-)
+from service.kagent.store.base import Connection
+from service.kagent.store.lineage import Lineage
+from service.kagent.store.sessions import SessionRow
+from service.kagent.store.tasks import TaskRow
 from service.operations import copying, plan, summary
 from service.operations.copying import (
     Cut,
@@ -69,16 +67,16 @@ async def _find_cut(
     found = False
     if boundary is not None:
         prefilter = dialects.verbatim_in_json(boundary)
-        event_search = store.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
+        event_search = store.events.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
         if reader is not None:
             # Neither search has an index to use: each reads all of the session's rows of its table, so
             # with a reader they run at once, on two connections in one snapshot.
             events_before, candidates = await together(
-                event_search, store.tasks_mentioning(reader, sid, owner, boundary, prefilter=prefilter)
+                event_search, store.tasks.tasks_mentioning(reader, sid, owner, boundary, prefilter=prefilter)
             )
         else:
             events_before = await event_search
-            candidates = await store.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+            candidates = await store.tasks.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
         boundary_task = plan.find_boundary_task(candidates, boundary)
         found = events_before is not None or boundary_task is not None
         if not found:
@@ -104,7 +102,7 @@ async def _find_cut(
             tasks_before = row.created_at
             start = None
             if invocation is not None:
-                start = await store.boundary_event_at(
+                start = await store.events.boundary_event_at(
                     conn, sid, owner, invocation, prefilter=dialects.verbatim_in_json(invocation)
                 )
             start = start or row.created_at
@@ -136,7 +134,7 @@ def _running_turn(last: TaskRow | None, before: datetime | None) -> tuple[str | 
 
 async def _lineage_parent(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, str, int]:
     """(root session, root owner, depth of the new fork)."""
-    parent = await svc.store.lineage_of(conn, source.id, source.user_id)
+    parent = await svc.store.lineage.lineage_of(conn, source.id, source.user_id)
     if parent is None:
         return source.id, source.user_id, 1
     depth = parent.depth + 1
@@ -149,13 +147,13 @@ async def _default_name(svc: Services, conn: Connection, source: SessionRow) -> 
     if source.name and source.name != "Chat":
         return plan.default_name(source.name, None)
     text = None
-    if (first := await svc.store.first_task(conn, source.id, source.user_id)) is not None:
+    if (first := await svc.store.tasks.first_task(conn, source.id, source.user_id)) is not None:
         try:
             text = dialects.first_user_text(dialects.decode(first.data), plan.dialect_of(first))
         except (dialects.TaskFormatError, Unprocessable):
             text = None
     if text is None:
-        text = await svc.store.first_user_event_text(conn, source.id, source.user_id)
+        text = await svc.store.events.first_user_event_text(conn, source.id, source.user_id)
     return plan.default_name(source.name, text)
 
 
@@ -188,8 +186,8 @@ async def fork(
             return await _fork_within_rate(svc, conn, caller, session_id, req, None, into)
         digest = request_hash(session_id, req)
         # Concurrent retries of one key wait here, then find the first one's answer.
-        async with svc.store.key_lock(conn, f"fork:{caller.user_id}", idempotency_key):
-            stored = await svc.store.idempotent_answer(
+        async with svc.store.lineage.key_lock(conn, f"fork:{caller.user_id}", idempotency_key):
+            stored = await svc.store.lineage.idempotent_answer(
                 conn, caller.user_id, idempotency_key, svc.settings.idempotency_ttl_seconds
             )
             if stored is not None:
@@ -216,7 +214,7 @@ async def _fork_within_rate(
         return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=0)
     # A user's forks run one at a time, in every replica, so that counting them and committing a new
     # one are atomic. The lock is taken before the fork's snapshot: it sees every fork made before.
-    async with svc.store.key_lock(conn, "fork-rate", caller.user_id):
+    async with svc.store.lineage.key_lock(conn, "fork-rate", caller.user_id):
         return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=rate)
 
 
@@ -235,7 +233,7 @@ async def _fork_once(
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
     # changes nothing the fork sees, so the fork is a prefix of one state of the conversation.
     async with conn.transaction(isolation="repeatable_read"), AsyncExitStack() as stack:
-        if rate and (wait := await store.fork_rate_wait(conn, caller.user_id, rate)) is not None:
+        if rate and (wait := await store.lineage.fork_rate_wait(conn, caller.user_id, rate)) is not None:
             retry = max(1, math.ceil(wait))
             raise TooManyRequests(
                 f"too many forks: at most {rate} a minute for each user (FORK_RATE_PER_MINUTE); retry in {retry} s",
@@ -243,17 +241,17 @@ async def _fork_once(
             )
         source, _access = await visible_session(svc, conn, caller, session_id)
         sid, owner = source.id, source.user_id
-        if await store.has_external_state(conn, sid, owner):
+        if await store.sessions.has_external_state(conn, sid, owner):
             raise Unprocessable(
                 "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
             )
-        last_task = await store.last_task_before(conn, sid, owner, None)
-        if last_task is not None and not await store.has_events(conn, sid, owner):
+        last_task = await store.tasks.last_task_before(conn, sid, owner, None)
+        if last_task is not None and not await store.sessions.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         large = (
             not req.dry_run
             and last_task is not None
-            and await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+            and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
         reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
         root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
@@ -290,7 +288,7 @@ async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, 
     legacy tasks (then any kept part is copied per_task: plan.choose_layout)."""
     if req.task_layout != "auto":
         return req.task_layout == "per_task"
-    versions = await svc.store.task_versions_before(conn, source.id, source.user_id, None)
+    versions = await svc.store.tasks.task_versions_before(conn, source.id, source.user_id, None)
     return all(dialects.TaskDialect.of(v) == dialects.TaskDialect.V1 for v in versions)
 
 
@@ -324,11 +322,11 @@ async def _guess_cut(
     task and the caller undoes the fork's writes when one does (copying.GuessWrong)."""
     store, sid, owner = svc.store, source.id, source.user_id
     prefilter = dialects.verbatim_in_json(boundary)
-    recent = await store.recent_tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+    recent = await store.tasks.recent_tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
     task = plan.find_boundary_task(recent.candidates, boundary)
     if task is None or recent.oldest is None or task.row.created_at <= recent.oldest:
         return None
-    events = asyncio.ensure_future(store.boundary_event_at(reader, sid, owner, boundary, prefilter=prefilter))
+    events = asyncio.ensure_future(store.events.boundary_event_at(reader, sid, owner, boundary, prefilter=prefilter))
     # The source's last task is at least as new as the boundary task, so it is not kept and no running
     # turn is cut off: _find_cut would make this same cut, given the same boundary task.
     cut = Cut(
@@ -345,7 +343,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     """The fork's plan for this cut, and its rows written (for a dry run, the plan answered)."""
     svc, conn, source, req, caller = fork.svc, fork.conn, fork.source, fork.req, fork.caller
     store, sid, owner = svc.store, source.id, source.user_id
-    versions = await store.task_versions_before(conn, sid, owner, cut.tasks_before)
+    versions = await store.tasks.task_versions_before(conn, sid, owner, cut.tasks_before)
     kept_dialects = _dialects(versions, cut)
     layout = plan.choose_layout(req.task_layout, kept_dialects)
     if guess is not None and layout != "per_task":
@@ -360,12 +358,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     elif layout == "merged":
         layout, notes = await _merge_check(svc, conn, source, cut, req.task_layout)
         warnings += notes
-    now = await store.now(conn)
+    now = await store.database.now(conn)
     new_id = str(uuid.uuid4())
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
 
     if req.dry_run:
-        stats = await store.event_stats(conn, sid, owner, cut.events_before)
+        stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
         task_bytes = 0  # counted as the rows are made, none of them kept
@@ -389,7 +387,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             created=False, replayed=False, session_id=None,
         )  # fmt: skip
 
-    new_session = await store.insert_session(
+    new_session = await store.sessions.insert_session(
         conn,
         session_id=new_id,
         user_id=caller.user_id,
@@ -414,7 +412,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
         task_layout=layout, warnings=warnings, summary=left,
     )  # fmt: skip
-    await store.insert_lineage(
+    await store.lineage.insert_lineage(
         conn,
         Lineage(
             session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
@@ -432,7 +430,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         await fork.into.then(conn, data)
     if fork.idempotency is not None:
         key, digest = fork.idempotency
-        await store.remember_answer(
+        await store.lineage.remember_answer(
             conn, user_id=caller.user_id, key=key, request_hash=digest, session_id=new_id,
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
@@ -446,13 +444,17 @@ async def _merge_check(
     0.10.x's UI would show them otherwise merged (fork.merge_hazard), which only a task holding a
     confirmation request can cause: only those are read (found by their text in PostgreSQL)."""
     store, sid, owner, partial = svc.store, source.id, source.user_id, cut.partial
-    candidates = await store.tasks_mentioning_before(conn, sid, owner, cut.tasks_before, dialects.CONFIRMATION_CALL)
+    candidates = await store.tasks.tasks_mentioning_before(
+        conn, sid, owner, cut.tasks_before, dialects.CONFIRMATION_CALL
+    )
     if partial is not None and dialects.CONFIRMATION_CALL in partial.row.data:
         candidates.append(partial.row)
     if not candidates:
         return "merged", []
-    first = await store.first_task(conn, sid, owner)
-    last = partial.row if partial is not None else await store.last_task_before(conn, sid, owner, cut.tasks_before)
+    first = await store.tasks.first_task(conn, sid, owner)
+    last = (
+        partial.row if partial is not None else await store.tasks.last_task_before(conn, sid, owner, cut.tasks_before)
+    )
     hazard = plan.merge_hazard(
         candidates, partial=partial, first_id=first.id if first else None, last_id=last.id if last else None
     )

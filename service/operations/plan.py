@@ -14,7 +14,7 @@ from datetime import datetime
 from service.errors import Unprocessable
 from service.kagent import dialects
 from service.kagent.dialects import TaskDialect
-from service.kagent.store import NewTask, TaskRow
+from service.kagent.store.tasks import NewTask, TaskRow
 
 Layout = str  # "merged" | "per_task"
 
@@ -258,7 +258,7 @@ class TaskCopier:
 @dataclass(kw_only=True)
 class ServerCopyCheck:
     """Decides, task by task, whether the server-side copy of the kept tasks (their ids replaced as
-    text inside PostgreSQL, copy_tasks_before in sql/queries.sql) writes exactly what TaskCopier would:
+    text inside PostgreSQL, copy_tasks_before in sql/queries/events.sql) writes exactly what TaskCopier would:
     the task is terminal and the replacement makes exactly dialects.rewrite's change
     (dialects.replacing_ids_rewrites). Anything else (an unfinished task to close, an id written with
     escapes, a message pointing at another task, metadata naming another user, the id as a text)

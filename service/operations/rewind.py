@@ -18,7 +18,10 @@ import msgspec
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.identity import Caller, visible_session
 from service.kagent import dialects
-from service.kagent.store import Connection, NewTask, Rewind, SessionRow
+from service.kagent.store.base import Connection
+from service.kagent.store.rewinds import Rewind
+from service.kagent.store.sessions import SessionRow
+from service.kagent.store.tasks import NewTask
 from service.operations import copying, plan, summary
 from service.schemas import RewindRequest, Session, Summary, rfc3339, session_json
 from service.services import Services
@@ -70,15 +73,15 @@ async def _boundary(
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
     prefilter = dialects.verbatim_in_json(invocation_id)
-    event_search = store.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
+    event_search = store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
     if reader is not None:
         # Both searches read all of the session's rows of their table: at once, on two connections.
         event_at, candidates = await copying.together(
-            event_search, store.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
+            event_search, store.tasks.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
         )
     else:
         event_at = await event_search
-        candidates = await store.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
+        candidates = await store.tasks.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
     task = plan.find_boundary_task(candidates, invocation_id)
     if event_at is None and task is None:
         # A destructive call never guesses.
@@ -95,7 +98,7 @@ async def _boundary(
 async def _tasks_hidden(svc: Services, conn: Connection, source: SessionRow, start: datetime) -> tuple[int, list[str]]:
     """How many tasks a rewind from `start` hides, and which of them the agent is still running."""
     count, running = 0, []
-    async for row in svc.store.stream_tasks_from(conn, source.id, source.user_id, start):
+    async for row in svc.store.tasks.stream_tasks_from(conn, source.id, source.user_id, start):
         count += 1
         state = dialects.state_of(row.data)
         if state is not None and not dialects.is_terminal_state(state, plan.dialect_of(row)):
@@ -126,7 +129,7 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
         if access.read_only:
             raise Forbidden("This share link is read-only")
         sid, owner = source.id, source.user_id
-        large = await store.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+        large = await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         # A large session's second connection, in the snapshot taken after the row lock: the boundary
         # searches run at once, then the summary of what the rewind hides reads the rows as they were
         # while this connection checks the turns' states and the UPDATEs hide them.
@@ -153,8 +156,8 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
                         tasks_removed=hidden_count, created_at=None, summary=hides,
                     )  # fmt: skip
                     return RewindPlan(dry_run=True, rewind=info)
-                stamp = await store.rewind_stamp(conn, sid, owner)
-                events, hidden = await store.hide_from(
+                stamp = await store.rewinds.rewind_stamp(conn, sid, owner)
+                events, hidden = await store.rewinds.hide_from(
                     conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
                 )
                 if telling is not None:
@@ -164,8 +167,8 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
                     await copying.cancelled(telling)
         replacement = _replacement(boundary.partial, source, stamp) if boundary.partial else None
         if replacement is not None:
-            await store.insert_tasks(conn, [replacement])
-        session = await store.touch_session(conn, sid, owner)
+            await store.tasks.insert_tasks(conn, [replacement])
+        session = await store.sessions.touch_session(conn, sid, owner)
         record = Rewind(
             id=str(uuid.uuid4()), session_id=sid, user_id=owner, rewind_before_invocation_id=invocation_id,
             deleted_at=stamp, events_removed=events, tasks_removed=hidden,
@@ -173,7 +176,7 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
             replacement_task_id=replacement.id if replacement else None, requested_by=caller.user_id,
             summary=summary.stored(hides), created_at=stamp, undone_at=None,
         )  # fmt: skip
-        created = await store.insert_rewind(conn, record)
+        created = await store.rewinds.insert_rewind(conn, record)
         return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
 
 
@@ -193,14 +196,14 @@ async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -
         source, access = await visible_session(svc, conn, caller, session_id, lock=True)
         if access.read_only:
             raise Forbidden("This share link is read-only")
-        record = await store.get_rewind(conn, rewind_id, source.id, source.user_id)
+        record = await store.rewinds.get_rewind(conn, rewind_id, source.id, source.user_id)
         if record is None:
             raise NotFound(f"rewind {rewind_id} not found in session {session_id}")
         if (refusal := await _undo_refusal(svc, conn, record)) is not None:
             raise Conflict(refusal)
-        await store.restore(conn, record)
-        session = await store.touch_session(conn, source.id, source.user_id)
-        undone = await store.mark_undone(conn, record.id)
+        await store.rewinds.restore(conn, record)
+        session = await store.sessions.touch_session(conn, source.id, source.user_id)
+        undone = await store.rewinds.mark_undone(conn, record.id)
         return RewindResult(session=session_json(session), rewind=_info(record, undone_at=undone))
 
 
@@ -209,9 +212,9 @@ async def _undo_refusal(svc: Services, conn: Connection, record: Rewind) -> str 
     the rewinds list's `undoable`."""
     if record.undone_at is not None:
         return f"rewind {record.id} was already undone"
-    if await svc.store.later_rewind_pending(conn, record):
+    if await svc.store.rewinds.later_rewind_pending(conn, record):
         return "a later rewind of this session is not undone: undo that one first"
-    if await svc.store.activity_since(conn, record):
+    if await svc.store.rewinds.activity_since(conn, record):
         return "the session has new events or tasks since this rewind: it can no longer be undone"
     return None
 
@@ -221,7 +224,7 @@ async def rewinds(svc: Services, caller: Caller, session_id: str) -> list[Rewind
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, access = await visible_session(svc, conn, caller, session_id)
         entries = []
-        for r in await svc.store.list_rewinds(conn, source.id, source.user_id):
+        for r in await svc.store.rewinds.list_rewinds(conn, source.id, source.user_id):
             undoable = not access.read_only and await _undo_refusal(svc, conn, r) is None
             entries.append(
                 RewindEntry(

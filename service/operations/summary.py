@@ -1,7 +1,7 @@
 """Branch summaries: what a stretch of a conversation's events holds, told the same way every time.
 
 A fork's summary describes the source turns it left behind (at and after its boundary), a rewind's the
-turns it hid. Both are computed by one query over those events (store.event_tally, which reads each
+turns it hid. Both are computed by one query over those events (store.events.event_tally, which reads each
 event through the service's one event reader in SQL) in the operation's own transaction, and kept in
 its record, so that the views show them later without recomputing.
 """
@@ -12,7 +12,9 @@ from datetime import datetime
 
 import msgspec
 
-from service.kagent.store import Connection, EventTally, Store
+from service.kagent.store import Store
+from service.kagent.store.base import Connection
+from service.kagent.store.events import EventTally
 from service.schemas import Summary
 
 USER_TEXT_CHARS = 200
@@ -25,7 +27,7 @@ async def tally(
     store: Store, conn: Connection, session_id: str, owner: str, since: datetime, until: datetime | None = None
 ) -> EventTally:
     """The live events with since <= created_at < until (None: to the end)."""
-    return await store.event_tally(
+    return await store.events.event_tally(
         conn, session_id, owner, since, until, user_text_chars=USER_TEXT_CHARS, agent_text_chars=AGENT_TEXT_CHARS
     )
 

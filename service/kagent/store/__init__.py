@@ -1,0 +1,56 @@
+"""The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
+(sessions, events, tasks, lineage and idempotency, rewinds, jobs, and the database itself); the only code
+that sees asyncpg rows. Imports nothing of the service above kagent's data.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from service.kagent.store.base import IndexUse, Queries
+from service.kagent.store.database import Database
+from service.kagent.store.events import Events
+from service.kagent.store.jobs import Jobs
+from service.kagent.store.lineage import LineageStore
+from service.kagent.store.rewinds import Rewinds
+from service.kagent.store.sessions import Sessions
+from service.kagent.store.tasks import Tasks
+
+_PARTS = ("base", "database", "events", "jobs", "lineage", "rewinds", "sessions", "tasks")
+
+
+class Store:
+    """The service's queries, loaded once, and the store's parts over them; a query name that a part runs
+    and the SQL lacks fails here, at start-up."""
+
+    def __init__(self, schema: str, directory: Path | None = None, *, max_fork_events: int = 0) -> None:
+        self.queries = Queries(schema, directory, max_fork_events=max_fork_events)
+        here = Path(__file__).resolve().parent
+        used = {n for part in _PARTS for n in re.findall(r'self\.q\["(\w+)"\]', (here / f"{part}.py").read_text())}
+        missing = used - self.queries.q.keys()
+        if missing:
+            raise LookupError(f"sql/queries/ lacks the queries {sorted(missing)}")
+        self.database = Database(self.queries)
+        self.sessions = Sessions(self.queries)
+        self.events = Events(self.queries)
+        self.tasks = Tasks(self.queries)
+        self.lineage = LineageStore(self.queries)
+        self.rewinds = Rewinds(self.queries)
+        self.jobs = Jobs(self.queries)
+
+    @property
+    def schema(self) -> str:
+        return self.queries.schema
+
+    @property
+    def q(self) -> dict[str, str]:
+        return self.queries.q
+
+    @property
+    def index_use(self) -> IndexUse:
+        return self.queries.index_use
+
+    @index_use.setter
+    def index_use(self, value: IndexUse) -> None:
+        self.queries.index_use = value

@@ -1,0 +1,81 @@
+"""kagent's schema as the service finds it, snapshots, statement settings and the invocation index's DDL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from service.kagent.store.base import (
+    SNAPSHOT_ID,
+    Connection,
+    Queries,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexRow:
+    name: str
+    valid: bool
+    comment: str | None
+    bytes: int
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class Database:
+    """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def kagent_columns(self, conn: Connection) -> dict[str, set[str]]:
+        tables: dict[str, set[str]] = {}
+        for row in await conn.fetch(self.q["kagent_tables"]):
+            tables.setdefault(row["table_name"], set()).add(row["column_name"])
+        return tables
+
+    async def schema_migrations(self, conn: Connection) -> tuple[int, bool] | None:
+        row = await conn.fetchrow(self.q["schema_migrations"])
+        return None if row is None else (int(row["version"]), bool(row["dirty"]))
+
+    async def now(self, conn: Connection) -> datetime:
+        value: datetime = await conn.fetchval(self.q["now"])
+        return value
+
+    async def export_snapshot(self, conn: Connection) -> str:
+        value: str = await conn.fetchval(self.q["export_snapshot"])
+        return value
+
+    async def use_snapshot(self, conn: Connection, snapshot: str) -> None:
+        """Make this (fresh REPEATABLE READ) transaction see the exported snapshot. SET takes no bind
+        parameter, so the id is checked against PostgreSQL's format before it is written into SQL."""
+        if not SNAPSHOT_ID.match(snapshot):
+            raise ValueError(f"not a snapshot id: {snapshot!r}")
+        await conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+
+    async def custom_plans(self, conn: Connection) -> None:
+        """Plan every statement of this transaction for its own parameters, and never JIT-compile one: a
+        prepared statement's generic plan (from its sixth run) assumes a session of a few rows, and for
+        event_turns_of reads all of it; a custom plan's estimate for a large session's rows can pass
+        jit_above_cost, and compiling then took 8 ms of a 10 ms lookup of a listing page's tasks."""
+        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL jit = off")
+
+    async def index_rows(self, conn: Connection, names: list[str]) -> list[IndexRow]:
+        rows = await conn.fetch(self.q["index_states"], names)
+        return [IndexRow(name=r["name"], valid=r["valid"], comment=r["comment"], bytes=int(r["bytes"])) for r in rows]
+
+    async def ddl(self, conn: Connection, statement: str) -> None:
+        await conn.execute(statement)
+
+    async def drop_index(self, conn: Connection, name: str) -> None:
+        # DDL takes no bind parameter: the name is the service's schema (validated at start-up) and a
+        # constant of invocation_index.py.
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+    async def comment_index(self, conn: Connection, name: str, comment: str) -> None:
+        await conn.execute(f"COMMENT ON INDEX {name} IS {_literal(comment)}")
+
+    async def analyze_kagent_tables(self, conn: Connection) -> None:
+        await conn.execute("ANALYZE event, task")

@@ -1,0 +1,170 @@
+"""kagent's event rows: boundaries, tallies, transcripts, turns and the server-side copy of kept rows."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from service.kagent.store.base import (
+    BEGINNING,
+    TASK_FETCH_BATCH,
+    Connection,
+    Queries,
+    row_count,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventTurn:
+    invocation_id: str
+    started_at: datetime
+    event_count: int
+    user_text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventTally:
+    """What a stretch of a session's events holds (events_tally)."""
+
+    events: int
+    turns: int
+    total_tokens: int
+    first_at: datetime | None
+    last_at: datetime | None
+    tool_calls: dict[str, int]
+    first_user_text: str | None
+    last_agent_text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptEvent:
+    """One event as a transcript reads it (transcript_events): messages is a JSON array, as PostgreSQL
+    made it; doc_kind the JSON type of the row (None: not JSON)."""
+
+    id: str
+    created_at: datetime
+    invocation_id: str | None
+    turn_key: str
+    doc_kind: str | None
+    author: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    messages: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventStats:
+    events: int
+    bytes: int
+    text_chars: int
+
+
+class Events:
+    """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def boundary_event_at(
+        self, conn: Connection, session_id: str, owner: str, invocation_id: str, *, prefilter: bool
+    ) -> datetime | None:
+        value: datetime | None = await conn.fetchval(
+            self.q["boundary_event"], session_id, owner, invocation_id, prefilter
+        )
+        return value
+
+    async def event_tally(
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        since: datetime,
+        until: datetime | None,
+        *,
+        user_text_chars: int,
+        agent_text_chars: int,
+    ) -> EventTally:
+        row = await conn.fetchrow(
+            self.q["events_tally"], session_id, owner, since, until, user_text_chars, agent_text_chars
+        )
+        assert row is not None  # an aggregate always answers one row
+        return EventTally(
+            events=int(row["events"]), turns=int(row["turns"]), total_tokens=int(row["total_tokens"]),
+            first_at=row["first_at"], last_at=row["last_at"],
+            tool_calls=msgspec.json.decode(row["tool_calls"], type=dict[str, int]),
+            first_user_text=row["first_user_text"], last_agent_text=row["last_agent_text"],
+        )  # fmt: skip
+
+    async def stream_transcript_events(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, *, cut_chars: int
+    ) -> AsyncIterator[TranscriptEvent]:
+        """The events in transcript order through a server-side cursor (needs a transaction)."""
+        query = self.q["transcript_events"]
+        async for r in conn.cursor(query, session_id, owner, before, cut_chars, prefetch=TASK_FETCH_BATCH):
+            yield TranscriptEvent(
+                id=r["id"], created_at=r["created_at"], invocation_id=r["invocation_id"], turn_key=r["turn_key"],
+                doc_kind=r["doc_kind"], author=r["author"], prompt_tokens=int(r["prompt_tokens"]),
+                completion_tokens=int(r["completion_tokens"]), total_tokens=int(r["total_tokens"]),
+                messages=r["messages"],
+            )  # fmt: skip
+
+    async def event_stats(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> EventStats:
+        row = await conn.fetchrow(self.q["count_events_before"], session_id, owner, before)
+        assert row is not None  # an aggregate always answers one row
+        return EventStats(events=int(row["events"]), bytes=int(row["bytes"]), text_chars=int(row["text_chars"]))
+
+    async def copy_kept(
+        self,
+        conn: Connection,
+        table: Literal["event", "task"],
+        *,
+        session_id: str,
+        owner: str,
+        before: datetime | None,
+        new_session_id: str,
+        new_user_id: str,
+    ) -> int:
+        """Copy the kept events, or the kept tasks with their ids replaced, inside PostgreSQL
+        (copy_events_before, copy_tasks_before); how many rows were copied."""
+        query = self.q["copy_events_before" if table == "event" else "copy_tasks_before"]
+        return row_count(await conn.execute(query, session_id, owner, before, new_user_id, new_session_id))
+
+    async def first_user_event_text(self, conn: Connection, session_id: str, owner: str) -> str | None:
+        parts = await conn.fetchval(self.q["first_user_event"], session_id, owner)
+        if parts is None:
+            return None
+        decoded = msgspec.json.decode(parts)
+        if not isinstance(decoded, list):
+            return None
+        texts = [p["text"] for p in decoded if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "\n".join(texts) or None
+
+    async def event_walk(
+        self, conn: Connection, session_id: str, owner: str, after: tuple[datetime, str] | None, count: int
+    ) -> list[tuple[str, datetime, str | None]]:
+        """The next (up to) `count` events after `after` (created_at, id) in that order: (id, created_at,
+        invocation id)."""
+        at, event_id = after if after is not None else (BEGINNING, "")
+        rows = await conn.fetch(self.q["event_walk"], session_id, owner, at, event_id, count)
+        return [(r["id"], r["created_at"], r["invocation_id"]) for r in rows]
+
+    async def event_turns(
+        self, conn: Connection, session_id: str, owner: str, of: list[str] | None = None
+    ) -> list[EventTurn]:
+        """The turns the events show, in order; `of`: only these invocations (by the invocation index)."""
+        if of is None:
+            rows = await conn.fetch(self.q["event_turns"], session_id, owner)
+        else:
+            rows = await conn.fetch(self.q["event_turns_of"], session_id, owner, of)
+        return [
+            EventTurn(
+                invocation_id=r["invocation_id"], started_at=r["started_at"], event_count=int(r["event_count"]),
+                user_text=r["user_text"],
+            )
+            for r in rows
+        ]  # fmt: skip

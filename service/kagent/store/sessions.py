@@ -1,0 +1,85 @@
+"""kagent's session rows (and the share links that open them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from service.kagent.store.base import (
+    Connection,
+    Queries,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRow:
+    id: str
+    user_id: str
+    name: str | None
+    agent_id: str | None
+    source: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Share:
+    session_id: str
+    owner: str
+    read_only: bool
+
+
+def _session(row: Any) -> SessionRow:
+    return SessionRow(
+        id=row["id"],
+        user_id=row["user_id"],
+        name=row["name"],
+        agent_id=row["agent_id"],
+        source=row["source"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+class Sessions:
+    """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def share_by_token(self, conn: Connection, token: str) -> Share | None:
+        row = await conn.fetchrow(self.q["share_by_token"], token)
+        if row is None:
+            return None
+        return Share(session_id=row["session_id"], owner=row["user_id"], read_only=row["read_only"])
+
+    async def get_session(
+        self, conn: Connection, session_id: str, owner: str, *, lock: bool = False
+    ) -> SessionRow | None:
+        row = await conn.fetchrow(self.q["lock_session" if lock else "get_session"], session_id, owner)
+        return None if row is None else _session(row)
+
+    async def session_status(self, conn: Connection, session_id: str, owner: str) -> tuple[str | None, bool] | None:
+        row = await conn.fetchrow(self.q["session_status"], session_id, owner)
+        return None if row is None else (row["name"], bool(row["deleted"]))
+
+    async def has_external_state(self, conn: Connection, session_id: str, owner: str) -> bool:
+        return bool(await conn.fetchval(self.q["external_state"], session_id, owner))
+
+    async def has_events(self, conn: Connection, session_id: str, owner: str) -> bool:
+        return bool(await conn.fetchval(self.q["has_events"], session_id, owner))
+
+    async def sessions_of(self, conn: Connection, user_id: str, agent_id: str | None, limit: int) -> list[SessionRow]:
+        return [_session(r) for r in await conn.fetch(self.q["explorer_sessions"], user_id, agent_id, limit)]
+
+    async def insert_session(
+        self, conn: Connection, *, session_id: str, user_id: str, name: str, agent_id: str | None, source: str
+    ) -> SessionRow:
+        row = await conn.fetchrow(self.q["insert_session"], session_id, user_id, name, agent_id, source)
+        return _session(row)
+
+    async def touch_session(self, conn: Connection, session_id: str, owner: str) -> SessionRow:
+        row = await conn.fetchrow(self.q["touch_session"], session_id, owner)
+        assert row is not None  # the caller holds the session's row lock
+        return _session(row)

@@ -1,0 +1,167 @@
+"""kagent's task rows: candidates for a turn's task, streams of kept tasks, and writing new ones."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from service.kagent.store.base import (
+    BEGINNING,
+    TASK_COLUMNS,
+    TASK_FETCH_BATCH,
+    TASK_TEXT_COLUMNS,
+    Connection,
+    Queries,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRow:
+    id: str
+    created_at: datetime
+    protocol_version: str | None
+    data: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecentTasks:
+    """Of the session's newest tasks, those that mention a text (oldest first), and the oldest's time."""
+
+    candidates: list[TaskRow]
+    oldest: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewTask:
+    id: str
+    created_at: datetime
+    data: str
+    session_id: str
+    protocol_version: str | None
+    user_id: str
+    updated_at: datetime
+
+
+def _task(row: Any) -> TaskRow:
+    return TaskRow(
+        id=row["id"], created_at=row["created_at"], protocol_version=row["protocol_version"], data=row["data"]
+    )
+
+
+class Tasks:
+    """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def tasks_mentioning(
+        self, conn: Connection, session_id: str, owner: str, invocation_id: str, *, prefilter: bool
+    ) -> list[TaskRow]:
+        """The candidates for the tasks that carry the invocation, oldest first (the caller confirms
+        in the parsed JSON): by the invocation index when it is valid, else every task that mentions
+        the id (each decompressed)."""
+        if self.q.index_use.task_invocations:
+            return await self.tasks_carrying_any(conn, session_id, owner, [invocation_id])
+        else:
+            rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, invocation_id, prefilter)
+        return [_task(r) for r in rows]
+
+    async def tasks_mentioning_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, text: str
+    ) -> list[TaskRow]:
+        rows = await conn.fetch(self.q["tasks_mentioning_before"], session_id, owner, before, text)
+        return [_task(r) for r in rows]
+
+    async def recent_tasks_mentioning(
+        self, conn: Connection, session_id: str, owner: str, text: str, *, prefilter: bool
+    ) -> RecentTasks:
+        rows = await conn.fetch(self.q["recent_tasks_mentioning"], session_id, owner, text, prefilter)
+        return RecentTasks(candidates=[_task(r) for r in rows], oldest=rows[0]["oldest"] if rows else None)
+
+    async def first_task(self, conn: Connection, session_id: str, owner: str) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["first_task"], session_id, owner)
+        return None if row is None else _task(row)
+
+    async def last_task_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["last_task_before"], session_id, owner, before)
+        return None if row is None else _task(row)
+
+    async def count_tasks(self, conn: Connection, session_id: str, owner: str) -> int:
+        value: int = await conn.fetchval(self.q["count_tasks"], session_id, owner)
+        return value
+
+    async def stream_tasks_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> AsyncIterator[TaskRow]:
+        """The tasks in created_at order through a server-side cursor (needs a transaction)."""
+        async for row in self._stream(conn, "tasks_before", session_id, owner, before):
+            yield row
+
+    async def stream_tasks_from(
+        self, conn: Connection, session_id: str, owner: str, start: datetime
+    ) -> AsyncIterator[TaskRow]:
+        """The tasks created at or after `start`, oldest first, through a server-side cursor."""
+        async for row in self._stream(conn, "tasks_from", session_id, owner, start):
+            yield row
+
+    async def _stream(self, conn: Connection, query: str, *args: object) -> AsyncIterator[TaskRow]:
+        async for row in conn.cursor(self.q[query], *args, prefetch=TASK_FETCH_BATCH):
+            yield _task(row)
+
+    async def task_versions_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> dict[str | None, int]:
+        """How many kept tasks there are of each protocol_version."""
+        rows = await conn.fetch(self.q["task_versions_before"], session_id, owner, before)
+        return {r["protocol_version"]: int(r["tasks"]) for r in rows}
+
+    async def stream_new_tasks(self, conn: Connection, tasks: AsyncIterator[NewTask]) -> None:
+        """Write new task rows with one COPY fed while they are made (bounded memory)."""
+
+        async def records() -> AsyncIterator[tuple[object, ...]]:
+            async for t in tasks:
+                yield (t.id, t.created_at, t.updated_at, t.data, t.session_id, t.protocol_version, t.user_id)
+
+        await conn.copy_records_to_table("task", records=records(), columns=TASK_COLUMNS)
+
+    async def copy_task_text(self, conn: Connection, text: AsyncIterator[bytes]) -> None:
+        """Write task rows given as COPY text in TASK_TEXT_COLUMNS, read from `text` while it is made
+        (nothing when it gives nothing)."""
+        await conn.copy_to_table("task", source=text, columns=TASK_TEXT_COLUMNS, format="text")
+
+    async def insert_tasks(self, conn: Connection, tasks: list[NewTask]) -> None:
+        """Write new task rows with COPY; session.updated_at is the caller's to set."""
+        if not tasks:
+            return
+        await conn.copy_records_to_table(
+            "task",
+            records=[
+                (t.id, t.created_at, t.updated_at, t.data, t.session_id, t.protocol_version, t.user_id) for t in tasks
+            ],
+            columns=TASK_COLUMNS,
+        )
+
+    async def tasks_carrying_any(
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        ids: list[str],
+        besides: tuple[datetime | None, datetime | None] | None = None,
+    ) -> list[TaskRow]:
+        """Candidates for the tasks carrying any of `ids` (the invocation index), oldest first; `besides`:
+        but those created in [start, end) (None: no bound), read already."""
+        start, end = (besides[0] or BEGINNING, besides[1]) if besides is not None else (None, None)
+        rows = await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids, start, end)
+        return [_task(r) for r in rows]
+
+    async def tasks_between(
+        self, conn: Connection, session_id: str, owner: str, start: datetime | None, end: datetime | None
+    ) -> list[TaskRow]:
+        """The live tasks created in [start, end), oldest first (None: no bound)."""
+        since = start if start is not None else BEGINNING
+        return [_task(r) for r in await conn.fetch(self.q["tasks_between"], session_id, owner, since, end)]

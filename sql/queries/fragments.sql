@@ -1,0 +1,35 @@
+-- Named queries of kagent-fork. {schema} is the service's own schema (validated at start-up).
+-- kagent's tables are read with named columns only (kagent may add more) and every read filters
+-- deleted_at IS NULL, as kagent's backend does. {name} stands for the fragment of that name below.
+
+-- fragment: task_owned_by_$2
+-- kagent's owner rule for a task row (go/core/internal/database/queries/tasks.sql): task.user_id, or,
+-- for rows written before that column existed, the one user whose session of that id existed when
+-- the task was written. Anything ambiguous belongs to nobody.
+(task.user_id = $2 OR (task.user_id IS NULL AND $2 = (
+    SELECT min(s.user_id) FROM session s
+    WHERE s.id = task.session_id AND s.created_at <= task.created_at
+    HAVING count(DISTINCT s.user_id) = 1)))
+
+-- fragment: turns_of_parsed
+-- The turns of the rows of `parsed` (created_at, doc), as event_turns answers them.
+turns AS (
+    SELECT coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id,
+           created_at,
+           CASE WHEN doc ->> 'author' = 'user'
+                THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(doc) AS m
+                      WHERE m.kind = 'text')
+           END AS user_text,
+           EXISTS (SELECT 1 FROM {schema}.event_messages(doc)) AS has_messages
+    FROM parsed
+    WHERE jsonb_typeof(doc) = 'object'
+)
+SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count,
+       (array_agg(left(user_text, 200) ORDER BY created_at) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text
+FROM turns
+WHERE invocation_id IS NOT NULL
+GROUP BY invocation_id
+-- An invocation none of whose events holds a message is bookkeeping, not a turn (kagent 0.10.x's
+-- "header_update" events, written before every turn under that one invocation id).
+HAVING bool_or(has_messages)
+ORDER BY started_at

@@ -1,0 +1,55 @@
+-- Named queries of kagent-fork's store, service/kagent/store/sessions.py (conventions: fragments.sql).
+
+-- name: share_by_token
+-- A share link, as kagent's share middleware resolves X-Share-Token.
+SELECT session_id, user_id, read_only FROM session_share WHERE token = $1 LIMIT 1;
+
+-- name: get_session
+-- A live session of one owner.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL;
+
+-- name: lock_session
+-- The live session row, locked: rewinds and undos of one session run one at a time.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
+FOR UPDATE;
+
+-- name: session_status
+-- Whether a session exists, deleted or not (for lineage trees).
+SELECT name, deleted_at IS NOT NULL AS deleted FROM session WHERE id = $1 AND user_id = $2;
+
+-- name: external_state
+-- Does the session's agent keep its state outside kagent's event table (LangGraph, CrewAI)?
+SELECT EXISTS (SELECT 1 FROM lg_checkpoint WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
+    OR EXISTS (SELECT 1 FROM crewai_agent_memory WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
+    OR EXISTS (SELECT 1 FROM crewai_flow_state WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
+    AS external;
+
+-- name: has_events
+-- Whether the session has any live event.
+SELECT EXISTS (
+    SELECT 1 FROM event WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL
+) AS has_events;
+
+-- name: insert_session
+-- The fork's session row; created_at = updated_at = the database's now.
+INSERT INTO session (id, user_id, name, agent_id, source, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, NOW(), NOW())
+RETURNING id, user_id, name, agent_id, source, created_at, updated_at;
+
+-- name: touch_session
+-- What kagent does on every event or task write: lift the session in the sidebar.
+UPDATE session SET updated_at = NOW() WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
+RETURNING id, user_id, name, agent_id, source, created_at, updated_at;
+
+-- name: explorer_sessions
+-- The caller's live sessions, newest first (as kagent's sidebar orders them), of one agent when $2 is
+-- given, at most $3.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE user_id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR agent_id = $2)
+ORDER BY updated_at DESC, id
+LIMIT $3;

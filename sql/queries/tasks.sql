@@ -1,0 +1,116 @@
+-- Named queries of kagent-fork's store, service/kagent/store/tasks.py (conventions: fragments.sql).
+
+-- name: tasks_mentioning
+-- Live tasks of the session that mention $3 anywhere in their text, oldest first (candidates for
+-- the boundary task; the caller confirms in the parsed JSON).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2}
+  AND (NOT $4 OR strpos(data, $3) > 0)
+ORDER BY created_at;
+
+-- name: recent_tasks_mentioning
+-- Of the session's newest 8 live tasks, those that mention $3 (same pre-filter as
+-- tasks_mentioning), oldest first, each with the created_at of the oldest of the newest: a large
+-- fork's guess of its boundary task. The sort reads only created_at and the TOAST pointers; only the
+-- newest rows are decompressed.
+WITH recent AS MATERIALIZED (
+    SELECT id, created_at, protocol_version, data
+    FROM task
+    WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND {task_owned_by_$2}
+    ORDER BY created_at DESC
+    LIMIT 8
+)
+SELECT id, created_at, protocol_version, data, (SELECT min(created_at) FROM recent) AS oldest
+FROM recent
+WHERE (NOT $4 OR strpos(data, $3) > 0)
+ORDER BY created_at;
+
+-- name: last_task_before
+-- The newest live task created before $3 (NULL: of all), to see whether the last kept turn still runs.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND {task_owned_by_$2}
+ORDER BY created_at DESC
+LIMIT 1;
+
+-- name: count_tasks
+-- How many live tasks the session has (is the fork large enough for a second connection?).
+SELECT count(*)
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2};
+
+-- name: tasks_before
+-- The live tasks created before $3 (NULL: all), oldest first, with kagent's owner rule for rows
+-- written before task.user_id existed.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND {task_owned_by_$2}
+ORDER BY created_at;
+
+-- name: tasks_mentioning_before
+-- The live tasks created before $3 (NULL: all) that mention $4 in their text, oldest first (a plain
+-- strpos: the caller passes only text no JSON encoder escapes, and reads the JSON of what it finds).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND {task_owned_by_$2}
+  AND strpos(data, $4) > 0
+ORDER BY created_at;
+
+-- name: task_versions_before
+-- The protocol versions (dialects) of the live tasks created before $3 (NULL: all), and how many of each.
+SELECT protocol_version, count(*) AS tasks
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND {task_owned_by_$2}
+GROUP BY protocol_version;
+
+-- name: tasks_from
+-- The live tasks created at or after $3, oldest first (the ones a rewind would hide).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND created_at >= $3
+  AND {task_owned_by_$2}
+ORDER BY created_at;
+
+-- name: tasks_carrying_any
+-- The live tasks that may carry any of the invocations $3 (the invocation index; '' adds the rows
+-- PostgreSQL cannot read), oldest first: candidates, a superset, which the caller confirms with its
+-- own reader (tasks_mentioning's when the index is valid; the tasks of a listing page's turns).
+-- $4, $5: leave out the tasks created in [$4, $5) (NULL: leave none out; $5 NULL: no end), which a
+-- listing page has read already.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2}
+  AND {schema}.task_invocation_candidates(data) && array_append($3::text[], '')
+  AND NOT coalesce(created_at >= $4 AND ($5::timestamptz IS NULL OR created_at < $5), false)
+ORDER BY created_at;
+
+-- name: tasks_between
+-- The live tasks created at or after $3 and before $4 (NULL: no end), oldest first.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND created_at >= $3 AND ($4::timestamptz IS NULL OR created_at < $4)
+  AND {task_owned_by_$2}
+ORDER BY created_at;
+
+-- name: first_task
+-- The session's oldest live task (its first user message names an unnamed fork).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2}
+ORDER BY created_at
+LIMIT 1;
