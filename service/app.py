@@ -16,7 +16,7 @@ from litestar.types import Receive, Scope, Send
 
 from service.agents import whatif
 from service.config import Settings
-from service.doors import api, mcp_tools
+from service.doors import api, experiments_http, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import invocation_index
 from service.kagent.migrate import check_kagent_schema, migrate
@@ -173,7 +173,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             await pool.close()
 
     return Litestar(
-        route_handlers=[*api.handlers(), mcp_endpoint],
+        route_handlers=[*api.handlers(), *experiments_http.handlers(), mcp_endpoint],
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,

@@ -50,6 +50,7 @@ class Settings:
     whatif_max_context_tokens: int = 200_000
     whatif_timeout_seconds: int = 600
     whatif_heartbeat_seconds: float = 5.0
+    whatif_max_parallel: int = 4  # A2A turns with agents at once per replica (the rest wait)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -113,6 +114,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         kagent_a2a_url=_a2a_url(env.get("KAGENT_A2A_URL") or None),
         whatif_max_context_tokens=_int(env, "WHATIF_MAX_CONTEXT_TOKENS", 200_000, minimum=1, maximum=1 << 31),
         whatif_timeout_seconds=_int(env, "WHATIF_TIMEOUT_SECONDS", 600, minimum=1, maximum=7 * 24 * 3600),
+        whatif_max_parallel=_int(env, "WHATIF_MAX_PARALLEL", 4, minimum=1, maximum=1000),
     )
 
 

@@ -52,6 +52,20 @@ WHATIF_DURATION = Histogram(
     ["status"],
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
 )
+EXPERIMENTS = Counter(
+    "kagent_fork_experiments_total", "Experiments by status: started, then completed, failed or cancelled", ["status"]
+)
+TURNS = Counter(
+    "kagent_fork_whatif_turns_total",
+    "Turns of what-if jobs and experiment branches by how the agent's task ended (completed, input-required, "
+    "failed, ...)",
+    ["status"],
+)
+TURN_DURATION = Histogram(
+    "kagent_fork_whatif_turn_duration_seconds",
+    "How long one re-asked turn took, from sending it to its task's end",
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
 POOL = Gauge(
     "kagent_fork_db_pool_connections", "Database pool connections of this process", ["state"], multiprocess_mode="all"
 )

@@ -19,8 +19,11 @@ import msgspec
 import pytest
 import yaml
 
+from service.agents.experiments import ExperimentRequest
+from service.agents.whatif import WhatifRequest
 from service.app import open_pool, prepare_database
 from service.config import ConfigError, Settings, from_env
+from service.doors import experiments_http
 from service.doors.api import handlers
 from service.kagent.migrate import SchemaError, check_kagent_schema, migrate
 from service.kagent.store import Store
@@ -116,7 +119,7 @@ def test_openapi_documents_every_route_and_request_type() -> None:
     documented = {(path.rstrip("/") or "/", method.upper()) for path, ops in spec["paths"].items() for method in ops}
     served = {
         (path.replace(":str", ""), method)
-        for handler in handlers()
+        for handler in [*handlers(), *experiments_http.handlers()]
         for path in handler.paths
         for method in handler.http_methods
     }
@@ -125,6 +128,8 @@ def test_openapi_documents_every_route_and_request_type() -> None:
         (ForkRequest, "ForkRequest"),
         (RewindRequest, "RewindRequest"),
         (EmptyRequest, "EmptyRequest"),
+        (ExperimentRequest, "ExperimentRequest"),
+        (WhatifRequest, "WhatifRequest"),
     ]:
         code = msgspec.json.schema(struct)
         code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])

@@ -189,11 +189,16 @@ async def test_an_agent_that_is_down_or_answers_garbage_fails_the_job_and_keeps_
 ) -> None:
     a2a_url = agents[0] if agent == "garbage" else "http://127.0.0.1:9/api/a2a"  # port 9: nothing listens
     conv = await seed(pool, dialect="legacy", turns=2)
+    before = await table_fingerprint(pool)
     async with service(whatif_settings(settings, a2a_url), database_url) as client:
         r = await start(
             client, conv.session_id, conv.user_id,
             {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": f"{NAMESPACE}/{GARBAGE}"},
         )  # fmt: skip
+        if agent == "down":  # its card is asked for first: a short 422 naming it, nothing written
+            assert r.status_code == 422 and f"{NAMESPACE}/{GARBAGE}" in r.json()["error"], r.text
+            assert await table_fingerprint(pool) == before
+            return
         assert r.status_code == 202, r.text
         job = await job_until(client, r.json()["data"]["job"]["id"], conv.user_id, ended)
     assert job["status"] == "failed" and job["task_id"] is None
@@ -226,10 +231,16 @@ async def test_a_restart_during_a_job_finishes_it(
         other = (await start(third, conv.session_id, conv.user_id, {**body, "agent_ref": f"{NAMESPACE}/{V1}"})).json()
         other_id = other["data"]["job"]["id"]
         await job_until(third, other_id, conv.user_id, ended)
-    async with pool.acquire() as conn:  # as if its replica had died before the agent answered
+    async with pool.acquire() as conn:  # as if its replica had died after stamping the turn sent, before
+        # the agent took it (no task of the fork holds the message): it is never sent again
         await conn.execute(
             "UPDATE kagent_fork.whatif_job SET status = 'running', task_id = NULL, finished_at = NULL, "
-            "heartbeat_at = NOW() - interval '1 hour' WHERE id = $1",
+            "turns_done = 0, heartbeat_at = NOW() - interval '1 hour' WHERE id = $1",
+            other_id,
+        )
+        await conn.execute(
+            "UPDATE kagent_fork.whatif_turn SET task_id = NULL, state = NULL, figures = NULL, ended_at = NULL, "
+            "message = jsonb_set(message, '{messageId}', '\"never-sent\"') WHERE job_id = $1",
             other_id,
         )
     async with service(config, database_url) as fourth:

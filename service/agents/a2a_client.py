@@ -5,6 +5,9 @@ value and the 0.3 transport converts it, as the SDK does for every legacy peer."
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,11 +23,17 @@ from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.types import a2a_pb2 as a2a
-from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_CURRENT, VERSION_HEADER
 from a2a.utils.errors import A2AError as SdkError
 from google.protobuf import json_format
 
+from service.kagent import dialects
 from service.kagent.dialects import JSON, TaskDialect
+
+# kagent's human-in-the-loop extension (main line): an agent puts a tool approval request in its
+# input-required message only for a client that names it in this header, as kagent's UI does.
+HITL_EXTENSION_URI = "https://kagent.dev/extensions/hitl/v1"
+EXTENSIONS_HEADER = "A2A-Extensions"
 
 TERMINAL = {
     a2a.TASK_STATE_COMPLETED: "completed",
@@ -41,6 +50,22 @@ TERMINAL = {
 def state_name(state: int) -> str:
     name: str = a2a.TaskState.Name(state)
     return name
+
+
+def state_label(state: str | None) -> str | None:
+    """A task state as the legacy dialect spells it, whichever the dialect (TASK_STATE_INPUT_REQUIRED and
+    input-required are both input-required), so that columns of both lines read alike."""
+    if state is None:
+        return None
+    if state.startswith("TASK_STATE_"):
+        return state.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    return state
+
+
+def label_of(state: int) -> str:
+    label = state_label(state_name(state))
+    assert label is not None
+    return label
 
 
 class AgentError(Exception):
@@ -100,6 +125,7 @@ async def _transport(agent: Agent) -> AsyncIterator[ClientTransport]:
         else:
             # As the SDK's client factory does: a server takes a request that names no version for 0.3.
             client.headers[VERSION_HEADER] = PROTOCOL_VERSION_CURRENT
+            client.headers[EXTENSIONS_HEADER] = HITL_EXTENSION_URI
             card = a2a.AgentCard(name="kagent agent", description="", version="")
             yield JsonRpcTransport(client, card, agent.url)
 
@@ -116,6 +142,99 @@ _ANSWER_ERRORS: tuple[type[BaseException], ...] = (
     A2AClientError, SdkError, httpx.HTTPError, OSError, ValueError, KeyError, TypeError, pydantic.ValidationError,
     json_format.ParseError,
 )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class Card:
+    """Which agent answered: its card's name and version, and a hash of its skills."""
+
+    name: str
+    version: str
+    skills_sha256: str
+
+
+async def fetch_card(agent: Agent) -> Card:
+    """The agent's card, as kagent serves it beside each agent's A2A endpoint."""
+    url = agent.url.rstrip("/") + AGENT_CARD_WELL_KNOWN_PATH
+    try:
+        async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout) as client:
+            response = await client.get(url)
+    except (httpx.HTTPError, OSError) as exc:
+        raise AgentError(f"its card at {url} could not be read: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise AgentError(f"its card at {url} answered HTTP {response.status_code}")
+    try:
+        card = response.json()
+    except ValueError:
+        raise AgentError(f"its card at {url} is not JSON") from None
+    if not isinstance(card, dict) or not isinstance(card.get("name"), str):
+        raise AgentError(f"its card at {url} is not an A2A agent card (no name)")
+    skills = json.dumps(card.get("skills") or [], sort_keys=True, separators=(",", ":"))
+    version = card.get("version")
+    return Card(
+        name=card["name"], version=version if isinstance(version, str) else "",
+        skills_sha256=hashlib.sha256(skills.encode()).hexdigest(),
+    )  # fmt: skip
+
+
+def _hitl_request(message: JSON) -> JSON | None:
+    """The tool approval request a main-line agent's message carries (kagent's HITL extension), if any."""
+    extensions = message.get("extensions")
+    metadata = message.get("metadata")
+    if not (isinstance(extensions, list) and HITL_EXTENSION_URI in extensions and isinstance(metadata, dict)):
+        return None
+    payload = metadata.get(HITL_EXTENSION_URI)
+    return payload if isinstance(payload, dict) else None
+
+
+def rejection(task: JSON, dialect: TaskDialect, *, context_id: str, task_id: str) -> tuple[JSON, int] | None:
+    """The answer kagent's UI sends when a person rejects every tool call an input-required task asks to
+    approve (the Reject button, no reason), as the message JSON of the task's dialect, and how many
+    calls it rejects; None when the task asks something else (a question, or nothing a UI could answer).
+
+    0.10.x (ChatInterface.sendApprovalDecision): a user message with the data part
+    `{"decision_type": "reject"}` and the text "Rejected". main (hitl.ts buildToolApprovalResponse,
+    createHitlResponseMessage): the text "0 approved, N rejected" and, in the message's metadata under
+    the HITL extension, `{"type": "tool_approval_response", "approvals": [{"id", "approved": false}]}`
+    for each tool the request shows (its nested tools when a sub-agent asks)."""
+    message = dialects.status_message(task)
+    if message is None:
+        return None
+    stamp = int(time.time() * 1000)
+    if dialect is TaskDialect.LEGACY:
+        requests = dialects.confirmation_requests(message, tool_approvals_only=True)
+        if requests == 0:
+            return None
+        return {
+            "kind": "message", "messageId": str(uuid.uuid4()), "role": "user",
+            "parts": [{"kind": "data", "data": {"decision_type": "reject"}, "metadata": {}},
+                      {"kind": "text", "text": "Rejected"}],
+            "contextId": context_id, "taskId": task_id, "metadata": {"timestamp": stamp},
+        }, requests  # fmt: skip
+    request = _hitl_request(message)
+    if request is None or request.get("type") != "tool_approval_request":
+        return None
+    nested = request.get("nested")
+    tools = nested.get("tools") if isinstance(nested, dict) and nested.get("tools") else request.get("tools")
+    if not isinstance(tools, list) or not tools or not all(isinstance(t, dict) and "id" in t for t in tools):
+        return None
+    answer = {"type": "tool_approval_response", "approvals": [{"id": t["id"], "approved": False} for t in tools]}
+    return {
+        "messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+        "parts": [{"text": f"0 approved, {len(tools)} rejected", "mediaType": "text/plain"}],
+        "contextId": context_id, "taskId": task_id,
+        "metadata": {"timestamp": stamp, HITL_EXTENSION_URI: answer}, "extensions": [HITL_EXTENSION_URI],
+    }, len(tools)  # fmt: skip
+
+
+def reply_message(reply: JSON, dialect: TaskDialect) -> a2a.Message:
+    """A reply in the task's dialect (rejection) as the A2A 1.0 value the transports send, ids as given."""
+    try:
+        if dialect is TaskDialect.LEGACY:
+            return conversions.to_core_message(types_v03.Message.model_validate(reply))
+        return json_format.ParseDict(reply, a2a.Message(), ignore_unknown_fields=True)
+    except (pydantic.ValidationError, json_format.ParseError, ValueError) as exc:
+        raise AgentError(f"the reply is not a valid A2A message: {exc}") from None
 
 
 async def send(agent: Agent, message: a2a.Message) -> a2a.Task | None:

@@ -1,11 +1,10 @@
-"""What-if: regenerate a turn on another agent over A2A, as a job.
+"""What-if: regenerate a turn (or the turns from it on) on another agent over A2A, as a job.
 
 Starting one is the fork operation itself (into the chosen agent, `forking.Into`), whose transaction
-also writes the job row; then the turn's user message is sent to the agent over A2A (kagent's endpoint)
-with the fork as its context, and the agent writes the new turn into the fork as it does for any chat.
-The job runs in the replica that started it (`Runner`): its status changes are written in their own
-transactions, and its heartbeat lets another replica (or the next start) finish a job whose replica
-stopped, claiming it with one UPDATE so that no job is ever run twice.
+also writes the job row and its turns; then the runner (service/agents/runner.py) sends the turns' user
+messages to the agent over A2A (kagent's endpoint) with the fork as their context, one after the other,
+and the agent writes the new turns into the fork as it does for any chat. An experiment's branches are
+such jobs (service/agents/experiments.py), started by `write_branch` below.
 """
 
 from __future__ import annotations
@@ -13,49 +12,57 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from service.agents import a2a_client
-from service.errors import BadRequest, Conflict, NotConfigured, NotFound, ServiceError, Unprocessable
+from service.agents.runner import JobResult, Runner, headers
+from service.errors import BadRequest, Conflict, NotConfigured, NotFound, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent import dialects
-from service.kagent.store.base import CONNECTION_ERRORS, Connection
+from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
-from service.observability import WHATIF_DURATION, WHATIF_JOBS, WHATIF_RUNNING
-from service.operations import forking, plan, summary
-from service.schemas import ForkedSession, ForkPlan, ForkRequest, Text, rfc3339
+from service.kagent.store.sessions import SessionRow
+from service.kagent.store.tasks import TaskRow
+from service.observability import WHATIF_DURATION, WHATIF_JOBS
+from service.operations import forking, plan
+from service.schemas import ForkedSession, ForkRequest, Text, rfc3339
 from service.services import Services
 
-log = logging.getLogger("kagent_fork")
-T = TypeVar("T")
+__all__ = ["Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_session", "start"]
+
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("kagent_fork")
 
 # A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
-_AGENT_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-POLL_SECONDS = 0.5
+AGENT_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
+Tokens = Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)]
+# Out of range (below 1, or more than the source holds from the boundary) is a 422 (read_span).
+TurnCount = Annotated[int, Meta(ge=-(2**31), le=2**31)] | Literal["all"]
+# An edited question may be longer than an id; the body limit (MAX_BODY_BYTES) bounds it too.
+MESSAGE_TEXT_CHARS = 16_384
+
+
+class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    text: Annotated[str, Meta(min_length=1, max_length=MESSAGE_TEXT_CHARS, pattern=r"^[^\x00]*\S[^\x00]*$")]
 
 
 class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     rewind_before_invocation_id: Text
     agent_ref: Text | None = None
     name: Text | None = None
-    # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
-    max_context_tokens: Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)] | None = None
-
-
-class JobResult(msgspec.Struct, frozen=True, kw_only=True):
-    last_agent_text: str | None
-    tool_calls: dict[str, int]
-    total_tokens: int
+    max_context_tokens: Tokens | None = None
+    turns: TurnCount = 1
+    message: MessageEdit | None = None
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,6 +77,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     created_at: str
     finished_at: str | None
     result: JobResult | None
+    turns_done: int
+    turns_total: int
+    stopped_at: str | None
+    experiment_id: str | None
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +95,8 @@ def job_json(job: WhatifJob) -> Job:
         error=job.error, created_at=rfc3339(job.created_at),
         finished_at=rfc3339(job.finished_at) if job.finished_at else None,
         result=msgspec.json.decode(job.result, type=JobResult) if job.result else None,
+        turns_done=job.turns_done, turns_total=job.turns_total, stopped_at=job.stopped_at,
+        experiment_id=job.experiment_id,
     )  # fmt: skip
 
 
@@ -97,21 +110,42 @@ def agent_ref_of(agent_id: str) -> str | None:
     if agent_id.count("__NS__") != 1:
         return None
     ref = agent_id.replace("__NS__", "/").replace("_", "-")
-    return ref if _AGENT_REF.match(ref) else None
+    return ref if AGENT_REF.match(ref) else None
+
+
+def checked_agent_ref(value: str, what: str = "agent_ref") -> str:
+    if not AGENT_REF.match(value):
+        raise Unprocessable(f"{what} must be namespace/name of a kagent agent, got {value!r}")
+    return value
+
+
+def whole_tokens(value: int | float | None, default: int) -> int:
+    if isinstance(value, float) and not value.is_integer():
+        raise BadRequest("max_context_tokens must be a whole number")
+    return int(value or default)
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Turn:
+class SourceTurn:
+    invocation_id: str
     message: dialects.JSON  # the user message that opened the turn, as the source task's history holds it
+    started_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """The source turns a job re-asks, from the boundary on, and what each costs to ask."""
+
+    source: SessionRow
+    agent_ref: str | None  # the source's own agent, when its agent_id spells one
     dialect: dialects.TaskDialect
-    owner: str  # the source session's owner
+    turns: list[SourceTurn]
+    tokens: list[int]  # the estimated context before each turn (the transcript's estimated_context_tokens)
 
 
-async def _source_turn(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, invocation_id: str
-) -> tuple[str | None, _Turn]:
-    """The source's agent and the user message that opened the turn, from its task's history."""
-    source, _ = await visible_session(svc, conn, caller, session_id)
+async def _boundary_task(
+    svc: Services, conn: Connection, source: SessionRow, invocation_id: str
+) -> tuple[TaskRow, dialects.TaskDialect, dialects.JSON]:
     prefilter = dialects.verbatim_in_json(invocation_id)
     candidates = await svc.store.tasks.tasks_mentioning(
         conn, source.id, source.user_id, invocation_id, prefilter=prefilter
@@ -127,7 +161,161 @@ async def _source_turn(
     message = dialects.user_message(dialects.decode(found.row.data), dialect, invocation_id)
     if message is None:
         raise Unprocessable(f"the turn {invocation_id} has no user message to send")
-    return source.agent_id, _Turn(message=message, dialect=dialect, owner=source.user_id)
+    return found.row, dialect, message
+
+
+async def read_span(
+    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: str, wanted: int | str
+) -> Span:
+    """The source turns from `boundary` on (`wanted` of them, or "all"), each with the user message to send
+    again and the estimated context before it. Needs a (repeatable read) transaction."""
+    source, _ = await visible_session(svc, conn, caller, session_id)
+    task, dialect, first = await _boundary_task(svc, conn, source, boundary)
+    listed = await svc.store.events.event_turns(conn, source.id, source.user_id)
+    ids = [t.invocation_id for t in listed]
+    # A turn only its task knows (no events) can be asked; nothing after it is known.
+    later = listed[ids.index(boundary) :] if boundary in ids else []
+    available = max(len(later), 1)
+    count = available if wanted == "all" else int(wanted)
+    if count < 1:
+        raise Unprocessable(f'turns must be 1 or more, or "all", got {count}')
+    if count > available:
+        raise Unprocessable(
+            f"turns: the source holds {available} turn{'s' if available != 1 else ''} from {boundary} on, not {count}"
+        )
+    turns = [
+        SourceTurn(invocation_id=boundary, message=first, started_at=later[0].started_at if later else task.created_at)
+    ]
+    wanted_ids = {t.invocation_id: t for t in later[1:count]}
+    messages: dict[str, dialects.JSON] = {}
+    if wanted_ids:
+        async for row in svc.store.tasks.stream_tasks_from(conn, source.id, source.user_id, task.created_at):
+            try:
+                data = dialects.decode(row.data)
+            except dialects.TaskFormatError:
+                continue
+            for inv in dialects.invocation_ids(data):
+                if inv in wanted_ids and inv not in messages:
+                    found = dialects.user_message(data, plan.dialect_of(row), inv)
+                    if found is not None:
+                        messages[inv] = found
+    for t in later[1:count]:
+        if t.invocation_id not in messages:
+            raise Unprocessable(f"the turn {t.invocation_id} has no user message to send")
+        turns.append(
+            SourceTurn(invocation_id=t.invocation_id, message=messages[t.invocation_id], started_at=t.started_at)
+        )
+    chars = await svc.store.events.text_chars_before_each(
+        conn, source.id, source.user_id, sorted({t.started_at for t in turns})
+    )
+    return Span(
+        source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None, dialect=dialect,
+        turns=turns, tokens=[math.ceil(chars.get(t.started_at, 0) / 4) for t in turns],
+    )  # fmt: skip
+
+
+def gate(span: Span, branches: int, limit: int) -> None:
+    """The cost gate: every branch sends every turn's context to its agent's model."""
+    estimate = branches * sum(span.tokens)
+    if estimate > limit:
+        what = (
+            "the turn's context is" if branches * len(span.turns) == 1 else "the contexts of every branch's turns are"
+        )
+        raise Unprocessable(
+            f"{what} about {estimate} tokens, over the limit of {limit} "
+            "(max_context_tokens, default WHATIF_MAX_CONTEXT_TOKENS): each is sent to the agent's model"
+        )
+
+
+def a2a_base(svc: Services) -> str:
+    base = svc.settings.kagent_a2a_url
+    if base is None:
+        raise NotConfigured(
+            "what-ifs need kagent's A2A endpoint: set KAGENT_A2A_URL (e.g. http://kagent-controller.kagent:8083/api/a2a)"
+        )
+    return base
+
+
+async def cards(
+    svc: Services, agent_refs: list[str], dialect: dialects.TaskDialect, hdrs: dict[str, str]
+) -> dict[str, a2a_client.Card]:
+    """Each agent's card, asked for at once through kagent's A2A endpoint: a 422 naming the first agent
+    that does not answer (before anything is written)."""
+    base = a2a_base(svc)
+    timeout = min(10.0, float(svc.settings.whatif_timeout_seconds))
+
+    async def one(ref: str) -> a2a_client.Card:
+        agent = a2a_client.Agent(url=a2a_client.agent_url(base, ref), dialect=dialect, headers=hdrs, timeout=timeout)
+        return await a2a_client.fetch_card(agent)
+
+    found = await asyncio.gather(*(one(ref) for ref in agent_refs), return_exceptions=True)
+    for ref, card in zip(agent_refs, found, strict=True):
+        if isinstance(card, a2a_client.AgentError):
+            raise Unprocessable(f"the agent {ref} did not answer through kagent's A2A endpoint: {card}")
+        if isinstance(card, BaseException):
+            raise card
+    return {ref: card for ref, card in zip(agent_refs, found, strict=True) if isinstance(card, a2a_client.Card)}
+
+
+def edited(message: dialects.JSON, dialect: dialects.TaskDialect, text: str) -> dialects.JSON:
+    """The message with its text replaced by `text` (its other parts kept): ask the turn differently."""
+    parts = [p for p in message.get("parts", []) if isinstance(p, dict)]
+    texts = [i for i, p in enumerate(parts) if isinstance(p.get("text"), str)]
+    new = {"kind": "text", "text": text} if dialect is dialects.TaskDialect.LEGACY else {"text": text}
+    at = texts[0] if texts else len(parts)
+    kept = [p for i, p in enumerate(parts) if i not in texts]
+    return {**message, "parts": [*kept[:at], new, *kept[at:]]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Branch:
+    """What a branch's job is made of, the fork aside."""
+
+    caller: Caller
+    span: Span
+    agent_ref: str
+    card: a2a_client.Card | None
+    message_text: str | None
+    on_approval: str = "stop"
+    experiment_id: str | None = None
+    repeat: int = 1
+
+
+async def write_branch(
+    svc: Services, conn: Connection, runner: Runner, branch: Branch, fork: ForkedSession
+) -> WhatifJob:
+    """The job row and its turns, in the fork's transaction: each message built for the fork, with its
+    messageId fixed now (so that no runner ever sends it twice)."""
+    span = branch.span
+    try:
+        messages = [
+            a2a_client.message_json(
+                a2a_client.message_for(
+                    edited(t.message, span.dialect, branch.message_text)
+                    if i == 0 and branch.message_text
+                    else t.message,
+                    span.dialect,
+                    fork.id,
+                )
+            )
+            for i, t in enumerate(span.turns)
+        ]
+    except a2a_client.AgentError as exc:  # raised in the fork's transaction: nothing is written
+        raise Unprocessable(str(exc)) from None
+    card = None if branch.card is None else _encoder.encode(dataclasses.asdict(branch.card)).decode()
+    job = WhatifJob(
+        id=str(uuid.uuid4()), user_id=branch.caller.user_id, parent_session_id=span.source.id,
+        parent_user_id=span.source.user_id, session_id=fork.id, rewind_before_invocation_id=span.turns[0].invocation_id,
+        agent_ref=branch.agent_ref, dialect=span.dialect.value, message=messages[0], status="running", task_id=None,
+        error=None, result=None, runner=runner.id, created_at=datetime.min, finished_at=None,
+        experiment_id=branch.experiment_id, repeat=branch.repeat, agent_card=card, on_approval=branch.on_approval,
+        turns_total=len(messages),
+    )  # fmt: skip
+    created = await svc.store.jobs.insert_whatif_job(conn, job)
+    await svc.store.jobs.insert_whatif_turns(
+        conn, job.id, [(t.invocation_id, m) for t, m in zip(span.turns, messages, strict=True)]
+    )
+    return dataclasses.replace(job, created_at=created)
 
 
 async def start(
@@ -141,15 +329,10 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
-    settings = svc.settings
-    if settings.kagent_a2a_url is None:
-        raise NotConfigured(
-            "what-ifs need kagent's A2A endpoint: set KAGENT_A2A_URL (e.g. http://kagent-controller.kagent:8083/api/a2a)"
-        )
-    if req.agent_ref is not None and not _AGENT_REF.match(req.agent_ref):
-        raise Unprocessable(f"agent_ref must be namespace/name of a kagent agent, got {req.agent_ref!r}")
-    if isinstance(req.max_context_tokens, float) and not req.max_context_tokens.is_integer():
-        raise BadRequest("max_context_tokens must be a whole number")
+    a2a_base(svc)
+    if req.agent_ref is not None:
+        checked_agent_ref(req.agent_ref)
+    whole_tokens(req.max_context_tokens, 1)
     fork_req = ForkRequest(
         rewind_before_invocation_id=req.rewind_before_invocation_id, name=req.name, if_boundary_missing="error"
     )
@@ -160,7 +343,9 @@ async def start(
     # Retries of one key wait here and replay the first answer; the lock's connection is the only one
     # held while the what-if starts (each step takes and returns its own).
     async with svc.connection() as conn, svc.store.lineage.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
-        stored = await svc.store.lineage.idempotent_answer(conn, caller.user_id, key, settings.idempotency_ttl_seconds)
+        stored = await svc.store.lineage.idempotent_answer(
+            conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
+        )
         if stored is not None:
             if stored[0] != digest:
                 raise Unprocessable("Idempotency-Key was already used with a different request")
@@ -179,51 +364,24 @@ async def _checked_start(
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
-    """The refusals a fork does not make (the turn's message, the agent, the cost gate), then the start."""
+    """The refusals a fork does not make (the turns' messages, the agent, the cost gate), then the start."""
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        source_agent, turn = await _source_turn(svc, conn, caller, session_id, req.rewind_before_invocation_id)
-    agent_ref = req.agent_ref or (agent_ref_of(source_agent) if source_agent else None)
+        span = await read_span(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
+    agent_ref = req.agent_ref or span.agent_ref
     if agent_ref is None:
-        raise Unprocessable(f"the source session's agent {source_agent!r} is not namespace/name: give agent_ref")
-    limit = int(req.max_context_tokens or svc.settings.whatif_max_context_tokens)
-    planned = (await forking.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
-    assert isinstance(planned, ForkPlan)
-    if planned.estimated_context_tokens > limit:
         raise Unprocessable(
-            f"the turn's context is about {planned.estimated_context_tokens} tokens, over the limit of {limit} "
-            "(max_context_tokens, default WHATIF_MAX_CONTEXT_TOKENS): a what-if sends it to the agent's model"
+            f"the source session's agent {span.source.agent_id!r} is not namespace/name: give agent_ref"
         )
-    return await _start(svc, runner, caller, session_id, fork_req, agent_ref, turn, idempotency, authorization)
-
-
-async def _start(
-    svc: Services,
-    runner: Runner,
-    caller: Caller,
-    session_id: str,
-    fork_req: ForkRequest,
-    agent_ref: str,
-    turn: _Turn,
-    idempotency: tuple[str, str] | None,
-    authorization: str | None,
-) -> Started:
-    job_id, boundary = str(uuid.uuid4()), fork_req.rewind_before_invocation_id or ""
+    gate(span, 1, whole_tokens(req.max_context_tokens, svc.settings.whatif_max_context_tokens))
+    hdrs = headers(caller.user_id, authorization)
+    card = (await cards(svc, [agent_ref], span.dialect, hdrs))[agent_ref]
+    branch = Branch(
+        caller=caller, span=span, agent_ref=agent_ref, card=card, message_text=req.message.text if req.message else None
+    )
     made: list[tuple[WhatifJob, Started]] = []
 
     async def write_job(conn: Connection, fork: ForkedSession) -> None:
-        try:
-            message = a2a_client.message_for(turn.message, turn.dialect, fork.id)
-        except a2a_client.AgentError as exc:  # raised in the fork's transaction: nothing is written
-            raise Unprocessable(str(exc)) from None
-        job = WhatifJob(
-            id=job_id, user_id=caller.user_id, parent_session_id=fork.fork.parent_session_id,
-            parent_user_id=turn.owner, session_id=fork.id, rewind_before_invocation_id=boundary, agent_ref=agent_ref,
-            dialect=turn.dialect.value, message=a2a_client.message_json(message),
-            status="running", task_id=None, error=None, result=None, runner=runner.id,
-            created_at=datetime.min, finished_at=None,
-        )  # fmt: skip
-        created = await svc.store.jobs.insert_whatif_job(conn, job)
-        job = dataclasses.replace(job, created_at=created)
+        job = await write_branch(svc, conn, runner, branch, fork)
         started = Started(job=job_json(job), session=fork)
         if idempotency is not None:
             await svc.store.lineage.remember_answer(
@@ -237,16 +395,8 @@ async def _start(
     )
     job, started = made[0]
     WHATIF_JOBS.labels("started").inc()
-    runner.launch(job, _headers(caller.user_id, authorization))
+    runner.launch(job, hdrs)
     return started
-
-
-def _headers(user_id: str, authorization: str | None) -> dict[str, str]:
-    """The caller's identity as kagent's A2A endpoint reads it (X-User-Id; the bearer token in trusted-proxy mode)."""
-    headers = {"X-User-Id": user_id}
-    if authorization is not None:
-        headers["Authorization"] = authorization
-    return headers
 
 
 async def get(svc: Services, caller: Caller, job_id: str) -> Job:
@@ -264,174 +414,42 @@ async def of_session(svc: Services, caller: Caller, session_id: str) -> list[Job
     return [job_json(j) for j in jobs]
 
 
+async def mark_cancelled(svc: Services, conn: Connection, job: WhatifJob) -> bool:
+    """Mark a running job cancelled (its runner stops at its next beat): whether it was running."""
+    if (
+        job.status != "running"
+        or await svc.store.jobs.whatif_finish(conn, job.id, "cancelled", error=None, result=None) is None
+    ):
+        return False
+    WHATIF_JOBS.labels("cancelled").inc()
+    WHATIF_DURATION.labels("cancelled").observe(max(0.0, time.time() - job.created_at.timestamp()))
+    return True
+
+
+async def cancel_task(svc: Services, job: WhatifJob, hdrs: dict[str, str]) -> None:
+    """Ask the agent to cancel the task of the turn the job was at (after the job is marked cancelled)."""
+    if job.task_id is None or svc.settings.kagent_a2a_url is None:
+        return
+    agent = a2a_client.Agent(
+        url=a2a_client.agent_url(svc.settings.kagent_a2a_url, job.agent_ref),
+        dialect=dialects.TaskDialect(job.dialect), headers=hdrs, timeout=10.0,
+    )  # fmt: skip
+    try:
+        await a2a_client.cancel_task(agent, job.task_id)
+    except a2a_client.AgentError as exc:
+        log.warning("what-if %s: the agent did not cancel its task: %s", job.id, exc)
+
+
 async def cancel(svc: Services, caller: Caller, job_id: str, authorization: str | None = None) -> Job:
-    """Mark the job cancelled (its runner stops at its next beat) and ask the agent to cancel its task."""
     async with svc.connection() as conn:
         job = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
         if job is None:
             raise NotFound(f"what-if job {job_id} not found")
-        if (
-            job.status != "running"
-            or await svc.store.jobs.whatif_finish(conn, job.id, "cancelled", error=None, result=None) is None
-        ):
+        if not await mark_cancelled(svc, conn, job):
             raise Conflict(f"what-if job {job_id} already ended ({job.status})")
-        WHATIF_JOBS.labels("cancelled").inc()
-        WHATIF_DURATION.labels("cancelled").observe(max(0.0, time.time() - job.created_at.timestamp()))
-        if job.task_id is not None:
-            agent = _agent(svc, job, _headers(caller.user_id, authorization))
-            try:
-                await a2a_client.cancel_task(agent, job.task_id)
-            except a2a_client.AgentError as exc:
-                log.warning("what-if %s: the agent did not cancel its task: %s", job.id, exc)
+        if job.experiment_id is not None:
+            await svc.store.experiments.settle(conn, job.experiment_id)
+        await cancel_task(svc, job, headers(caller.user_id, authorization))
         fresh = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
     assert fresh is not None
     return job_json(fresh)
-
-
-def _agent(svc: Services, job: WhatifJob, headers: dict[str, str]) -> a2a_client.Agent:
-    base = svc.settings.kagent_a2a_url
-    if base is None:
-        raise NotConfigured("KAGENT_A2A_URL is not set")
-    return a2a_client.Agent(
-        url=a2a_client.agent_url(base, job.agent_ref), dialect=dialects.TaskDialect(job.dialect), headers=headers,
-        timeout=float(svc.settings.whatif_timeout_seconds),
-    )  # fmt: skip
-
-
-@dataclass(kw_only=True)
-class Runner:
-    """Runs this replica's jobs in the background; takes over jobs whose replica stopped beating."""
-
-    svc: Services
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    jobs: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    _sweeper: asyncio.Task[None] | None = None
-
-    def launch(self, job: WhatifJob, headers: dict[str, str]) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(job, headers), name=f"whatif-{job.id}")
-        self.jobs[job.id] = task
-        task.add_done_callback(lambda _: self.jobs.pop(job.id, None))
-
-    def start_sweeping(self) -> None:
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="whatif-sweeper")
-
-    async def stop(self) -> None:
-        """At shutdown: stop running, leave the jobs `running` for the next start or another replica."""
-        tasks_ = [*self.jobs.values(), *([self._sweeper] if self._sweeper else [])]
-        for t in tasks_:
-            t.cancel()
-        await asyncio.gather(*tasks_, return_exceptions=True)
-
-    async def sweep(self) -> int:
-        """Take over the running jobs whose runner went silent: ask the agent for the task (resume
-        following it), or fail the job as interrupted when it never got one. How many were taken."""
-        beat = self.svc.settings.whatif_heartbeat_seconds
-        async with self.svc.connection() as conn:
-            stale = await self.svc.store.jobs.whatif_claim_stale(conn, self.id, 3 * beat)
-        for job in stale:
-            if job.task_id is None:
-                await self._finish(job, "failed", "interrupted: the service stopped before the agent took the turn")
-            else:
-                log.info("what-if %s: taken over from a runner that stopped", job.id)
-                self.launch(job, _headers(job.user_id, None))
-        return len(stale)
-
-    async def _sweep_forever(self) -> None:
-        beat = self.svc.settings.whatif_heartbeat_seconds
-        while True:
-            try:
-                await self.sweep()
-            except CONNECTION_ERRORS as exc:
-                log.warning("what-if sweep: database unavailable: %s", type(exc).__name__)
-            await asyncio.sleep(3 * beat)
-
-    async def _run(self, job: WhatifJob, headers: dict[str, str]) -> None:
-        WHATIF_RUNNING.inc()
-        try:
-            await self._follow(job, headers)
-        except asyncio.CancelledError:
-            raise
-        except a2a_client.AgentError as exc:
-            await self._finish(job, "failed", str(exc))
-        except ServiceError as exc:
-            await self._finish(job, "failed", exc.message)
-        except Exception as exc:  # a job must end whatever happens; the log has the rest
-            log.exception("what-if %s failed", job.id)
-            await self._finish(job, "failed", f"internal error: {type(exc).__name__}")
-        finally:
-            WHATIF_RUNNING.dec()
-
-    async def _follow(self, job: WhatifJob, headers: dict[str, str]) -> None:
-        """Send the message (unless the agent has the task already), then follow the task until it ends,
-        the job is cancelled or taken over, or the time limit passes."""
-        svc = self.svc
-        agent = _agent(svc, job, headers)
-        limit = svc.settings.whatif_timeout_seconds
-        remaining = limit - (time.time() - job.created_at.timestamp())
-        task_id, state = job.task_id, None
-        try:
-            async with asyncio.timeout(max(remaining, 0.001)):
-                if task_id is None:
-                    sent = await self._beating(job, a2a_client.send(agent, a2a_client.message_from_json(job.message)))
-                    if sent is None:  # the agent answered with a message: the turn is over
-                        await self._finish(job, "completed", None)
-                        return
-                    task_id, state = sent.id, sent.status.state
-                    async with svc.connection() as conn:
-                        await svc.store.jobs.whatif_task(conn, job.id, task_id)
-                beat_due = time.monotonic() + svc.settings.whatif_heartbeat_seconds
-                while state not in a2a_client.TERMINAL:
-                    await asyncio.sleep(POLL_SECONDS)
-                    if time.monotonic() >= beat_due:
-                        async with svc.connection() as conn:
-                            if not await svc.store.jobs.whatif_heartbeat(conn, job.id, self.id):
-                                return  # cancelled, or another runner has it
-                        beat_due = time.monotonic() + svc.settings.whatif_heartbeat_seconds
-                    state = (await a2a_client.get_task(agent, task_id)).status.state
-        except TimeoutError:
-            if task_id is not None:
-                try:
-                    await a2a_client.cancel_task(agent, task_id)
-                except a2a_client.AgentError as exc:
-                    log.warning("what-if %s: the agent did not cancel its task: %s", job.id, exc)
-            await self._finish(
-                job, "failed", f"the agent did not finish the turn within {limit} s (WHATIF_TIMEOUT_SECONDS)"
-            )
-            return
-        status = a2a_client.TERMINAL[state]
-        error = None if status == "completed" else f"the agent's task ended {a2a_client.state_name(state)}"
-        await self._finish(job, status, error)
-
-    async def _beating(self, job: WhatifJob, work: Awaitable[T]) -> T:
-        """`work`, while this runner keeps beating for the job (so that no sweep takes it meanwhile)."""
-        task = asyncio.ensure_future(work)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.svc.settings.whatif_heartbeat_seconds)
-                if done:
-                    return task.result()
-                async with self.svc.connection() as conn:
-                    await self.svc.store.jobs.whatif_heartbeat(conn, job.id, self.id)
-        finally:
-            task.cancel()
-
-    async def _finish(self, job: WhatifJob, status: str, error: str | None) -> None:
-        """End the job (in its own transaction) with what the agent wrote into the fork since it began."""
-        svc = self.svc
-        async with svc.connection() as conn:
-            tally = await summary.tally(svc.store, conn, job.session_id, job.user_id, job.created_at)
-            result = JobResult(
-                last_agent_text=tally.last_agent_text, tool_calls=dict(sorted(tally.tool_calls.items())),
-                total_tokens=tally.total_tokens,
-            )  # fmt: skip
-            ended = await svc.store.jobs.whatif_finish(
-                conn, job.id, status, error=error, result=_encoder.encode(result).decode()
-            )
-        if ended is not None:
-            WHATIF_JOBS.labels(status).inc()
-            took = (ended - job.created_at).total_seconds()
-            WHATIF_DURATION.labels(status).observe(max(0.0, took))
-            log.info(
-                "what-if %s", status,
-                extra={"action": "whatif", "job_id": job.id, "outcome": status, "duration_ms": round(took * 1000)},
-            )  # fmt: skip

@@ -79,6 +79,16 @@ async def with_tasks(
     return turns
 
 
+async def with_tasks_from(
+    svc: Services, conn: Connection, source: SessionRow, turns: dict[str, TurnInfo], since: datetime
+) -> dict[str, TurnInfo]:
+    """`turns` (and only they) completed by the session's tasks created from `since` on (streamed)."""
+    only = set(turns)
+    async for row in svc.store.tasks.stream_tasks_from(conn, source.id, source.user_id, since):
+        _complete(turns, row, only)
+    return turns
+
+
 def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | None) -> None:
     """What one task (fed oldest first) tells of the turns it carries (of `only`'s, when given)."""
     try:

@@ -1,5 +1,5 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | job | index:
-one entry point for people and scripts.
+"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | job |
+experiment | index: one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -223,6 +223,30 @@ def _show_job(j: dict[str, Any]) -> str:
 # --- operator commands -------------------------------------------------------------------------------
 
 
+async def _experiment(svc: Any, caller: Any, args: argparse.Namespace) -> tuple[object, str]:
+    """Start an experiment; this process runs its branches while it waits (--wait), else until every
+    agent has its first turn (the service's replicas then take the branches over)."""
+    from service.agents import experiments, grid, whatif
+
+    turns: int | str = "all" if args.turns == "all" else int(args.turns)
+    body = {"rewind_before_invocation_id": args.before, "agents": args.agent or None, "turns": turns,
+            "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
+            "on_approval": args.on_approval, "name": args.name}  # fmt: skip
+    req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
+    runner = whatif.Runner(svc=svc)
+    answer, _ = await experiments.start(svc, runner, caller, args.session_id, req)
+    assert isinstance(answer, experiments.Started)
+    experiment_id = answer.experiment.id
+    while runner.jobs:
+        found = await experiments.get(svc, caller, experiment_id)
+        if not args.wait and all(b.turns and b.turns[0].state != "pending" for b in found.branches):
+            break
+        await asyncio.sleep(0.2)
+    await runner.stop()
+    found = await experiments.get(svc, caller, experiment_id)
+    return msgspec.to_builtins(found), grid.markdown(found)
+
+
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
     from service import services
     from service.agents import whatif
@@ -328,6 +352,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         commands.update(
             fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree, forks=do_forks,
             rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif, job=do_job,
+            experiment=lambda: _experiment(svc, caller, args),
         )  # fmt: skip
         return await commands[args.command]()
     finally:
@@ -441,6 +466,19 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--name", help="the fork's name")
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
     operator("job", "show a what-if job", metavar="job_id")
+    e = operator("experiment", "replay the turns from one on several agents over A2A and print them side by side")
+    e.add_argument("--before", required=True, help="rewind_before_invocation_id: the first turn replayed")
+    e.add_argument(
+        "--agent", action="append", help="namespace/name of an agent (repeat for each; default: the session's)"
+    )
+    e.add_argument("--turns", default="1", help="how many turns to replay from --before on, or all (default 1)")
+    e.add_argument("--message", help="ask the first replayed turn with this text instead")
+    e.add_argument("--repeats", type=int, default=1, help="branches per agent (1-5)")
+    e.add_argument(
+        "--on-approval", choices=["stop", "reject"], default="stop", help="when an agent asks to approve a tool"
+    )
+    e.add_argument("--name", help="the forks' name")
+    e.add_argument("--wait", action="store_true", help="wait until every branch ended, then print the table")
     ix = commands.add_parser(
         "index",
         help="the optional invocation index on kagent's tables: install, status, uninstall",

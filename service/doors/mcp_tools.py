@@ -16,9 +16,9 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
 
-from service.agents import whatif
+from service.agents import experiments, grid, whatif
 from service.branches import compare, transcript, turns
-from service.errors import ServiceError
+from service.errors import BadRequest, ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
 from service.kagent.store.base import CONNECTION_ERRORS
 from service.operations import forking, rewind
@@ -200,6 +200,54 @@ async def whatif_status(ctx: Context[Any, Any, Any], job_id: str) -> CallToolRes
     return await _run(ctx, op)
 
 
+async def start_experiment(
+    ctx: Context[Any, Any, Any],
+    session_id: str,
+    rewind_before_invocation_id: str,
+    agents: list[str] | None = None,
+    turns: int | str = 1,
+    message_text: str | None = None,
+    repeats: int = 1,
+    on_approval: str = "stop",
+    name: str | None = None,
+    max_context_tokens: int | None = None,
+) -> CallToolResult:
+    """Experiment: replay the conversation from the turn `rewind_before_invocation_id` on several agents at
+    once and compare them with the source, turn by turn. Each of `agents` (1 to 8 "namespace/name", default:
+    the session's own agent) gets a fork before that turn, then is asked the session's later user questions
+    in order: `turns` of them (a number, or "all"). `message_text` asks the first question differently.
+    `repeats` (1-5) runs each agent that many times, to tell an agent's difference from chance.
+    `on_approval`: "stop" ends a branch when its agent asks to approve a tool; "reject" refuses the tool as
+    kagent's Reject button does and goes on (nothing is ever approved). Agents run their tools for real,
+    and every turn costs model tokens (the call is refused over `max_context_tokens`). Answers the
+    experiment at once (status "running"); follow it with experiment_status."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agents": agents, "turns": turns,
+                  "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
+                  "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
+        req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
+        started, _ = await experiments.start(svc, _runner(ctx)(), caller, checked_id(session_id), req)
+        return started
+
+    return await _run(ctx, op)
+
+
+async def experiment_status(ctx: Context[Any, Any, Any], experiment_id: str, format: str = "json") -> CallToolResult:
+    """An experiment started with start_experiment: its status (running until every branch ended) and the
+    grid: the source's own turns and, for each agent's branch, each turn's question, answer, tool calls,
+    model calls, tokens, duration and state, with totals. `format`: "json" (the data) or "markdown" (a
+    table to show a person)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        if format not in ("json", "markdown"):
+            raise BadRequest(f"format must be json or markdown, got {format!r}")
+        found = await experiments.get(svc, caller, checked_id(experiment_id, "experiment id"))
+        return grid.markdown(found) if format == "markdown" else found
+
+    return await _run(ctx, op, raw=format == "markdown")
+
+
 TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_turns,
     show_transcript,
@@ -209,6 +257,8 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     compare_sessions,
     start_whatif,
     whatif_status,
+    start_experiment,
+    experiment_status,
 ]
 
 

@@ -139,17 +139,39 @@ def _data_parts(message: JSON) -> list[JSON]:
     return [p for p in parts if isinstance(p, dict) and (p.get("kind") == "data" or ("kind" not in p and "data" in p))]
 
 
-def confirmation_requests(message: JSON) -> int:
+def confirmation_requests(message: JSON, *, tool_approvals_only: bool = False) -> int:
     """How many long-running adk_request_confirmation calls a legacy message holds (kagent 0.10.x's
-    tool-approval and ask-user requests, as its UI finds them)."""
-    return sum(
-        1
+    tool-approval and ask-user requests, as its UI finds them); with `tool_approvals_only`, 0 when one of
+    them is an ask_user question (a question is answered, not rejected)."""
+    calls = [
+        p["data"]
         for p in _data_parts(message)
         if _ui_meta(p.get("metadata"), "type") == "function_call"
         and _ui_meta(p.get("metadata"), "is_long_running") is True
         and isinstance(p.get("data"), dict)
         and p["data"].get("name") == CONFIRMATION_CALL
-    )
+    ]
+    if tool_approvals_only and any(_original_call(c) == "ask_user" for c in calls):
+        return 0
+    return len(calls)
+
+
+def _original_call(call: JSON) -> object:
+    args = call.get("args")
+    original = args.get("originalFunctionCall") if isinstance(args, dict) else None
+    return original.get("name") if isinstance(original, dict) else None
+
+
+def status_message(task: JSON) -> JSON | None:
+    """The message of the task's status (an input-required task's question or approval request)."""
+    message = _status(task).get("message")
+    return message if isinstance(message, dict) else None
+
+
+def holds_message(task: JSON, message_id: str) -> bool:
+    """Whether the task's history (or its status) holds the message `message_id`."""
+    messages = [*history(task), *([m] if (m := status_message(task)) else [])]
+    return any(m.get("messageId") == message_id for m in messages)
 
 
 def decision(message: JSON, dialect: TaskDialect) -> JSON | None:

@@ -107,7 +107,8 @@ LIMIT $5;
 
 -- name: events_tally
 -- What the live events with $3 <= created_at < $4 (NULL: no end) hold, for a branch summary, a
--- comparison or a what-if's result: events, turns, tool calls by name, the first user text and the
+-- comparison, a what-if's result or an experiment's turn: events, turns, model calls, tool calls by
+-- name, the first user text and the
 -- last agent text (cut to $5 and $6 characters; event order, row id breaking created_at ties so that
 -- the answer never depends on the plan), total tokens, first and last event times. Each row is
 -- parsed once.
@@ -127,6 +128,9 @@ SELECT (SELECT count(*) FROM parsed) AS events,
        (SELECT count(DISTINCT invocation_id) FROM messages) AS turns,
        (SELECT coalesce(sum({schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount')), 0)
         FROM parsed) AS total_tokens,
+       -- the agent's model responses: its events whose content the model wrote
+       (SELECT count(*) FROM parsed
+        WHERE doc -> 'content' ->> 'role' = 'model' AND doc ->> 'author' IS DISTINCT FROM 'user') AS model_calls,
        (SELECT min(created_at) FROM parsed) AS first_at,
        (SELECT max(created_at) FROM parsed) AS last_at,
        (SELECT coalesce(jsonb_object_agg(tool_name, calls), '{}'::jsonb)::text
@@ -164,3 +168,19 @@ SELECT id, created_at, invocation_id, jsonb_typeof(doc) AS doc_kind, doc ->> 'au
         FROM {schema}.event_messages(doc) AS m) AS messages
 FROM keyed
 ORDER BY created_at, id;
+
+-- name: text_chars_before_each
+-- For each time of $3, the characters of the text messages (event_messages) of the live events before
+-- it: the token estimate of a fork before each of several turns (an experiment's cost gate), with each
+-- event parsed once.
+WITH chars AS MATERIALIZED (
+    SELECT created_at,
+           coalesce((SELECT sum(length(m.text)) FROM {schema}.event_messages({schema}.try_jsonb(data)) AS m
+                     WHERE m.kind = 'text'), 0) AS n
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND created_at < (SELECT max(b) FROM unnest($3::timestamptz[]) AS b)
+)
+SELECT b AS before, coalesce((SELECT sum(n) FROM chars WHERE created_at < b), 0) AS text_chars
+FROM unnest($3::timestamptz[]) AS b
+ORDER BY b;

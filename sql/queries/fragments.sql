@@ -33,3 +33,20 @@ GROUP BY invocation_id
 -- "header_update" events, written before every turn under that one invocation id).
 HAVING bool_or(has_messages)
 ORDER BY started_at
+
+-- fragment: job_columns
+-- A job row as the store reads it.
+id, user_id, parent_session_id, parent_user_id, session_id, rewind_before_invocation_id, agent_ref, dialect,
+message::text AS message, status, task_id, error, result::text AS result, runner, created_at, finished_at,
+experiment_id, repeat, agent_card::text AS agent_card, on_approval, stopped_at, turns_total, turns_done
+
+-- fragment: turn_columns
+-- A job's turn as the store reads it.
+job_id, ordinal, invocation_id, message::text AS message, sent_at, task_id, state, reply::text AS reply,
+reply_sent_at, rejected_tool_calls, figures::text AS figures, ended_at
+
+-- fragment: experiment_columns
+-- An experiment row as the store reads it.
+id, user_id, source_session_id, source_user_id, source_agent_ref, rewind_before_invocation_id, turns_requested,
+turns, message::text AS message, on_approval, repeats, source_turns::text AS source_turns, status, created_at,
+finished_at

@@ -114,3 +114,18 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2}
 ORDER BY created_at
 LIMIT 1;
+
+-- name: task_by_id
+-- One live task of session $2 by its id (kagent's own record of how an agent's turn went).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE id = $1 AND session_id = $2 AND deleted_at IS NULL;
+
+-- name: task_holding_text
+-- The session's first live task whose text holds $2 (a message id: only characters no JSON encoder
+-- escapes), oldest first.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND strpos(data, $2) > 0
+ORDER BY created_at
+LIMIT 1;

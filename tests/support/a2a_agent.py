@@ -8,8 +8,16 @@ their tasks through kagent's backend, which upserts the row), in the dialect of 
 Agents (namespace `kagent`):
 - `legacy-agent` / `v1-agent`: answer the question with one tool call (`lookup`) and a text, usage
   metadata on the model events;
-- `slow-agent` (v1): starts working and waits until it is cancelled (or `release()`d);
-- `garbage-agent`: answers every request with bytes that are not JSON.
+- `slow-agent` (v1): starts working and waits until it is cancelled (or `release()`d); with
+  `Seen.hold_on_turn` = N it waits so only at the N-th message of a context and answers the others at once;
+- `garbage-agent`: answers every request with bytes that are not JSON (its card is a card);
+- `approval-legacy` / `approval-v1`: to a question that names "delete", ask for the approval of the tool
+  `delete_pod` as kagent's agents do (0.10.x: an `adk_request_confirmation` data part in the input-required
+  status message; main: kagent's HITL extension payload, for a client that asks for the extension), then,
+  given the answer kagent's UI sends, run the tool (approved) or answer without it (rejected);
+- `forgetful-agent` (v1): as `v1-agent`, but `tasks/get` answers "Task not found", as kagent main's runtime
+  does once it lost the caller (the task row in kagent's table is right);
+Every agent but `no-such-agent` serves its card at `.well-known/agent-card.json`, as kagent does.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers.default_request_handler_v2 import DefaultRequestHandlerV2
+from a2a.server.routes.agent_card_routes import create_agent_card_routes
 from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2 as a2a
@@ -39,13 +48,15 @@ from google.genai import types as genai
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from tests.support.live_server import live_server
 
 NAMESPACE = "kagent"
 LEGACY, V1, SLOW, GARBAGE = "legacy-agent", "v1-agent", "slow-agent", "garbage-agent"
+APPROVAL_LEGACY, APPROVAL_V1, FORGETFUL = "approval-legacy", "approval-v1", "forgetful-agent"
+HITL = "https://kagent.dev/extensions/hitl/v1"
 
 
 @dataclass
@@ -56,9 +67,12 @@ class Seen:
     messages: list[a2a.Message] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
+    tool_runs: list[str] = field(default_factory=list)  # approval-needing tools that ran (approved)
+    rejections: list[dict[str, Any]] = field(default_factory=list)  # the rejections the agents were sent
     # The slow agent works until this is set (by a cancel, or by the test): a thread's event, because
     # the agents run on their server's own loop, in another thread.
     release: threading.Event = field(default_factory=threading.Event)
+    hold_on_turn: int = 0
 
 
 class KagentTaskStore(InMemoryTaskStore):
@@ -113,7 +127,8 @@ class TurnWriter(AgentExecutor):
         invocation = f"e-{uuid.uuid4()}"
         question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
         await self._write(context.context_id, user, [_user_event(invocation, question)])
-        if self.slow:
+        nth = sum(1 for m in self.seen.messages if m.context_id == context.context_id)
+        if self.slow and self.seen.hold_on_turn in (0, nth):
             self.seen.running.add(context.task_id)
             try:
                 await asyncio.to_thread(self.seen.release.wait, 120)
@@ -150,6 +165,115 @@ class TurnWriter(AgentExecutor):
             await conn.close()
 
 
+class ApprovalWriter(TurnWriter):
+    """Asks for the approval of `delete_pod` before running it, when the question names "delete"."""
+
+    def __init__(self, dsn: str, seen: Seen, dialect: str) -> None:
+        super().__init__(dsn, seen)
+        self.dialect = dialect
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id and context.message
+        question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
+        waiting = (
+            context.current_task is not None and context.current_task.status.state == a2a.TASK_STATE_INPUT_REQUIRED
+        )
+        if not waiting and "delete" not in question:
+            await super().execute(context, event_queue)
+            return
+        self.seen.headers.append(dict(context.call_context.state.get("headers", {})))
+        self.seen.messages.append(context.message)
+        user = context.call_context.state.get("headers", {}).get("x-user-id", "admin@kagent.dev")
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        if waiting:
+            await self._resume(context, updater, user)
+            return
+        message = a2a.Message()
+        message.CopyFrom(context.message)
+        message.task_id, message.context_id = context.task_id, context.context_id
+        await event_queue.enqueue_event(
+            new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
+        )
+        await updater.start_work()
+        invocation, call_id, confirm_id = f"e-{uuid.uuid4()}", f"adk-{uuid.uuid4()}", f"adk-{uuid.uuid4()}"
+        call = genai.FunctionCall(
+            id=confirm_id,
+            name="adk_request_confirmation",
+            args={
+                "originalFunctionCall": {"id": call_id, "name": "delete_pod", "args": {"pod": "web-1"}},
+                "toolConfirmation": {"hint": "delete_pod needs your approval", "confirmed": False},
+            },
+        )
+        await self._write(context.context_id, user, [
+            _user_event(invocation, question),
+            Event(invocation_id=invocation, author="whatif_agent", timestamp=datetime.now(UTC).timestamp(),
+                  usage_metadata=_usage(100, 5), long_running_tool_ids={confirm_id},
+                  content=genai.Content(role="model", parts=[genai.Part(function_call=call)])),
+        ])  # fmt: skip
+        hitl = any(HITL in v for k, v in context.call_context.state.get("headers", {}).items() if k == "a2a-extensions")
+        await updater.requires_input(_approval_request(self.dialect, call, confirm_id, invocation, hitl, updater))
+
+    async def _resume(self, context: RequestContext, updater: TaskUpdater, user: str) -> None:
+        assert context.message and context.context_id
+        message = json_format.MessageToDict(context.message)
+        if self.dialect == "legacy":
+            decision = next((p["data"] for p in message.get("parts", []) if isinstance(p.get("data"), dict)), {}).get(
+                "decision_type"
+            )
+            approved = decision == "approve"
+            valid = decision in ("approve", "reject")
+        else:
+            payload = message.get("metadata", {}).get(HITL, {})
+            approvals = payload.get("approvals", [])
+            valid = (
+                HITL in message.get("extensions", [])
+                and payload.get("type") == "tool_approval_response"
+                and ([a.get("id") for a in approvals] == ["confirm-1"])
+            )
+            approved = valid and approvals[0].get("approved") is True
+        if not valid:
+            await updater.failed(
+                updater.new_agent_message([a2a.Part(text=f"not an answer kagent's UI sends: {message}")])
+            )
+            return
+        invocation = f"e-{uuid.uuid4()}"
+        if approved:
+            self.seen.tool_runs.append("delete_pod")
+            answer = "Deleted the pod web-1."
+        else:
+            self.seen.rejections.append(message)
+            answer = "I did not delete the pod: the call was rejected."
+        await self._write(context.context_id, user, _agent_events(invocation, answer)[2:])
+        await updater.add_artifact([a2a.Part(text=answer)], metadata={"adk_invocation_id": invocation})
+        await updater.complete()
+
+
+def _approval_request(
+    dialect: str, call: genai.FunctionCall, confirm_id: str, invocation: str, hitl: bool, updater: TaskUpdater
+) -> a2a.Message:
+    """The input-required message of kagent's agent asking for a tool approval, in the line's form."""
+    if dialect == "legacy":  # converted to 0.3 by the SDK: a data part with kagent's metadata keys
+        data = {"id": confirm_id, "name": call.name, "args": call.args}
+        part = json_format.ParseDict(
+            {
+                "data": data,
+                "metadata": {"adk_type": "function_call", "adk_is_long_running": True, "adk_invocation_id": invocation},
+            },
+            a2a.Part(),
+        )
+        return updater.new_agent_message([part])
+    message = updater.new_agent_message([a2a.Part(text="delete_pod needs your approval")])
+    if hitl:
+        request = {
+            "type": "tool_approval_request",
+            "hint": "delete_pod needs your approval",
+            "tools": [{"id": "confirm-1", "call_id": confirm_id, "name": "delete_pod", "args": {"pod": "web-1"}}],
+        }
+        json_format.ParseDict({HITL: request}, message.metadata)
+        message.extensions.append(HITL)
+    return message
+
+
 def _user_event(invocation: str, text: str) -> Event:
     return Event(
         invocation_id=invocation, author="user", timestamp=datetime.now(UTC).timestamp(),
@@ -182,17 +306,59 @@ async def _garbage(request: Request) -> PlainTextResponse:
     return PlainTextResponse("<html>this is not an A2A agent</html>")
 
 
+class _Forgetting:
+    """kagent main's runtime after it lost the caller: tasks/get answers "Task not found" (an ASGI app
+    in front of the agent's routes)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        if isinstance(request, dict) and request.get("method") == "GetTask":
+            error = {"code": -32001, "message": "Task not found"}
+            await JSONResponse({"jsonrpc": "2.0", "id": request.get("id"), "error": error})(scope, receive, send)
+            return
+
+        async def replay() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 def agents_app(dsn: str, seen: Seen) -> Starlette:
     routes: list[Any] = []
-    for name, dialect, slow in ((LEGACY, "legacy", False), (V1, "v1", False), (SLOW, "v1", True)):
-        card = a2a.AgentCard(name=name, description="what-if test agent", version="1.0")
+    agents: list[tuple[str, str, AgentExecutor]] = [
+        (LEGACY, "legacy", TurnWriter(dsn, seen)), (V1, "v1", TurnWriter(dsn, seen)),
+        (SLOW, "v1", TurnWriter(dsn, seen, slow=True)),
+        (APPROVAL_LEGACY, "legacy", ApprovalWriter(dsn, seen, "legacy")),
+        (APPROVAL_V1, "v1", ApprovalWriter(dsn, seen, "v1")), (FORGETFUL, "v1", TurnWriter(dsn, seen)),
+    ]  # fmt: skip
+    for name, dialect, executor in agents:
+        skill = a2a.AgentSkill(id=f"{name}-skill", name="answer", description="answers", tags=["test"])
+        card = a2a.AgentCard(name=name, description="what-if test agent", version="1.0", skills=[skill])
         handler = DefaultRequestHandlerV2(
-            agent_executor=TurnWriter(dsn, seen, slow=slow), task_store=KagentTaskStore(dsn, dialect), agent_card=card
+            agent_executor=executor, task_store=KagentTaskStore(dsn, dialect), agent_card=card
         )
-        routes += create_jsonrpc_routes(
-            handler, f"/api/a2a/{NAMESPACE}/{name}/", enable_v0_3_compat=dialect == "legacy"
-        )
+        path = f"/api/a2a/{NAMESPACE}/{name}/"
+        rpc = create_jsonrpc_routes(handler, path, enable_v0_3_compat=dialect == "legacy")
+        if name == FORGETFUL:
+            rpc = [Route(path, _Forgetting(Starlette(routes=rpc)), methods=["POST"])]
+        routes += rpc + create_agent_card_routes(card, card_url=f"{path}.well-known/agent-card.json")
+    garbage_card = a2a.AgentCard(name=GARBAGE, description="answers garbage", version="0.1")
     routes.append(Route(f"/api/a2a/{NAMESPACE}/{GARBAGE}/", _garbage, methods=["POST"]))
+    routes += create_agent_card_routes(
+        garbage_card, card_url=f"/api/a2a/{NAMESPACE}/{GARBAGE}/.well-known/agent-card.json"
+    )
     return Starlette(routes=routes)
 
 

@@ -1,5 +1,5 @@
 """The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
-(sessions, events, tasks, lineage and idempotency, rewinds, jobs, and the database itself); the only code
+(sessions, events, tasks, lineage and idempotency, rewinds, jobs, experiments, and the database itself); the only code
 that sees asyncpg rows. Imports nothing of the service above kagent's data.
 """
 
@@ -11,13 +11,14 @@ from pathlib import Path
 from service.kagent.store.base import IndexUse, Queries
 from service.kagent.store.database import Database
 from service.kagent.store.events import Events
+from service.kagent.store.experiments import Experiments
 from service.kagent.store.jobs import Jobs
 from service.kagent.store.lineage import LineageStore
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
 from service.kagent.store.tasks import Tasks
 
-_PARTS = ("base", "database", "events", "jobs", "lineage", "rewinds", "sessions", "tasks")
+_PARTS = ("base", "database", "events", "experiments", "jobs", "lineage", "rewinds", "sessions", "tasks")
 
 
 class Store:
@@ -38,6 +39,7 @@ class Store:
         self.lineage = LineageStore(self.queries)
         self.rewinds = Rewinds(self.queries)
         self.jobs = Jobs(self.queries)
+        self.experiments = Experiments(self.queries)
 
     @property
     def schema(self) -> str:

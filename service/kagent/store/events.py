@@ -33,6 +33,7 @@ class EventTally:
     events: int
     turns: int
     total_tokens: int
+    model_calls: int
     first_at: datetime | None
     last_at: datetime | None
     tool_calls: dict[str, int]
@@ -78,6 +79,15 @@ class Events:
         )
         return value
 
+    async def text_chars_before_each(
+        self, conn: Connection, session_id: str, owner: str, times: list[datetime]
+    ) -> dict[datetime, int]:
+        """For each time, the characters of the text messages of the live events before it."""
+        if not times:
+            return {}
+        rows = await conn.fetch(self.q["text_chars_before_each"], session_id, owner, times)
+        return {r["before"]: int(r["text_chars"]) for r in rows}
+
     async def event_tally(
         self,
         conn: Connection,
@@ -95,7 +105,7 @@ class Events:
         assert row is not None  # an aggregate always answers one row
         return EventTally(
             events=int(row["events"]), turns=int(row["turns"]), total_tokens=int(row["total_tokens"]),
-            first_at=row["first_at"], last_at=row["last_at"],
+            model_calls=int(row["model_calls"]), first_at=row["first_at"], last_at=row["last_at"],
             tool_calls=msgspec.json.decode(row["tool_calls"], type=dict[str, int]),
             first_user_text=row["first_user_text"], last_agent_text=row["last_agent_text"],
         )  # fmt: skip

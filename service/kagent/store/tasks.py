@@ -80,6 +80,14 @@ class Tasks:
         rows = await conn.fetch(self.q["recent_tasks_mentioning"], session_id, owner, text, prefilter)
         return RecentTasks(candidates=[_task(r) for r in rows], oldest=rows[0]["oldest"] if rows else None)
 
+    async def task_by_id(self, conn: Connection, task_id: str, session_id: str) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["task_by_id"], task_id, session_id)
+        return None if row is None else _task(row)
+
+    async def task_holding_text(self, conn: Connection, session_id: str, text: str) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["task_holding_text"], session_id, text)
+        return None if row is None else _task(row)
+
     async def first_task(self, conn: Connection, session_id: str, owner: str) -> TaskRow | None:
         row = await conn.fetchrow(self.q["first_task"], session_id, owner)
         return None if row is None else _task(row)

@@ -1,0 +1,286 @@
+"""An experiment read back as a grid: the source's own turns over the experiment's span (the baseline
+column), a column per branch, a row per turn, totals underneath, and, with repeats, each agent's
+columns summed up. As JSON, and as a Markdown table for people.
+
+A branch's turn figures are computed once, when the turn ended (runner.turn_figures), and stored with
+the turn; the source column once, in the background after the start (`keep_source_column`), with the
+same reader (the branch summary's query over the turn's events). So reading a finished experiment is
+three indexed queries, whatever the size of its sessions.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import msgspec
+
+from service.agents import a2a_client
+from service.agents.runner import TurnFigures, question_of, sent_parts, turn_figures
+from service.branches import turns as turn_listing
+from service.errors import NotFound
+from service.identity import Caller
+from service.kagent.store.base import BEGINNING, Connection
+from service.kagent.store.experiments import ExperimentRow
+from service.kagent.store.jobs import JobTurn, WhatifJob
+from service.schemas import rfc3339
+from service.services import Services
+
+FIGURES = ("turns", "tool_calls", "rejected_tool_calls", "model_calls", "total_tokens", "duration_seconds")
+_encoder = msgspec.json.Encoder()
+
+
+class Card(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    version: str
+    skills_sha256: str
+
+
+class Totals(msgspec.Struct, frozen=True, kw_only=True):
+    turns: int
+    tool_calls: int
+    rejected_tool_calls: int
+    model_calls: int
+    total_tokens: int
+    duration_seconds: float
+
+
+class Column(msgspec.Struct, frozen=True, kw_only=True):
+    agent_ref: str | None
+    repeat: int
+    agent_card: Card | None
+    session_id: str
+    job_id: str | None
+    status: str
+    error: str | None
+    stopped_at: str | None
+    turns: list[TurnFigures]
+    totals: Totals
+
+
+class Spread(msgspec.Struct, frozen=True, kw_only=True):
+    mean: float
+    min: float
+    max: float
+
+
+class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
+    agent_ref: str
+    totals: dict[str, Spread]
+
+
+class Experiment(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    status: str
+    source_session_id: str
+    rewind_before_invocation_id: str
+    turns_requested: int | str
+    message: dict[str, str] | None
+    created_at: str
+    finished_at: str | None
+    source: Column
+    branches: list[Column]
+    on_approval: str
+    repeats: int
+    by_agent: list[AgentSummary] | None
+
+
+class Listed(msgspec.Struct, frozen=True, kw_only=True):
+    """An experiment in its source's list (the grid itself: GET /api/experiments/{id})."""
+
+    id: str
+    status: str
+    rewind_before_invocation_id: str
+    turns_requested: int | str
+    turns: int
+    repeats: int
+    on_approval: str
+    created_at: str
+    finished_at: str | None
+
+
+def _requested(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def listed(row: ExperimentRow) -> Listed:
+    return Listed(
+        id=row.id, status=row.status, rewind_before_invocation_id=row.rewind_before_invocation_id,
+        turns_requested=_requested(row.turns_requested), turns=row.turns, repeats=row.repeats,
+        on_approval=row.on_approval, created_at=rfc3339(row.created_at),
+        finished_at=rfc3339(row.finished_at) if row.finished_at else None,
+    )  # fmt: skip
+
+
+def totals(turns: list[TurnFigures]) -> Totals:
+    done = [t for t in turns if t.state not in ("pending", "working")]
+    return Totals(
+        turns=len(done), tool_calls=sum(sum(t.tool_calls.values()) for t in done),
+        rejected_tool_calls=sum(t.rejected_tool_calls for t in done), model_calls=sum(t.model_calls for t in done),
+        total_tokens=sum(t.total_tokens for t in done),
+        duration_seconds=round(sum(t.duration_seconds for t in done), 3),
+    )  # fmt: skip
+
+
+def _unfinished(turn: JobTurn) -> TurnFigures:
+    parts = sent_parts(turn.message)
+    return TurnFigures(
+        question=question_of(parts), sent=parts if turn.sent_at else None, answer=None, tool_calls={},
+        rejected_tool_calls=turn.rejected_tool_calls, model_calls=0, total_tokens=0, duration_seconds=0.0,
+        state="working" if turn.sent_at else "pending",
+    )  # fmt: skip
+
+
+def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
+    figures = [msgspec.json.decode(t.figures, type=TurnFigures) if t.figures else _unfinished(t) for t in turns]
+    if job.status != "running":  # a turn that never ran (after a failure or a cancel) is not shown
+        figures = [f for f in figures if f.state not in ("pending",)]
+    return Column(
+        agent_ref=job.agent_ref, repeat=job.repeat,
+        agent_card=msgspec.json.decode(job.agent_card, type=Card) if job.agent_card else None,
+        session_id=job.session_id, job_id=job.id, status=job.status, error=job.error, stopped_at=job.stopped_at,
+        turns=figures, totals=totals(figures),
+    )  # fmt: skip
+
+
+def by_agent(columns: list[Column]) -> list[AgentSummary]:
+    out: list[AgentSummary] = []
+    for ref in dict.fromkeys(c.agent_ref for c in columns if c.agent_ref):
+        values = [msgspec.structs.asdict(c.totals) for c in columns if c.agent_ref == ref]
+        spreads = {
+            name: Spread(
+                mean=round(statistics.fmean(float(v[name]) for v in values), 3),
+                min=float(min(v[name] for v in values)),
+                max=float(max(v[name] for v in values)),
+            )
+            for name in FIGURES
+        }
+        out.append(AgentSummary(agent_ref=ref, totals=spreads))
+    return out
+
+
+async def source_turns(svc: Services, conn: Connection, row: ExperimentRow) -> list[TurnFigures]:
+    """The source's own turns over the experiment's span, each with the figures of its events (the
+    same query as a branch's turns) and its task's state. Needs a transaction."""
+    source = await svc.store.sessions.get_session(conn, row.source_session_id, row.source_user_id)
+    if source is None:
+        return []
+    listed_turns = await svc.store.events.event_turns(conn, source.id, source.user_id)
+    ids = [t.invocation_id for t in listed_turns]
+    if row.rewind_before_invocation_id not in ids:
+        return []
+    first = ids.index(row.rewind_before_invocation_id)
+    span = listed_turns[first : first + row.turns]
+    infos = {
+        t.invocation_id: turn_listing.TurnInfo(invocation_id=t.invocation_id, started_at=t.started_at) for t in span
+    }
+    await turn_listing.with_tasks_from(svc, conn, source, infos, BEGINNING)
+    out = []
+    for i, t in enumerate(span):
+        until = listed_turns[first + i + 1].started_at if first + i + 1 < len(listed_turns) else None
+        out.append(
+            await turn_figures(
+                svc,
+                source.id,
+                source.user_id,
+                t.started_at,
+                until,
+                state=a2a_client.state_label(infos[t.invocation_id].state),
+            )
+        )
+    return out
+
+
+async def keep_source_column(svc: Services, experiment_id: str, user_id: str) -> None:
+    """Compute the baseline column and keep it with the experiment (once)."""
+    async with svc.connection() as conn:
+        row = await svc.store.experiments.experiment(conn, experiment_id, user_id)
+        if row is None or row.source_turns is not None:
+            return
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            turns = await source_turns(svc, conn, row)
+        await svc.store.experiments.keep_source_turns(conn, row.id, _encoder.encode(turns).decode())
+
+
+async def experiment(
+    svc: Services, conn: Connection, caller: Caller, experiment_id: str, *, live: bool = True
+) -> Experiment:
+    """The grid. `live`: compute the source column when it is not kept yet (else it is empty for now)."""
+    row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
+    if row is None:
+        raise NotFound(f"experiment {experiment_id} not found")
+    jobs = await svc.store.experiments.branches(conn, row.id)
+    turns = await svc.store.jobs.whatif_turns_of_jobs(conn, [j.id for j in jobs])
+    if row.source_turns is not None:
+        baseline = msgspec.json.decode(row.source_turns, type=list[TurnFigures])
+    elif live:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            baseline = await source_turns(svc, conn, row)
+    else:
+        baseline = []
+    columns = [branch_column(j, turns[j.id]) for j in jobs]
+    source = Column(
+        agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
+        status="completed", error=None, stopped_at=None, turns=baseline, totals=totals(baseline),
+    )  # fmt: skip
+    return Experiment(
+        id=row.id, status=row.status, source_session_id=row.source_session_id,
+        rewind_before_invocation_id=row.rewind_before_invocation_id, turns_requested=_requested(row.turns_requested),
+        message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
+        finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
+        on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
+    )  # fmt: skip
+
+
+def _cell(turn: TurnFigures | None) -> str:
+    if turn is None:
+        return ""
+    answer = (turn.answer or "").replace("|", "\\|").replace("\n", " ")
+    if len(answer) > 120:
+        answer = answer[:119] + "…"
+    tools = sum(turn.tool_calls.values())
+    rejected = f", {turn.rejected_tool_calls} rejected" if turn.rejected_tool_calls else ""
+    figures = (
+        f"{tools} tool calls{rejected} · {turn.model_calls} model calls · {turn.total_tokens} tokens"
+        f" · {turn.duration_seconds:.1f} s"
+    )
+    return f"{answer}<br>*{turn.state or '?'}: {figures}*"
+
+
+def markdown(e: Experiment) -> str:
+    """The comparison as a table: one column per agent plus the source, one row per turn, then the totals."""
+    columns = [("source" + (f" ({e.source.agent_ref})" if e.source.agent_ref else ""), e.source)]
+    columns += [
+        (f"{c.agent_ref} #{c.repeat} ({c.status})" if e.repeats > 1 else f"{c.agent_ref} ({c.status})", c)
+        for c in e.branches
+    ]
+    lines = [
+        f"# Experiment {e.id}: {e.status}",
+        "",
+        f"Source `{e.source_session_id}` from turn `{e.rewind_before_invocation_id}`, {e.turns_requested} turn(s), "
+        f"on approval: {e.on_approval}"
+        + (f", first question asked as: {e.message['text']!r}" if e.message else "")
+        + ".",
+        "",
+        "| turn | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    rows = max([len(c.turns) for _, c in columns] or [0])
+    for i in range(rows):
+        question = next((c.turns[i].question for _, c in columns if i < len(c.turns) and c.turns[i].question), "")
+        q = (question or "").replace("|", "\\|").replace("\n", " ")[:80]
+        lines.append(
+            f"| {i + 1}. {q} | "
+            + " | ".join(_cell(c.turns[i] if i < len(c.turns) else None) for _, c in columns)
+            + " |"
+        )
+    for name in FIGURES:
+        lines.append(f"| **{name}** | " + " | ".join(str(getattr(c.totals, name)) for _, c in columns) + " |")
+    failed = [c for c in e.branches if c.error]
+    if failed:
+        lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]
+    if e.by_agent:
+        lines += ["", "| agent | " + " | ".join(FIGURES) + " |", "|---|" + "---|" * len(FIGURES)]
+        for a in e.by_agent:
+            cells = [f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" for n in FIGURES]
+            lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,70 @@
+"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, and a source's list."""
+
+from __future__ import annotations
+
+from litestar import Response, get, post
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromPath
+
+from service.agents import experiments, grid
+from service.doors.api import (
+    AnyRequest,
+    _authorization,
+    _query_text,
+    caller_of,
+    decode_body,
+    idempotency_key,
+    ok,
+    services,
+)
+from service.errors import BadRequest
+from service.schemas import EmptyRequest, checked_id
+
+FORMATS = {"json": "application/json", "markdown": "text/markdown; charset=utf-8"}
+
+
+@post("/api/sessions/{session_id:str}/experiments", status_code=202)
+async def start_experiment(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, experiments.ExperimentRequest)
+    caller = caller_of(request)
+    answer, replayed = await experiments.start(
+        services(request), request.app.state.whatif_runner, caller, checked_id(session_id), req,
+        idempotency_key=idempotency_key(request), authorization=_authorization(request),
+    )  # fmt: skip
+    if replayed:
+        return ok(
+            answer, "Experiment already started for this Idempotency-Key", headers={"Idempotent-Replayed": "true"}
+        )
+    assert isinstance(answer, experiments.Started)
+    location = f"/api/experiments/{answer.experiment.id}"
+    return ok(answer, "Experiment started", status=202, headers={"Location": location})
+
+
+@get("/api/experiments/{experiment_id:str}")
+async def experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    form = _query_text(request, "format") or "json"
+    if form not in FORMATS:
+        raise BadRequest(f"query parameter format must be one of {sorted(FORMATS)}, got {form!r}")
+    found = await experiments.get(services(request), caller_of(request), checked_id(experiment_id, "experiment id"))
+    if form == "markdown":
+        return Response(grid.markdown(found).encode(), media_type=FORMATS["markdown"])
+    return ok(found, "Successfully read experiment")
+
+
+@post("/api/experiments/{experiment_id:str}/cancel", status_code=200)
+async def cancel_experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    await decode_body(request, EmptyRequest)
+    found = await experiments.cancel(
+        services(request), caller_of(request), checked_id(experiment_id, "experiment id"), _authorization(request)
+    )
+    return ok(found, "Successfully cancelled experiment")
+
+
+@get("/api/sessions/{session_id:str}/experiments")
+async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
+    found = await experiments.of_session(services(request), caller_of(request), checked_id(session_id))
+    return ok(found, "Successfully listed experiments")
+
+
+def handlers() -> list[HTTPRouteHandler]:
+    return [start_experiment, experiment, cancel_experiment, list_experiments]

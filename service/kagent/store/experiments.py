@@ -1,0 +1,63 @@
+"""Experiments: their rows (the branches are what-if jobs, store.jobs), the baseline column once computed,
+and their end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from service.kagent.store.base import Connection, Queries
+from service.kagent.store.jobs import WhatifJob
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentRow:
+    id: str
+    user_id: str
+    source_session_id: str
+    source_user_id: str
+    source_agent_ref: str | None
+    rewind_before_invocation_id: str
+    turns_requested: str  # "all" or a number, as asked
+    turns: int
+    message: str | None  # JSON {text}
+    on_approval: str
+    repeats: int
+    source_turns: str | None  # JSON, once computed
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class Experiments:
+    """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def insert_experiment(self, conn: Connection, e: ExperimentRow) -> datetime:
+        created: datetime = await conn.fetchval(
+            self.q["insert_experiment"], e.id, e.user_id, e.source_session_id, e.source_user_id, e.source_agent_ref,
+            e.rewind_before_invocation_id, e.turns_requested, e.turns, e.message, e.on_approval, e.repeats,
+        )  # fmt: skip
+        return created
+
+    async def experiment(self, conn: Connection, experiment_id: str, user_id: str) -> ExperimentRow | None:
+        row = await conn.fetchrow(self.q["get_experiment"], experiment_id, user_id)
+        return None if row is None else ExperimentRow(**dict(row))
+
+    async def experiments(self, conn: Connection, session_id: str, owner: str, user_id: str) -> list[ExperimentRow]:
+        rows = await conn.fetch(self.q["list_experiments"], session_id, owner, user_id)
+        return [ExperimentRow(**dict(r)) for r in rows]
+
+    async def branches(self, conn: Connection, experiment_id: str) -> list[WhatifJob]:
+        return [WhatifJob(**dict(r)) for r in await conn.fetch(self.q["experiment_jobs"], experiment_id)]
+
+    async def keep_source_turns(self, conn: Connection, experiment_id: str, turns: str) -> None:
+        await conn.execute(self.q["experiment_source_turns"], experiment_id, turns)
+
+    async def settle(self, conn: Connection, experiment_id: str, status: str | None = None) -> str | None:
+        """End the experiment when none of its branches runs any more: its status, or None (still running,
+        or ended before)."""
+        row = await conn.fetchrow(self.q["experiment_settle"], experiment_id, status)
+        return None if row is None else str(row["status"])
