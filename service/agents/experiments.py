@@ -43,7 +43,7 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     message: whatif.MessageEdit | None = None
     name: Text | None = None
     max_context_tokens: whatif.Tokens | None = None
-    repeats: Annotated[int, Meta(ge=-(2**31), le=2**31)] = 1
+    repeats: whatif.Count = 1
     on_approval: Literal["stop", "reject"] = "stop"
 
 
@@ -54,8 +54,9 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
 def _agents(req: ExperimentRequest, source_agent: str | None) -> list[str]:
     if req.agents is not None and not req.agents:
         raise Unprocessable("agents must name 1 to 8 agents (namespace/name), got an empty list")
-    if not 1 <= req.repeats <= MAX_REPEATS:
-        raise Unprocessable(f"repeats must be 1 to {MAX_REPEATS}, got {req.repeats}")
+    repeats = whatif.whole(req.repeats, "repeats")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise Unprocessable(f"repeats must be 1 to {MAX_REPEATS}, got {repeats}")
     agents = req.agents if req.agents is not None else ([source_agent] if source_agent else [])
     if not agents:
         raise Unprocessable("agents: the source session's agent is not namespace/name: name the agents")
@@ -64,9 +65,9 @@ def _agents(req: ExperimentRequest, source_agent: str | None) -> list[str]:
     twice = sorted({a for a in agents if agents.count(a) > 1})
     if twice:
         raise Unprocessable(f"agents names {', '.join(twice)} more than once (use repeats to run an agent again)")
-    if len(agents) * req.repeats > MAX_BRANCHES:
+    if len(agents) * repeats > MAX_BRANCHES:
         raise Unprocessable(
-            f"{len(agents)} agents x {req.repeats} repeats is {len(agents) * req.repeats} branches, over {MAX_BRANCHES}"
+            f"{len(agents)} agents x {repeats} repeats is {len(agents) * repeats} branches, over {MAX_BRANCHES}"
         )
     return agents
 
@@ -113,7 +114,8 @@ async def _checked_start(
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         span = await whatif.read_span(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
     agents = _agents(req, span.agent_ref)
-    branches = [(ref, repeat) for ref in agents for repeat in range(1, req.repeats + 1)]
+    repeats = int(req.repeats)
+    branches = [(ref, repeat) for ref in agents for repeat in range(1, repeats + 1)]
     whatif.gate(
         span, len(branches), whatif.whole_tokens(req.max_context_tokens, svc.settings.whatif_max_context_tokens)
     )
@@ -126,9 +128,9 @@ async def _checked_start(
         id=str(uuid.uuid4()), user_id=caller.user_id, source_session_id=span.source.id,
         source_user_id=span.source.user_id, source_agent_ref=span.agent_ref,
         rewind_before_invocation_id=req.rewind_before_invocation_id,
-        turns_requested=str(req.turns), turns=len(span.turns),
+        turns_requested="all" if req.turns == "all" else str(int(req.turns)), turns=len(span.turns),
         message=_encoder.encode(req.message).decode() if req.message else None, on_approval=req.on_approval,
-        repeats=req.repeats, source_turns=None, status="running", created_at=datetime.min, finished_at=None,
+        repeats=repeats, source_turns=None, status="running", created_at=datetime.min, finished_at=None,
     )  # fmt: skip
     fork_req = ForkRequest(
         rewind_before_invocation_id=req.rewind_before_invocation_id, name=req.name, if_boundary_missing="error"

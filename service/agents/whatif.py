@@ -47,7 +47,17 @@ AGENT_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
 Tokens = Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)]
 # Out of range (below 1, or more than the source holds from the boundary) is a 422 (read_span).
-TurnCount = Annotated[int, Meta(ge=-(2**31), le=2**31)] | Literal["all"]
+# JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is a 400).
+Count = Annotated[int, Meta(ge=-(2**31), le=2**31)] | Annotated[float, Meta(ge=-(2**31), le=2**31)]
+TurnCount = Count | Literal["all"]
+
+
+def whole(value: int | float, what: str) -> int:
+    if isinstance(value, float) and not value.is_integer():
+        raise BadRequest(f"{what} must be a whole number")
+    return int(value)
+
+
 # An edited question may be longer than an id; the body limit (MAX_BODY_BYTES) bounds it too.
 MESSAGE_TEXT_CHARS = 16_384
 
@@ -165,7 +175,7 @@ async def _boundary_task(
 
 
 async def read_span(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: str, wanted: int | str
+    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: str, wanted: int | float | str
 ) -> Span:
     """The source turns from `boundary` on (`wanted` of them, or "all"), each with the user message to send
     again and the estimated context before it. Needs a (repeatable read) transaction."""
@@ -176,7 +186,7 @@ async def read_span(
     # A turn only its task knows (no events) can be asked; nothing after it is known.
     later = listed[ids.index(boundary) :] if boundary in ids else []
     available = max(len(later), 1)
-    count = available if wanted == "all" else int(wanted)
+    count = available if wanted == "all" else whole(float(wanted), "turns")
     if count < 1:
         raise Unprocessable(f'turns must be 1 or more, or "all", got {count}')
     if count > available:

@@ -270,6 +270,114 @@ const HOP_BY_HOP = new Set([
   "content-encoding",
 ]);
 
+// --- experiments ---------------------------------------------------------------------------------
+
+/** One turn of an experiment's column (kagent-fork's TurnFigures). */
+export interface ExperimentTurn {
+  question: string | null;
+  /** The message's parts exactly as sent over A2A (null for the source's own turn). */
+  sent: unknown[] | null;
+  answer: string | null;
+  tool_calls: Record<string, number>;
+  rejected_tool_calls: number;
+  model_calls: number;
+  total_tokens: number;
+  duration_seconds: number;
+  /** completed, input-required, failed, ...; working while it runs, pending before it is sent. */
+  state: string | null;
+}
+
+/** A column of the grid: the source, or one branch (an agent and a repeat). */
+export interface ExperimentColumn {
+  agent_ref: string | null;
+  repeat: number;
+  agent_card: { name: string; version: string; skills_sha256: string } | null;
+  session_id: string;
+  job_id: string | null;
+  status: "running" | "completed" | "failed" | "cancelled";
+  error: string | null;
+  stopped_at: string | null;
+  turns: ExperimentTurn[];
+  totals: {
+    turns: number;
+    tool_calls: number;
+    rejected_tool_calls: number;
+    model_calls: number;
+    total_tokens: number;
+    duration_seconds: number;
+  };
+}
+
+/** An experiment: the source's own turns beside a column per branch (GET /api/experiments/{id}). */
+export interface Experiment {
+  id: string;
+  status: "running" | "completed" | "failed" | "cancelled";
+  source_session_id: string;
+  rewind_before_invocation_id: string;
+  turns_requested: number | string;
+  message: { text: string } | null;
+  created_at: string;
+  finished_at: string | null;
+  source: ExperimentColumn;
+  branches: ExperimentColumn[];
+  on_approval: "stop" | "reject";
+  repeats: number;
+  by_agent: { agent_ref: string; totals: Record<string, { mean: number; min: number; max: number }> }[] | null;
+}
+
+export interface ExperimentOptions extends ClientOptions {
+  /** namespace/name of 1 to 8 agents (default: the session's own agent). */
+  agents?: string[];
+  /** How many turns to replay from the boundary on, or "all" (default 1). */
+  turns?: number | "all";
+  /** Ask the first replayed turn with this text instead. */
+  messageText?: string;
+  /** Branches per agent, 1 to 5. */
+  repeats?: number;
+  /** When an agent asks to approve a tool: stop the branch (default) or reject as kagent's UI does. */
+  onApproval?: "stop" | "reject";
+  name?: string;
+  maxContextTokens?: number;
+  idempotencyKey?: string;
+}
+
+/**
+ * Replay the conversation from the turn `rewindBeforeInvocationId` on several agents at once. `data` is
+ * the experiment as it starts (status "running"); follow it with `getExperiment`. Agents run their tools
+ * for real.
+ */
+export async function startExperiment(
+  sessionId: string,
+  rewindBeforeInvocationId: string,
+  options: ExperimentOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const body: Record<string, unknown> = { rewind_before_invocation_id: rewindBeforeInvocationId };
+  if (options.agents !== undefined) body.agents = options.agents;
+  if (options.turns !== undefined) body.turns = options.turns;
+  if (options.messageText !== undefined) body.message = { text: options.messageText };
+  if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.onApproval !== undefined) body.on_approval = options.onApproval;
+  if (options.name !== undefined) body.name = options.name;
+  if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  const answer = await call<{ experiment: Experiment }>(
+    options,
+    "POST",
+    sessionPath(sessionId, "experiments"),
+    body,
+    extra,
+    [sessionId, rewindBeforeInvocationId],
+  );
+  if (answer.data === undefined) return answer.error !== undefined ? failure(answer.error) : { message: answer.message };
+  return { message: answer.message, data: answer.data.experiment };
+}
+
+/** An experiment as a grid: the source's turns and each branch's, with totals. */
+export async function getExperiment(experimentId: string, options: ClientOptions = {}): Promise<BaseResponse<Experiment>> {
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}` : "";
+  return call<Experiment>(options, "GET", path, undefined, {}, [experimentId]);
+}
+
 // --- internals ---------------------------------------------------------------------------------
 
 function env(name: string): string | undefined {

@@ -8,6 +8,8 @@ import { test } from "node:test";
 import {
   type BaseResponse,
   forkSession,
+  getExperiment,
+  startExperiment,
   type Invocation,
   listInvocations,
   rewindSession,
@@ -175,4 +177,14 @@ test("share links: X-Share-Token as kagent forwards it", { skip: !READ_ONLY_SHAR
   ok(await undoRewind(LEGACY, rewound.rewind.id, { ...alice, shareToken: READ_WRITE_SHARE! }));
   assert.equal((await turns(LEGACY)).length, 3);
   failed(await forkSession(LEGACY, null, { shareToken: "not-a-share" }), /share/i);
+});
+
+// The service under test has no KAGENT_A2A_URL (no agents to ask): an experiment is refused with 503
+// before anything is written, and an unknown one is 404, as kagent's envelope says.
+test("startExperiment and getExperiment speak the experiment calls", async () => {
+  const turns = ok(await listInvocations(V1));
+  const started = await startExperiment(V1, turns[1].invocation_id, { agents: ["kagent/k8s-agent"], turns: "all" });
+  failed(started, /KAGENT_A2A_URL/);
+  failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
+  failed(await startExperiment(V1, ""), /required/);
 });
