@@ -282,12 +282,14 @@ KAGENT_PATHS = [
 
 
 def fork_operations() -> list[tuple[str, str]]:
-    """Every (method, concrete path) of kagent-fork's API under /api/sessions and /api/whatif, from
+    """Every (method, concrete path) of kagent-fork's API under /api/sessions, /api/whatif and /api/experiments, from
     openapi.yaml, and the MCP endpoint."""
     openapi = yaml.safe_load((ROOT / "openapi.yaml").read_text())
     ops = [("POST", "/mcp"), ("GET", "/mcp"), ("DELETE", "/mcp")]  # streamable HTTP uses all three
     for template, item in openapi["paths"].items():
-        if not template.startswith(("/api/sessions/", "/api/whatif/", "/api/fork-explorer/", "/ui/")):
+        if not template.startswith(
+            ("/api/sessions/", "/api/whatif/", "/api/experiments/", "/api/fork-explorer/", "/ui/")
+        ):
             continue
         path = re.sub(r"\{[^}]+\}", "s-1", template)
         ops += [(method.upper(), path) for method in item if method in ("get", "post", "put", "patch", "delete")]

@@ -49,6 +49,7 @@ class Seeded:
         rewinds: list[str],
         jobs: list[str],
         explored: Conversation,
+        experiments: list[str],
     ) -> None:
         self.conversations = conversations
         self.shares = shares
@@ -56,6 +57,7 @@ class Seeded:
         self.rewinds = rewinds
         self.jobs = jobs  # what-if jobs of the conversations' owner
         self.explored = explored  # a conversation no fuzzed rewind touches, for what-ifs
+        self.experiments = experiments  # experiments of the owner, each with one of the running jobs
         self.random = random.Random(5)
 
     def conversation(self) -> Conversation:
@@ -92,8 +94,19 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             "NOW() + interval '1 day')",
             [(job, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for job in jobs],
         )
+        experiments = [str(uuid.uuid4()) for _ in jobs]
+        await conn.executemany(
+            "INSERT INTO kagent_fork.experiment (id, user_id, source_session_id, source_user_id, "
+            "rewind_before_invocation_id, turns_requested, turns, on_approval, repeats) "
+            "VALUES ($1, $2, $3, $2, $4, '1', 1, 'stop', 1)",
+            [(e, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for e in experiments],
+        )
+        await conn.executemany(
+            "UPDATE kagent_fork.whatif_job SET experiment_id = $1 WHERE id = $2",
+            list(zip(experiments, jobs, strict=True)),
+        )
     explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
-    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored)
+    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +143,11 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
     rnd = seeded.random
     if rnd.random() < 0.5:
         return
-    conv = seeded.explored if path_has(case, "/whatif") else seeded.conversation()
+    own = path_has(case, "/whatif") or path_has(case, "/experiments")
+    conv = seeded.explored if own else seeded.conversation()
+    if case.path_parameters and "experiment_id" in case.path_parameters:
+        case.path_parameters["experiment_id"] = rnd.choice(seeded.experiments)
+        conv = seeded.conversations[1]
     if case.path_parameters and "job_id" in case.path_parameters:
         case.path_parameters["job_id"] = rnd.choice(seeded.jobs)
         conv = seeded.conversations[1]
@@ -145,8 +162,8 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.query["before"] = rnd.choice(conv.invocation_ids)
     if case.headers is not None and "X-User-Id" in case.headers:
         case.headers["X-User-Id"] = conv.user_id
-    elif path_has(case, "/whatif") and not (case.query and "user_id" in case.query):
-        # what-ifs and their jobs are their creator's alone: act as the seeded owner
+    elif own and not (case.query and "user_id" in case.query):
+        # what-ifs, experiments and their jobs are their creator's alone: act as the seeded owner
         case.headers = {**(case.headers or {}), "X-User-Id": conv.user_id}
     if case.query and "user_id" in case.query:
         case.query["user_id"] = conv.user_id
@@ -156,6 +173,12 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.body["rewind_before_invocation_id"] = rnd.choice(conv.invocation_ids)
     if isinstance(case.body, dict) and "agent_ref" in case.body:  # an agent of kagent's naming
         case.body["agent_ref"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
+    if isinstance(case.body, dict) and "agents" in case.body:
+        case.body["agents"] = rnd.choice([["kagent/v1-agent"], ["kagent/v1-agent", "kagent/legacy-agent"], []])
+    if isinstance(case.body, dict) and "repeats" in case.body:
+        case.body["repeats"] = rnd.choice([1, 2])
+    if isinstance(case.body, dict) and "turns" in case.body:
+        case.body["turns"] = rnd.choice([1, 2, "all"])
     if isinstance(case.body, dict) and "max_context_tokens" in case.body:  # above the seeded turns' context
         case.body["max_context_tokens"] = 100_000
 
@@ -219,7 +242,7 @@ def test_the_api_keeps_its_document(
     else:
         # the fuzzer reached the real thing, not only refusals
         assert any(200 <= status < 300 for status in statuses), statuses
-        success = {"/fork": 201, "/whatif": 202}
+        success = {"/fork": 201, "/whatif": 202, "/experiments": 202} if method.upper() == "POST" else {}
         assert statuses[next((c for end, c in success.items() if path.endswith(end)), 200)] > 0, statuses
 
 

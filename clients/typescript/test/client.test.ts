@@ -183,7 +183,9 @@ test("share links: X-Share-Token as kagent forwards it", { skip: !READ_ONLY_SHAR
 // before anything is written, and an unknown one is 404, as kagent's envelope says.
 test("startExperiment and getExperiment speak the experiment calls", async () => {
   const turns = ok(await listInvocations(V1));
-  const started = await startExperiment(V1, turns[1].invocation_id, { agents: ["kagent/k8s-agent"], turns: "all" });
+  const second = turns[1];
+  assert.ok(second !== undefined);
+  const started = await startExperiment(V1, second.invocation_id, { agents: ["kagent/k8s-agent"], turns: "all" });
   failed(started, /KAGENT_A2A_URL/);
   failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
   failed(await startExperiment(V1, ""), /required/);
