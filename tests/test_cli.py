@@ -137,15 +137,20 @@ async def test_the_demo_turns_are_logged_on_every_start(server_url: str) -> None
 async def test_a_closed_pipe_is_a_quiet_exit(database_url: str, pool: asyncpg.Pool) -> None:
     """Issue 25, 6: `kagent-fork show S | head -3` ends quietly, with or without --json."""
     conv = await seed(pool, dialect="v1", turns=40, tool_calls=True)
-    env = {**os.environ, "DATABASE_URL": database_url}
     for extra in ([], ["--json"]):
-        command = [sys.executable, "-m", "service", "show", conv.session_id, "--user", conv.user_id, *extra]
-        done = subprocess.run(
-            f"{' '.join(command)} | head -c 100; echo; echo \"exit ${{PIPESTATUS[0]}}\"",
-            shell=True, executable="/bin/bash", env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        done = piped(database_url, "show", conv.session_id, "--user", conv.user_id, *extra)
         assert done.stdout.rstrip().endswith("exit 0"), (done.stdout, done.stderr)
         assert done.stderr == "", done.stderr
+
+
+def piped(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI's output read by `head -c 100`, which stops reading; stdout ends with the CLI's exit code."""
+    env = {**os.environ, "DATABASE_URL": database_url}
+    command = " ".join([sys.executable, "-m", "service", *args])
+    return subprocess.run(
+        f"{command} | head -c 100; code=${{PIPESTATUS[0]}}; echo; echo \"exit $code\"",
+        shell=True, executable="/bin/bash", env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
 
 
 async def test_help_plurals_and_the_comparison_turn_by_turn(database_url: str, pool: asyncpg.Pool) -> None:
