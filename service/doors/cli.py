@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -72,6 +73,16 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     return dsn
 
 
+def _scripted_agent(dsn: str) -> str:
+    """Start the embedded demo's scripted A2A agent in this process; its URL, for KAGENT_A2A_URL."""
+    from service.embedded import scripted_agent
+
+    url, _ = scripted_agent.start(dsn)
+    names = ", ".join(f"{scripted_agent.NAMESPACE}/{n}" for n in scripted_agent.AGENTS)
+    log.info("demo A2A agent (answers from a script, no model): %s at %s (KAGENT_A2A_URL)", names, url)
+    return url
+
+
 def database_problem(settings: Settings, dsn: str) -> str | None:
     """Why the service cannot start on this database, in one line naming the setting to check; None if
     it can (reachable within DB_CONNECT_TIMEOUT_SECONDS, kagent's tables there, not dirty)."""
@@ -108,6 +119,8 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         print(f"kagent-fork: cannot start: {problem}", file=sys.stderr)
         return 2
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
+    if not settings.database_url and settings.kagent_a2a_url is None:
+        os.environ["KAGENT_A2A_URL"] = _scripted_agent(dsn)
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
@@ -453,6 +466,10 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         dsn = _database_url(settings, demo=True)
+        if args.command == "whatif" and not settings.database_url and settings.kagent_a2a_url is None:
+            # The embedded demo: its scripted agent answers, in this process, so the what-if waits for it.
+            settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
+            args.wait = True
         data, text = asyncio.run(_run(settings, dsn, args))
     except NotConfigured as exc:
         return _fail(args, exc.message, NOT_CONFIGURED)
