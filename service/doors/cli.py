@@ -25,7 +25,9 @@ import msgspec
 from service.config import ConfigError, Settings, from_env
 
 if TYPE_CHECKING:
+    from service.identity import Caller
     from service.kagent.store import Store
+    from service.services import Services
 
 log = logging.getLogger("kagent_fork")
 
@@ -406,26 +408,27 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             data = msgspec.to_builtins(await whatif.get(svc, caller, job_id))
             return data, _show_job(data)
 
-        async def do_job() -> tuple[object, str]:
-            data = msgspec.to_builtins(await whatif.get(svc, caller, args.session_id))
-            return data, _show_job(data)
-
-        async def do_whatifs() -> tuple[object, str]:
-            data = msgspec.to_builtins(await whatif.of_session(svc, caller, args.session_id))
-            return data, _show_jobs(data)
-
-        async def do_cancel() -> tuple[object, str]:
-            data = msgspec.to_builtins(await whatif.cancel(svc, caller, args.session_id))
-            return data, _show_job(data)
-
         commands.update(
             fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree, forks=do_forks,
-            rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif, job=do_job, whatifs=do_whatifs,
-            cancel=do_cancel,
+            rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif,
         )  # fmt: skip
-        return await commands[args.command]()
+        if args.command in commands:
+            return await commands[args.command]()
+        return await _job_command(svc, caller, args.command, args.session_id)
     finally:
         await pool.close()
+
+
+async def _job_command(svc: Services, caller: Caller, command: str, name: str) -> tuple[object, str]:
+    """job ID, cancel ID, whatifs SESSION: a what-if job, or a source's what-ifs."""
+    from service.agents import whatif
+
+    if command == "whatifs":
+        jobs = msgspec.to_builtins(await whatif.of_session(svc, caller, name))
+        return jobs, _show_jobs(jobs)
+    job = await (whatif.cancel(svc, caller, name) if command == "cancel" else whatif.get(svc, caller, name))
+    data = msgspec.to_builtins(job)
+    return data, _show_job(data)
 
 
 async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
