@@ -87,6 +87,15 @@ def job_json(job: WhatifJob) -> Job:
     )  # fmt: skip
 
 
+def fork_name(agent_ref: str, turn: int | None, invocation_id: str, source_name: str | None) -> str:
+    """A what-if fork's default name: the agent that answers and the turn it answers, so that forks of
+    one session made at different turns or for different agents can be told apart."""
+    at = f"turn {turn}" if turn is not None else f"the turn {invocation_id[:40]}"
+    label = " ".join((source_name or "").split())
+    of = f' of "{label[:60]}{"..." if len(label) > 60 else ""}"' if label and label != "Chat" else ""
+    return f"What-if: {agent_ref} answers {at}{of}"[:256]
+
+
 def agent_id_of(agent_ref: str) -> str:
     """kagent's agent_id for namespace/name: `-` becomes `_`, `/` becomes `__NS__`."""
     return agent_ref.replace("-", "_").replace("/", "__NS__")
@@ -182,9 +191,16 @@ async def _checked_start(
     """The refusals a fork does not make (the turn's message, the agent, the cost gate), then the start."""
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source_agent, turn = await _source_turn(svc, conn, caller, session_id, req.rewind_before_invocation_id)
+        source = await svc.store.sessions.get_session(conn, session_id, turn.owner)
+        listed = [t.invocation_id for t in await svc.store.events.event_turns(conn, session_id, turn.owner)]
     agent_ref = req.agent_ref or (agent_ref_of(source_agent) if source_agent else None)
     if agent_ref is None:
         raise Unprocessable(f"the source session's agent {source_agent!r} is not namespace/name: give agent_ref")
+    if fork_req.name is None:
+        at = listed.index(req.rewind_before_invocation_id) + 1 if req.rewind_before_invocation_id in listed else None
+        fork_req = msgspec.structs.replace(
+            fork_req, name=fork_name(agent_ref, at, req.rewind_before_invocation_id, source.name if source else None)
+        )
     limit = int(req.max_context_tokens or svc.settings.whatif_max_context_tokens)
     planned = (await forking.fork(svc, caller, session_id, msgspec.structs.replace(fork_req, dry_run=True))).data
     assert isinstance(planned, ForkPlan)

@@ -14,7 +14,7 @@ import msgspec
 
 from service.kagent.store import Store
 from service.kagent.store.base import Connection
-from service.kagent.store.events import EventTally
+from service.kagent.store.events import EventTally, TurnTally
 from service.schemas import Summary
 
 USER_TEXT_CHARS = 200
@@ -29,6 +29,13 @@ async def tally(
     """The live events with since <= created_at < until (None: to the end)."""
     return await store.events.event_tally(
         conn, session_id, owner, since, until, user_text_chars=USER_TEXT_CHARS, agent_text_chars=AGENT_TEXT_CHARS
+    )
+
+
+async def turn_tallies(store: Store, conn: Connection, session_id: str, owner: str, since: datetime) -> list[TurnTally]:
+    """tally() turn by turn, for the turns whose events start at `since` or later."""
+    return await store.events.turn_tallies(
+        conn, session_id, owner, since, user_text_chars=USER_TEXT_CHARS, agent_text_chars=AGENT_TEXT_CHARS
     )
 
 

@@ -150,6 +150,53 @@ SELECT (SELECT count(*) FROM parsed) AS events,
        (SELECT left(text, $6) FROM messages WHERE NOT from_user AND kind = 'text'
         ORDER BY created_at DESC, id DESC, ord DESC LIMIT 1) AS last_agent_text;
 
+-- name: events_tally_by_turn
+-- events_tally of each turn (invocation id) whose events start at $3 or later, for lining two branches
+-- up turn by turn: events, total tokens, first and last event times, tool calls by name, the first user
+-- text and the last agent text (cut to $4 and $5 characters, the same order rules as events_tally).
+-- Events without an invocation id belong to no turn here. Each row is parsed once.
+WITH parsed AS MATERIALIZED (
+    SELECT id, created_at, {schema}.try_jsonb(data) AS doc
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND created_at >= $3
+), keyed AS MATERIALIZED (
+    SELECT id, created_at, doc, coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id
+    FROM parsed
+    WHERE jsonb_typeof(doc) = 'object'
+), messages AS MATERIALIZED (
+    SELECT e.invocation_id, e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text,
+           m.tool_name
+    FROM keyed AS e
+    CROSS JOIN LATERAL {schema}.event_messages(e.doc) AS m
+    WHERE e.invocation_id IS NOT NULL
+), tools AS (
+    SELECT invocation_id, jsonb_object_agg(tool_name, calls)::text AS tool_calls
+    FROM (SELECT invocation_id, tool_name, count(*) AS calls FROM messages
+          WHERE kind = 'tool_call' AND tool_name IS NOT NULL GROUP BY invocation_id, tool_name) AS t
+    GROUP BY invocation_id
+), texts AS (
+    SELECT invocation_id,
+           (array_agg(left(text, $4) ORDER BY created_at, id, ord)
+                FILTER (WHERE from_user AND kind = 'text'))[1] AS first_user_text,
+           (array_agg(left(text, $5) ORDER BY created_at DESC, id DESC, ord DESC)
+                FILTER (WHERE NOT from_user AND kind = 'text'))[1] AS last_agent_text
+    FROM messages
+    GROUP BY invocation_id
+), turns AS (
+    SELECT invocation_id, count(*) AS events, min(created_at) AS first_at, max(created_at) AS last_at,
+           coalesce(sum({schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount')), 0) AS total_tokens
+    FROM keyed
+    WHERE invocation_id IS NOT NULL
+    GROUP BY invocation_id
+)
+SELECT turns.invocation_id, turns.events, turns.total_tokens, turns.first_at, turns.last_at,
+       coalesce(tools.tool_calls, '{}') AS tool_calls, texts.first_user_text, texts.last_agent_text
+FROM turns
+LEFT JOIN tools USING (invocation_id)
+LEFT JOIN texts USING (invocation_id)
+ORDER BY turns.first_at, turns.invocation_id;
+
 -- name: transcript_events
 -- The live events before $3 (NULL: all) as a transcript reads them, in kagent's order (created_at; the
 -- row id breaks ties so that the order never depends on the plan), each with the key of the turn it
