@@ -53,9 +53,19 @@ def test_a_missing_kagent_fork_says_how_to_get_one(tmp_path: Path) -> None:
     assert done.returncode == 1 and "does not exist" in done.stderr and "./scripts/test" in done.stderr
 
 
-def test_the_package_builds_when_installed_and_says_npm_ci() -> None:
+def test_the_package_installs_built_without_typescript() -> None:
+    """kagent's image runs `npm ci` in ui/ with nothing but its own package*.json and what they name: the
+    client goes in as the tarball of `npm pack` (built by prepack), which must not compile on install,
+    and loads both as an ES module and through require() (kagent's jest), with its types."""
     import json
 
     package = json.loads((CLIENT / "package.json").read_text())
-    assert package["scripts"]["prepare"] == package["scripts"]["build"]  # npm install <path> compiles it
-    assert "npm ci" in (CLIENT / "README.md").read_text()
+    scripts = package["scripts"]
+    assert not {"prepare", "preinstall", "install", "postinstall"} & set(scripts)  # no tsc at install time
+    assert scripts["prepack"] == "npm run build"
+    exports = package["exports"]["."]
+    assert exports["import"] == {"types": "./dist/esm/index.d.ts", "default": "./dist/esm/index.js"}
+    assert exports["require"] == {"types": "./dist/cjs/index.d.ts", "default": "./dist/cjs/index.js"}
+    assert not package.get("dependencies")
+    readme = (CLIENT / "README.md").read_text()
+    assert "npm ci" in readme and "npm pack" in readme
