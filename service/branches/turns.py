@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
@@ -39,6 +39,14 @@ class Invocation(msgspec.Struct, frozen=True, kw_only=True):
     started_at: str
     user_text: str | None
     event_count: int
+    # What of the turn survives on the messages kagent's chat renders (dialects.chat_marks), so that a UI
+    # can tell which turn a message belongs to: every task holding it, its history messages' ids, the
+    # function calls it makes and answers, the agent text messages kagent shows for it.
+    task_ids: list[str]
+    message_ids: list[str]
+    call_ids: list[str]
+    response_ids: list[str]
+    text_count: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +65,8 @@ class TurnInfo:
     user_text: str | None = None
     task_id: str | None = None
     state: str | None = None
+    task_ids: list[str] = field(default_factory=list)
+    marks: dialects.ChatMarks = field(default_factory=dialects.ChatMarks)
 
 
 async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dict[str, TurnInfo]:
@@ -86,10 +96,18 @@ def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | N
     except dialects.TaskFormatError:
         return
     dialect = plan.dialect_of(row)
+    marks = dialects.chat_marks(data, dialect)
     for invocation_id in dialects.invocation_ids(data):
         if only is not None and invocation_id not in only:
             continue
         turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
+        if row.id not in turn.task_ids:
+            turn.task_ids.append(row.id)
+            mark = marks[invocation_id]
+            turn.marks.message_ids += mark.message_ids
+            turn.marks.call_ids += mark.call_ids
+            turn.marks.response_ids += mark.response_ids
+            turn.marks.text_count += mark.text_count
         if turn.task_id is None:
             turn.task_id, turn.state = row.id, dialects.state(data)
         if turn.user_text is None:
@@ -202,5 +220,7 @@ async def invocations(
 def _item(t: TurnInfo) -> Invocation:
     return Invocation(
         invocation_id=t.invocation_id, task_id=t.task_id, state=t.state, started_at=rfc3339(t.started_at),
-        user_text=t.user_text, event_count=t.event_count,
+        user_text=t.user_text, event_count=t.event_count, task_ids=t.task_ids,
+        message_ids=t.marks.message_ids, call_ids=t.marks.call_ids, response_ids=t.marks.response_ids,
+        text_count=t.marks.text_count,
     )  # fmt: skip
