@@ -30,7 +30,12 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     )
     (wheel,) = (tmp_path / "dist").glob("kagent_fork-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    needed = ["service/sql/queries/fragments.sql", "service/sql/queries/events.sql", "service/sql/migrations/0001_lineage.sql", "service/sql/kagent/schema.sql"]
+    needed = [
+        "service/sql/queries/fragments.sql",
+        "service/sql/queries/events.sql",
+        "service/sql/migrations/0001_lineage.sql",
+        "service/sql/kagent/schema.sql",
+    ]
     page = {"service/doors/ui/index.html", "service/doors/ui/app.js", "service/doors/ui/style.css"}
     assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
