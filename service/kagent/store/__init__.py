@@ -1,5 +1,5 @@
 """The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
-(sessions, events, tasks, lineage and idempotency, rewinds, jobs, and the database itself); the only code
+(sessions, events, tasks, lineage and idempotency, rewinds, jobs, the turn map, and the database itself); the only code
 that sees asyncpg rows. Imports nothing of the service above kagent's data.
 """
 
@@ -16,8 +16,9 @@ from service.kagent.store.lineage import LineageStore
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
 from service.kagent.store.tasks import Tasks
+from service.kagent.store.turn_map import TurnMaps
 
-_PARTS = ("base", "database", "events", "jobs", "lineage", "rewinds", "sessions", "tasks")
+_PARTS = ("base", "database", "events", "jobs", "lineage", "rewinds", "sessions", "tasks", "turn_map")
 
 
 class Store:
@@ -38,6 +39,10 @@ class Store:
         self.lineage = LineageStore(self.queries)
         self.rewinds = Rewinds(self.queries)
         self.jobs = Jobs(self.queries)
+        self.turn_maps = TurnMaps(self.queries)
+        # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
+        # no map is made or read (the exact searches answer everything, as before the map).
+        self.turn_map_min_tasks: int | None = 200
 
     @property
     def schema(self) -> str:
