@@ -21,12 +21,12 @@ import asyncpg
 from service.kagent import dialects
 from service.kagent.store import Store
 from service.kagent.store.base import TASK_FETCH_BATCH, Connection
-from service.kagent.store.turn_map import KagentMarks, MapCounts, MappedTask, MapState
+from service.kagent.store.turn_map import KagentMarks, MapCounts, MappedTask, MapState, TaskFigures
 
 VERSION = 1
 USER_TEXT_CHARS = 200
-# Sessions with fewer live tasks get no map: reading them whole is as fast as reading a map.
-MIN_TASKS = 200
+# A fork's new task and session ids are uuid4 strings: the map's task figures are made with ids this long.
+_NEW_ID = "00000000-0000-4000-8000-000000000000"
 
 
 class Unmappable(Exception):
@@ -172,7 +172,7 @@ def _digest(
         task = dialects.decode(data)
     except dialects.TaskFormatError:
         return MappedTask(task_id=task_id, created_at=created_at, updated_at=updated_at, state=None,
-                          invocation_ids=[], user_texts=[])  # fmt: skip
+                          invocation_ids=[], user_texts=[], figures=None)  # fmt: skip
     dialect = dialects.TaskDialect.of(protocol_version)
     if dialect is None:
         raise Unmappable(f"task {task_id} has protocol_version {protocol_version!r}")
@@ -183,8 +183,27 @@ def _digest(
         texts.append(text[:USER_TEXT_CHARS] if text else None)
     return MappedTask(
         task_id=task_id, created_at=created_at, updated_at=updated_at, state=dialects.state(task),
-        invocation_ids=invocations, user_texts=texts,
+        invocation_ids=invocations, user_texts=texts, figures=_figures(task, dialect),
     )  # fmt: skip
+
+
+def _figures(task: dialects.JSON, dialect: dialects.TaskDialect) -> TaskFigures:
+    """What a per_task fork writes for the whole task (plan.TaskCopier.add: closed if unfinished, its ids
+    rewritten), with an empty user id; the places that hold the user id, to add the caller's."""
+    terminal = dialects.is_terminal(task, dialect)
+    prepared = task if terminal else dialects.cancel(task, dialect)
+    written = len(
+        dialects.encode(
+            dialects.rewrite(prepared, dialects.Rewrite(task_id=_NEW_ID, context_id=_NEW_ID, user_id=""))
+        ).encode()
+    )
+    targets = dialects.rewrite_targets(prepared)
+    if targets is not None:
+        places = len(targets.user_ids)
+    else:
+        one = dialects.Rewrite(task_id=_NEW_ID, context_id=_NEW_ID, user_id="x")
+        places = len(dialects.encode(dialects.rewrite(prepared, one)).encode()) - written
+    return TaskFigures(messages=len(dialects.history(prepared)), bytes=written, user_places=places, terminal=terminal)
 
 
 async def after_rewind(

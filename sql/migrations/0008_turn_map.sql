@@ -37,6 +37,12 @@ CREATE TABLE IF NOT EXISTS {schema}.turn_map_run (
     text_chars     BIGINT NOT NULL,
     has_messages   BOOLEAN NOT NULL,
     user_text      TEXT,                     -- the first user event's text in the run (200 characters)
+    -- what a branch summary (events_tally) adds up: tokens, tool calls by name, the first user text
+    -- message (200 characters) and the last agent one (480)
+    tokens         NUMERIC NOT NULL,
+    tool_calls     JSONB NOT NULL,
+    first_user_message TEXT,
+    last_agent_message TEXT,
     cum_events     BIGINT NOT NULL,
     cum_bytes      BIGINT NOT NULL,
     cum_text_chars BIGINT NOT NULL,
@@ -55,6 +61,13 @@ CREATE TABLE IF NOT EXISTS {schema}.turn_map_task (
     state          TEXT,
     invocation_ids TEXT[] NOT NULL,
     user_texts     TEXT[] NOT NULL,          -- parallel to invocation_ids (NULL: none)
+    -- a per_task fork's figures for this task as a whole (NULL: the copier refuses it): history messages,
+    -- bytes written with a new task and session id and an empty user id, places that hold the user id,
+    -- and whether it is terminal (else its copy is closed as canceled, with a warning)
+    messages       INTEGER,
+    bytes          BIGINT,
+    user_places    INTEGER,
+    terminal       BOOLEAN,
     PRIMARY KEY (session_id, user_id, task_id)
 );
 CREATE INDEX IF NOT EXISTS turn_map_task_invocations ON {schema}.turn_map_task USING gin (invocation_ids);

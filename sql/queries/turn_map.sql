@@ -63,14 +63,19 @@ WITH read AS MATERIALIZED (
            CASE WHEN jsonb_typeof(p.doc) = 'object'
                 THEN coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') END AS invocation_id,
            m.text_chars, m.has_messages,
-           CASE WHEN p.doc ->> 'author' = 'user' THEN m.user_text END AS user_text
+           CASE WHEN p.doc ->> 'author' = 'user' THEN m.user_text END AS user_text,
+           {schema}.event_tokens(p.doc, 'total_token_count', 'totalTokenCount') AS tokens, m.tool_names,
+           CASE WHEN p.doc ->> 'author' = 'user' THEN m.texts[1] END AS first_user_message,
+           CASE WHEN p.doc ->> 'author' <> 'user' THEN m.texts[cardinality(m.texts)] END AS last_agent_message
     FROM event AS e
     -- OFFSET 0 keeps the subquery whole: each row is parsed once, not once for every use of doc.
     CROSS JOIN LATERAL (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) AS p
     CROSS JOIN LATERAL (
         SELECT coalesce(sum(length(x.text)) FILTER (WHERE x.kind = 'text'), 0) AS text_chars,
                count(*) > 0 AS has_messages,
-               string_agg(x.text, E'\n' ORDER BY x.ord) FILTER (WHERE x.kind = 'text') AS user_text
+               string_agg(x.text, E'\n' ORDER BY x.ord) FILTER (WHERE x.kind = 'text') AS user_text,
+               array_agg(x.text ORDER BY x.ord) FILTER (WHERE x.kind = 'text') AS texts,
+               array_agg(x.tool_name) FILTER (WHERE x.kind = 'tool_call' AND x.tool_name IS NOT NULL) AS tool_names
         FROM {schema}.event_messages(p.doc) AS x
     ) AS m
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
@@ -87,18 +92,30 @@ WITH read AS MATERIALIZED (
            min(created_at) AS first_at, (array_agg(id ORDER BY created_at, id))[1] AS first_id,
            max(created_at) AS last_at, (array_agg(id ORDER BY created_at DESC, id DESC))[1] AS last_id,
            count(*) AS events, sum(bytes) AS bytes, sum(text_chars) AS text_chars, bool_or(has_messages) AS has_messages,
-           (array_agg(left(user_text, 200) ORDER BY created_at, id) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text
+           (array_agg(left(user_text, 200) ORDER BY created_at, id) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text,
+           sum(tokens) AS tokens,
+           (array_agg(left(first_user_message, 200) ORDER BY created_at, id)
+               FILTER (WHERE first_user_message IS NOT NULL))[1] AS first_user_message,
+           (array_agg(left(last_agent_message, 480) ORDER BY created_at DESC, id DESC)
+               FILTER (WHERE last_agent_message IS NOT NULL))[1] AS last_agent_message
     FROM numbered
+    GROUP BY run
+), tools AS (
+    SELECT run, jsonb_object_agg(name, calls) AS tool_calls
+    FROM (SELECT run, name, count(*) AS calls FROM numbered CROSS JOIN LATERAL unnest(tool_names) AS name
+          GROUP BY run, name) AS named
     GROUP BY run
 ), written AS (
     INSERT INTO {schema}.turn_map_run (session_id, user_id, seq, invocation_id, first_at, first_id, last_at, last_id,
-                                       events, bytes, text_chars, has_messages, user_text, cum_events, cum_bytes,
+                                       events, bytes, text_chars, has_messages, user_text, tokens, tool_calls,
+                                       first_user_message, last_agent_message, cum_events, cum_bytes,
                                        cum_text_chars)
-    SELECT $1, $2, $5 + run - 1, invocation_id, first_at, first_id, last_at, last_id, events, bytes, text_chars,
-           has_messages, user_text,
-           $6 + sum(events) OVER (ORDER BY run), $7 + sum(bytes) OVER (ORDER BY run),
-           $8 + sum(text_chars) OVER (ORDER BY run)
+    SELECT $1, $2, $5 + runs.run - 1, invocation_id, first_at, first_id, last_at, last_id, events, bytes, text_chars,
+           has_messages, user_text, tokens, coalesce(tools.tool_calls, '{}'), first_user_message, last_agent_message,
+           $6 + sum(events) OVER (ORDER BY runs.run), $7 + sum(bytes) OVER (ORDER BY runs.run),
+           $8 + sum(text_chars) OVER (ORDER BY runs.run)
     FROM runs
+    LEFT JOIN tools ON tools.run = runs.run
     RETURNING invocation_id
 )
 SELECT count(*) AS runs, coalesce(array_agg(DISTINCT invocation_id) FILTER (WHERE invocation_id IS NOT NULL),
@@ -280,3 +297,46 @@ SELECT (SELECT ARRAY[cum_events, cum_bytes, cum_text_chars] FROM {schema}.turn_m
         ORDER BY seq DESC LIMIT 1) AS sums,
        EXISTS (SELECT 1 FROM {schema}.turn_map_run
                WHERE session_id = $1 AND user_id = $2 AND first_at < $3 AND last_at >= $3) AS straddles;
+
+-- name: map_tally_from
+-- events_tally of the live events from $3 on (to the end), added up from the runs that start there or
+-- later; straddles: a run holds events on both sides of $3 (then the caller reads the events instead).
+-- $4, $5: the user and agent text lengths the caller wants (the runs keep 200 and 480).
+SELECT EXISTS (SELECT 1 FROM {schema}.turn_map_run
+               WHERE session_id = $1 AND user_id = $2 AND first_at < $3 AND last_at >= $3) AS straddles,
+       coalesce(sum(events), 0) AS events,
+       count(DISTINCT invocation_id) FILTER (WHERE has_messages) AS turns,
+       coalesce(sum(tokens), 0) AS total_tokens,
+       min(first_at) AS first_at, max(last_at) AS last_at,
+       (SELECT coalesce(jsonb_object_agg(name, calls), '{}'::jsonb)::text
+        FROM (SELECT t.key AS name, sum(t.value::bigint) AS calls
+              FROM {schema}.turn_map_run AS r CROSS JOIN LATERAL jsonb_each_text(r.tool_calls) AS t
+              WHERE r.session_id = $1 AND r.user_id = $2 AND r.first_at >= $3
+              GROUP BY t.key) AS c) AS tool_calls,
+       left((array_agg(first_user_message ORDER BY seq) FILTER (WHERE first_user_message IS NOT NULL))[1], $4)
+           AS first_user_text,
+       left((array_agg(last_agent_message ORDER BY seq DESC) FILTER (WHERE last_agent_message IS NOT NULL))[1], $5)
+           AS last_agent_text
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2 AND first_at >= $3;
+
+-- name: map_task_figures
+-- A per_task fork's figures of the mapped tasks created before $3 (NULL: all), with the caller's user
+-- id $4 written in each task's user places: tasks, history messages, bytes, and the tasks the copier
+-- refuses (NULL figures) or closes (not terminal), oldest first.
+SELECT count(*) AS tasks, coalesce(sum(messages), 0) AS messages,
+       coalesce(sum(bytes + user_places::bigint * $4), 0) AS bytes,
+       count(*) FILTER (WHERE messages IS NULL) AS refused,
+       coalesce(array_agg(task_id ORDER BY created_at, task_id) FILTER (WHERE NOT terminal), '{}') AS open_ids,
+       coalesce(array_agg(state ORDER BY created_at, task_id) FILTER (WHERE NOT terminal), '{}')
+           AS open_states
+FROM {schema}.turn_map_task
+WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR created_at < $3);
+
+-- name: map_tasks_from
+-- The mapped tasks created at or after $3 (those a rewind from there hides), oldest first, with their
+-- state and whether it is terminal (NULL: the task is not JSON).
+SELECT task_id, state, terminal
+FROM {schema}.turn_map_task
+WHERE session_id = $1 AND user_id = $2 AND created_at >= $3
+ORDER BY created_at, task_id;

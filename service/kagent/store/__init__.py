@@ -25,7 +25,14 @@ class Store:
     """The service's queries, loaded once, and the store's parts over them; a query name that a part runs
     and the SQL lacks fails here, at start-up."""
 
-    def __init__(self, schema: str, directory: Path | None = None, *, max_fork_events: int = 0) -> None:
+    def __init__(
+        self,
+        schema: str,
+        directory: Path | None = None,
+        *,
+        max_fork_events: int = 0,
+        turn_map_min_tasks: int | None = 200,
+    ) -> None:
         self.queries = Queries(schema, directory, max_fork_events=max_fork_events)
         here = Path(__file__).resolve().parent
         used = {n for part in _PARTS for n in re.findall(r'self\.q\["(\w+)"\]', (here / f"{part}.py").read_text())}
@@ -42,7 +49,7 @@ class Store:
         self.turn_maps = TurnMaps(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).
-        self.turn_map_min_tasks: int | None = 200
+        self.turn_map_min_tasks = turn_map_min_tasks
 
     @property
     def schema(self) -> str:

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from service.kagent.store.base import Connection, Queries
+from service.kagent.store.events import EventTally
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +79,29 @@ class MappedTask:
     state: str | None
     invocation_ids: list[str]
     user_texts: list[str | None]
+    figures: TaskFigures | None  # None: the copier refuses the task
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFigures:
+    """What a per_task fork writes for one whole task: its history messages, its bytes with a new task and
+    session id and an empty user id, how many places hold the user id, and whether it is terminal."""
+
+    messages: int
+    bytes: int
+    user_places: int
+    terminal: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptTasks:
+    """A per_task fork's figures of the mapped tasks it keeps."""
+
+    tasks: int
+    messages: int
+    bytes: int
+    refused: int
+    open: list[tuple[str, str | None]]  # (task id, state) of those not terminal, oldest first
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +122,7 @@ class StampedTask:
 
 _TASK_COLUMNS = [
     "session_id", "user_id", "task_id", "created_at", "updated_at", "state", "invocation_ids", "user_texts",
+    "messages", "bytes", "user_places", "terminal",
 ]  # fmt: skip
 
 
@@ -242,7 +269,17 @@ class TurnMaps:
             "turn_map_task",
             schema_name=self.q.schema,
             records=[
-                (session_id, owner, t.task_id, t.created_at, t.updated_at, t.state, t.invocation_ids, t.user_texts)
+                (
+                    session_id,
+                    owner,
+                    t.task_id,
+                    t.created_at,
+                    t.updated_at,
+                    t.state,
+                    t.invocation_ids,
+                    t.user_texts,
+                    *((f.messages, f.bytes, f.user_places, f.terminal) if (f := t.figures) else (None,) * 4),
+                )
                 for t in tasks
             ],
             columns=_TASK_COLUMNS,
@@ -276,6 +313,40 @@ class TurnMaps:
             return None
         sums = r["sums"]
         return (0, 0, 0) if sums is None else (int(sums[0]), int(sums[1]), int(sums[2]))
+
+    async def tasks_from(
+        self, conn: Connection, session_id: str, owner: str, start: datetime
+    ) -> list[tuple[str, str | None, bool | None]]:
+        """(task id, state, terminal) of the mapped tasks created at or after `start`, oldest first."""
+        rows = await conn.fetch(self.q["map_tasks_from"], session_id, owner, start)
+        return [(r["task_id"], r["state"], r["terminal"]) for r in rows]
+
+    async def tally_from(
+        self, conn: Connection, session_id: str, owner: str, since: datetime, *, user_chars: int, agent_chars: int
+    ) -> EventTally | None:
+        """events_tally of the live events from `since` to the end, from the runs; None when a run holds
+        events on both sides of `since`."""
+        r = await conn.fetchrow(self.q["map_tally_from"], session_id, owner, since, user_chars, agent_chars)
+        assert r is not None
+        if r["straddles"]:
+            return None
+        return EventTally(
+            events=int(r["events"]), turns=int(r["turns"]), total_tokens=int(r["total_tokens"]),
+            first_at=r["first_at"], last_at=r["last_at"],
+            tool_calls=msgspec.json.decode(r["tool_calls"], type=dict[str, int]),
+            first_user_text=r["first_user_text"], last_agent_text=r["last_agent_text"],
+        )  # fmt: skip
+
+    async def kept_tasks(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, caller_id: str
+    ) -> KeptTasks:
+        user_bytes = len(msgspec.json.encode(caller_id)) - 2
+        r = await conn.fetchrow(self.q["map_task_figures"], session_id, owner, before, user_bytes)
+        assert r is not None
+        return KeptTasks(
+            tasks=int(r["tasks"]), messages=int(r["messages"]), bytes=int(r["bytes"]), refused=int(r["refused"]),
+            open=list(zip(r["open_ids"], r["open_states"], strict=True)),
+        )  # fmt: skip
 
 
 def lock_name(session_id: str, owner: str) -> str:
