@@ -1,7 +1,7 @@
 """The turn map (service/kagent/turn_map.py): every answer a boundary search, a listing page or a dry run
 gives is the same read from the map as read from kagent's rows; and a map that was deleted, corrupted or
 left behind by kagent's own writes (new events, task upserts, soft deletes) is found out by its guard and
-made true again, so that the answers stay exact. The service's rewinds keep it true, undos forget it.
+made true again, so that the answers stay exact. The service's rewinds and undos keep it true.
 
 Each test works in a database of its own, with the map made for every session (turn_map_min_tasks = 0)."""
 
@@ -179,18 +179,24 @@ async def test_kagent_writes_left_behind_are_found_and_mapped(svc: Services) -> 
         _same(await _mapped(svc, caller, sid, invocations), exact)
 
 
-async def test_rewinds_keep_the_map_true_and_undos_forget_it(svc: Services) -> None:
-    conv = await seed(svc.pool, dialect="legacy", turns=5, tool_calls=True)
+@pytest.mark.parametrize("dialect", ["legacy", "v1"])
+async def test_rewinds_and_undos_keep_the_map_true(svc: Services, dialect: str) -> None:
+    """Two rewinds, then their undos newest first: after each, the map is still trusted (cut by the rewind,
+    extended by the undo, never rebuilt) and every answer is the exact one."""
+    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True)
     caller = Caller(user_id=conv.user_id)
-    sid = conv.session_id
-    await _mapped(svc, caller, sid, conv.invocation_ids)
-    done = await rewind.rewind(svc, caller, sid, RewindRequest(rewind_before_invocation_id=conv.invocation_ids[3]))
-    assert isinstance(done, rewind.RewindResult)
-    async with svc.pool.acquire() as conn:
-        assert await turn_map.usable(svc.store, conn, sid, conv.user_id)  # cut by the rewind, not rebuilt
-    kept = conv.invocation_ids[:3]
-    _same(await _mapped(svc, caller, sid, kept), await _exact(svc, caller, sid, kept))
-    assert done.rewind.id is not None
-    await rewind.undo(svc, caller, sid, done.rewind.id)
-    assert await _state(svc, sid, conv.user_id) is None
-    _same(await _mapped(svc, caller, sid, conv.invocation_ids), await _exact(svc, caller, sid, conv.invocation_ids))
+    sid, invocations = conv.session_id, conv.invocation_ids
+    await _mapped(svc, caller, sid, invocations)
+    done = []
+    for keep in (4, 2):
+        answer = await rewind.rewind(svc, caller, sid, RewindRequest(rewind_before_invocation_id=invocations[keep]))
+        assert isinstance(answer, rewind.RewindResult) and answer.rewind.id is not None
+        done.append(answer.rewind.id)
+        async with svc.pool.acquire() as conn:
+            assert await turn_map.usable(svc.store, conn, sid, conv.user_id)  # cut by the rewind, not rebuilt
+        _same(await _mapped(svc, caller, sid, invocations[:keep]), await _exact(svc, caller, sid, invocations[:keep]))
+    for rewind_id, keep in zip(reversed(done), (4, 6), strict=True):
+        await rewind.undo(svc, caller, sid, rewind_id)
+        async with svc.pool.acquire() as conn:
+            assert await turn_map.usable(svc.store, conn, sid, conv.user_id)  # extended by the undo
+        _same(await _mapped(svc, caller, sid, invocations[:keep]), await _exact(svc, caller, sid, invocations[:keep]))

@@ -214,14 +214,17 @@ async def after_rewind(
     *,
     events_from: datetime,
     tasks_from: datetime,
+    hidden: tuple[int, int],
+    session_updated_at: datetime | None,
     replacement: tuple[str, datetime, datetime | None, str | None, str] | None,
     was_trusted: bool,
 ) -> None:
     """In a rewind's transaction, once its rows are hidden: the map cut as the rewind cut the session
     (only the runs, turns and tasks it hid), or forgotten when the map was not read by the rewind or the
-    cut falls inside a run."""
+    cut falls inside a run. Its marks are its old ones plus the (events, tasks) the rewind `hidden`: a
+    soft delete by kagent meanwhile leaves them short, and the next guard rebuilds."""
     maps = store.turn_maps
-    await store.turn_maps.hold(conn, session_id, owner)
+    await maps.hold(conn, session_id, owner)
     state = await maps.state(conn, session_id, owner)
     if state is None:
         return
@@ -236,10 +239,36 @@ async def after_rewind(
         touched.update(digest.invocation_ids)
         await maps.add_tasks(conn, session_id, owner, [digest])
     await maps.refresh_turns(conn, session_id, owner, sorted(touched))
-    await _save(store, conn, session_id, owner, await maps.kagent_marks(conn, session_id, owner))
+    marks = KagentMarks(
+        session_updated_at=session_updated_at,
+        events_deleted=state.events_deleted + hidden[0],
+        tasks_deleted=state.tasks_deleted + hidden[1],
+    )
+    await _save(store, conn, session_id, owner, marks)
 
 
-async def forget(store: Store, conn: Connection, session_id: str, owner: str) -> None:
-    """In an undo's transaction: the map no longer holds the rows the undo restores; rebuilt when next asked."""
-    await store.turn_maps.hold(conn, session_id, owner)
-    await store.turn_maps.forget(conn, session_id, owner, rows=False)
+async def after_undo(
+    store: Store,
+    conn: Connection,
+    session_id: str,
+    owner: str,
+    *,
+    restored: tuple[int, int],
+    replacement_hidden: bool,
+    session_updated_at: datetime | None,
+    was_trusted: bool,
+) -> None:
+    """In an undo's transaction, once the rows are back: the map extended by them (they all lie past its
+    watermark, the rewind having cut it there), or forgotten when it was not trusted or does not extend."""
+    maps = store.turn_maps
+    await maps.hold(conn, session_id, owner)
+    state = await maps.state(conn, session_id, owner)
+    if state is None:
+        return
+    marks = KagentMarks(
+        session_updated_at=session_updated_at,
+        events_deleted=state.events_deleted - restored[0],
+        tasks_deleted=state.tasks_deleted - restored[1] + (1 if replacement_hidden else 0),
+    )
+    if not was_trusted or not await _extend(store, conn, session_id, owner, state, marks):
+        await maps.forget(conn, session_id, owner, rows=False)

@@ -198,6 +198,7 @@ async def _rewind_locked(
     session = await store.sessions.touch_session(conn, sid, owner)
     await turn_map.after_rewind(
         store, conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from,
+        hidden=(events, hidden), session_updated_at=session.updated_at,
         replacement=(replacement.id, replacement.created_at, replacement.updated_at, replacement.protocol_version,
                      replacement.data) if replacement else None,
         was_trusted=mapped,
@@ -234,9 +235,14 @@ async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -
             raise NotFound(f"rewind {rewind_id} not found in session {session_id}")
         if (refusal := await _undo_refusal(svc, conn, record)) is not None:
             raise Conflict(refusal)
-        await store.rewinds.restore(conn, record)
+        mapped = await turn_map.usable(store, conn, source.id, source.user_id)
+        restored = await store.rewinds.restore(conn, record)
         session = await store.sessions.touch_session(conn, source.id, source.user_id)
-        await turn_map.forget(store, conn, source.id, source.user_id)
+        await turn_map.after_undo(
+            store, conn, source.id, source.user_id, restored=restored,
+            replacement_hidden=record.replacement_task_id is not None, session_updated_at=session.updated_at,
+            was_trusted=mapped,
+        )  # fmt: skip
         undone = await store.rewinds.mark_undone(conn, record.id)
         return RewindResult(session=session_json(session), rewind=_info(record, undone_at=undone))
 
