@@ -26,8 +26,10 @@ from service.operations import rewind
 from service.schemas import RewindRequest
 from service.services import Services
 from tests.conftest import create_database, drop_database
-from tests.helpers import seed
+from tests.helpers import new_user, seed
+from tests.support.conversations import build_conversation, insert_conversation
 from tests.test_invocation_index import _answers, _pages
+from tests.test_server_copy import ODDITIES, _oddity, copies, same_fork_both_ways
 
 
 @pytest.fixture
@@ -200,3 +202,30 @@ async def test_rewinds_and_undos_keep_the_map_true(svc: Services, dialect: str) 
         async with svc.pool.acquire() as conn:
             assert await turn_map.usable(svc.store, conn, sid, conv.user_id)  # extended by the undo
         _same(await _mapped(svc, caller, sid, invocations[:keep]), await _exact(svc, caller, sid, invocations[:keep]))
+
+
+@pytest.mark.parametrize("metadata_style", ["sample", "kagent"])
+async def test_a_mapped_large_fork_is_copied_by_postgresql_alone_and_writes_what_python_writes(
+    svc: Services, monkeypatch: pytest.MonkeyPatch, metadata_style: str
+) -> None:
+    """The map proves every kept task exact for PostgreSQL's text copy: the fork is the two INSERT ... SELECT
+    (path "map"), and writes the rows the Python rewrite writes."""
+    conv = await seed(svc.pool, dialect="v1", turns=6, tool_calls=True, metadata_style=metadata_style)
+    path, _ = await same_fork_both_ways(svc, svc.pool, monkeypatch, conv, task_layout="per_task")
+    assert path == "map"
+
+
+@pytest.mark.parametrize("oddity", ODDITIES)
+async def test_tasks_the_map_finds_the_text_copy_would_get_wrong_are_rewritten_at_once(
+    svc: Services, monkeypatch: pytest.MonkeyPatch, oddity: str
+) -> None:
+    """A kept task the text copy would get wrong: the map says so, and the fork is written by the Python
+    rewrite without trying PostgreSQL's copy first (path "python", one attempt)."""
+    conv = build_conversation(dialect="v1", turns=5, tool_calls=True, user_id=new_user())
+    _oddity(oddity, conv)
+    async with svc.pool.acquire() as conn:
+        await insert_conversation(conn, conv, schema_version_ok=False)
+    server_tries = copies("server")
+    path, rows = await same_fork_both_ways(svc, svc.pool, monkeypatch, conv)
+    assert path == "python" and copies("server") == server_tries
+    assert rows[1]["data"]["id"] == "<own id>"

@@ -109,7 +109,9 @@ async def _build(store: Store, conn: Connection, session_id: str, owner: str, ma
     stamps = {s.id: s.updated_at for s in await maps.live_task_stamps(conn, session_id, owner)}
     batch: list[MappedTask] = []
     async for row in store.tasks.stream_tasks_before(conn, session_id, owner, None):
-        batch.append(_digest(row.id, row.created_at, stamps.get(row.id), row.protocol_version, row.data))
+        batch.append(
+            _digest(session_id, owner, row.id, row.created_at, stamps.get(row.id), row.protocol_version, row.data)
+        )
         if len(batch) >= TASK_FETCH_BATCH * 8:
             await maps.add_tasks(conn, session_id, owner, batch)
             batch = []
@@ -147,7 +149,9 @@ async def _extend(
     if changed or gone:
         touched.update(await maps.forget_tasks(conn, session_id, owner, [*changed, *gone]))
         rows = await maps.tasks_by_id(conn, session_id, owner, changed)
-        digests = [_digest(r.id, r.created_at, r.updated_at, r.protocol_version, r.data) for r in rows]
+        digests = [
+            _digest(session_id, owner, r.id, r.created_at, r.updated_at, r.protocol_version, r.data) for r in rows
+        ]
         for d in digests:
             touched.update(d.invocation_ids)
         await maps.add_tasks(conn, session_id, owner, digests)
@@ -165,7 +169,13 @@ async def _save(store: Store, conn: Connection, session_id: str, owner: str, mar
 
 
 def _digest(
-    task_id: str, created_at: datetime, updated_at: datetime | None, protocol_version: str | None, data: str
+    session_id: str,
+    owner: str,
+    task_id: str,
+    created_at: datetime,
+    updated_at: datetime | None,
+    protocol_version: str | None,
+    data: str,
 ) -> MappedTask:
     """A task as the map keeps it, read by the service's one task reader (as turns.with_tasks reads it)."""
     try:
@@ -183,13 +193,17 @@ def _digest(
         texts.append(text[:USER_TEXT_CHARS] if text else None)
     return MappedTask(
         task_id=task_id, created_at=created_at, updated_at=updated_at, state=dialects.state(task),
-        invocation_ids=invocations, user_texts=texts, figures=_figures(task, dialect),
+        invocation_ids=invocations, user_texts=texts,
+        figures=_figures(task, dialect, text=data, task_id=task_id, session_id=session_id, owner=owner),
     )  # fmt: skip
 
 
-def _figures(task: dialects.JSON, dialect: dialects.TaskDialect) -> TaskFigures:
+def _figures(
+    task: dialects.JSON, dialect: dialects.TaskDialect, *, text: str, task_id: str, session_id: str, owner: str
+) -> TaskFigures:
     """What a per_task fork writes for the whole task (plan.TaskCopier.add: closed if unfinished, its ids
-    rewritten), with an empty user id; the places that hold the user id, to add the caller's."""
+    rewritten), with an empty user id; the places that hold the user id, to add the caller's; and whether
+    PostgreSQL's text copy writes the same for a fork by the owner (plan.ServerCopyCheck's rule)."""
     terminal = dialects.is_terminal(task, dialect)
     prepared = task if terminal else dialects.cancel(task, dialect)
     written = len(
@@ -203,7 +217,13 @@ def _figures(task: dialects.JSON, dialect: dialects.TaskDialect) -> TaskFigures:
     else:
         one = dialects.Rewrite(task_id=_NEW_ID, context_id=_NEW_ID, user_id="x")
         places = len(dialects.encode(dialects.rewrite(prepared, one)).encode()) - written
-    return TaskFigures(messages=len(dialects.history(prepared)), bytes=written, user_places=places, terminal=terminal)
+    server_copy = terminal and dialects.replacing_ids_rewrites(
+        text, task, task_id=task_id, context_id=session_id, user_id=owner
+    )
+    return TaskFigures(
+        messages=len(dialects.history(prepared)), bytes=written, user_places=places, terminal=terminal,
+        server_copy=server_copy,
+    )  # fmt: skip
 
 
 async def after_rewind(
@@ -235,7 +255,7 @@ async def after_rewind(
     touched = set(await maps.drop_runs_from(conn, session_id, owner, first[0])) if first is not None else set()
     touched.update(await maps.forget_tasks_from(conn, session_id, owner, tasks_from))
     if replacement is not None:
-        digest = _digest(*replacement)
+        digest = _digest(session_id, owner, *replacement)
         touched.update(digest.invocation_ids)
         await maps.add_tasks(conn, session_id, owner, [digest])
     await maps.refresh_turns(conn, session_id, owner, sorted(touched))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import math
@@ -22,6 +23,7 @@ from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
+from service.kagent.store.turn_map import KeptTasks
 from service.operations import copying, plan, summary
 from service.operations.copying import (
     Cut,
@@ -280,13 +282,22 @@ async def _fork_once(
             and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
         mapped = mapped and await turn_map.usable(store, conn, sid, owner)
-        reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
         root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
         fork = _Fork(
-            svc=svc, conn=conn, reader=reader, caller=caller, source=source, req=req, idempotency=idempotency,
+            svc=svc, conn=conn, reader=None, caller=caller, source=source, req=req, idempotency=idempotency,
             name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
             depth=depth, into=into, mapped=mapped,
         )  # fmt: skip
+        if mapped:
+            # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
+            # owner whose kept tasks the map proves exact for PostgreSQL's text copy is the two INSERT ...
+            # SELECT alone; any other is written by the Python rewrite, fed by a reader when large.
+            cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True)
+            proven = await _proven(fork, cut) if not req.dry_run else None
+            reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large and proven is None))
+            return await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
+        reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
+        fork = dataclasses.replace(fork, reader=reader)
         boundary = req.rewind_before_invocation_id
         # Without the invocation index the exact cut decompresses every task of the session; a guess
         # from the last turns, proven by the server copy, spares that. With it the exact cut is a lookup.
@@ -308,6 +319,16 @@ async def _fork_once(
                 await asyncio.wait((guess.events_search,))
         cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped)
         return await _plan_and_write(fork, cut, None)
+
+
+async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
+    """The map's figures of the kept whole tasks, if PostgreSQL's text copy writes each exactly: a per_task
+    fork by the owner, of tasks all finished and read (plan.ServerCopyCheck's rule, applied when mapped)."""
+    svc, conn, source, req = fork.svc, fork.conn, fork.source, fork.req
+    if fork.caller.user_id != source.user_id or not await _always_per_task(svc, conn, source, req):
+        return None
+    kept = await svc.store.turn_maps.kept_tasks(conn, source.id, source.user_id, cut.tasks_before, source.user_id)
+    return kept if kept.server_copy and kept.refused == 0 and not kept.open else None
 
 
 async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> bool:
@@ -336,6 +357,7 @@ class _Fork:
     depth: int
     into: Into
     mapped: bool  # the source's turn map is trusted in the fork's snapshot
+    proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
 
 async def _guess_cut(
@@ -421,7 +443,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         source="user",
     )
     try:
-        events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess, settle)
+        events = await copy_rows(
+            svc, conn, fork.reader, source, cut, copier, guess, settle, proven=fork.proven, server=not fork.mapped
+        )
     finally:
         if settle is not None:
             await cancelled(settle)

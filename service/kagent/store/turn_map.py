@@ -91,6 +91,7 @@ class TaskFigures:
     bytes: int
     user_places: int
     terminal: bool
+    server_copy: bool  # PostgreSQL's text copy writes it exactly, for a fork by its owner
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +102,7 @@ class KeptTasks:
     messages: int
     bytes: int
     refused: int
+    server_copy: bool  # every one is copied exactly by PostgreSQL's text copy (a fork by the owner)
     open: list[tuple[str, str | None]]  # (task id, state) of those not terminal, oldest first
 
 
@@ -122,7 +124,7 @@ class StampedTask:
 
 _TASK_COLUMNS = [
     "session_id", "user_id", "task_id", "created_at", "updated_at", "state", "invocation_ids", "user_texts",
-    "messages", "bytes", "user_places", "terminal",
+    "messages", "bytes", "user_places", "terminal", "server_copy",
 ]  # fmt: skip
 
 
@@ -278,7 +280,11 @@ class TurnMaps:
                     t.state,
                     t.invocation_ids,
                     t.user_texts,
-                    *((f.messages, f.bytes, f.user_places, f.terminal) if (f := t.figures) else (None,) * 4),
+                    *(
+                        (f.messages, f.bytes, f.user_places, f.terminal, f.server_copy)
+                        if (f := t.figures)
+                        else (None,) * 5
+                    ),
                 )
                 for t in tasks
             ],
@@ -345,7 +351,7 @@ class TurnMaps:
         assert r is not None
         return KeptTasks(
             tasks=int(r["tasks"]), messages=int(r["messages"]), bytes=int(r["bytes"]), refused=int(r["refused"]),
-            open=list(zip(r["open_ids"], r["open_states"], strict=True)),
+            server_copy=bool(r["server_copy"]), open=list(zip(r["open_ids"], r["open_states"], strict=True)),
         )  # fmt: skip
 
 
