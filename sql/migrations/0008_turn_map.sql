@@ -68,6 +68,9 @@ CREATE TABLE IF NOT EXISTS {schema}.turn_map_task (
     bytes          BIGINT,
     user_places    INTEGER,
     terminal       BOOLEAN,
+    -- whether PostgreSQL's text copy of it (copy_tasks_before: its id and the session id replaced) writes
+    -- exactly what the Python rewrite writes for a fork by its owner (fork.ServerCopyCheck's rule)
+    server_copy    BOOLEAN,
     PRIMARY KEY (session_id, user_id, task_id)
 );
 CREATE INDEX IF NOT EXISTS turn_map_task_invocations ON {schema}.turn_map_task USING gin (invocation_ids);

@@ -323,10 +323,12 @@ WHERE session_id = $1 AND user_id = $2 AND first_at >= $3;
 -- name: map_task_figures
 -- A per_task fork's figures of the mapped tasks created before $3 (NULL: all), with the caller's user
 -- id $4 written in each task's user places: tasks, history messages, bytes, and the tasks the copier
--- refuses (NULL figures) or closes (not terminal), oldest first.
+-- refuses (NULL figures) or closes (not terminal), oldest first; server_copy: every one of them is copied
+-- exactly by PostgreSQL's text copy.
 SELECT count(*) AS tasks, coalesce(sum(messages), 0) AS messages,
        coalesce(sum(bytes + user_places::bigint * $4), 0) AS bytes,
        count(*) FILTER (WHERE messages IS NULL) AS refused,
+       coalesce(bool_and(server_copy), true) AS server_copy,
        coalesce(array_agg(task_id ORDER BY created_at, task_id) FILTER (WHERE NOT terminal), '{}') AS open_ids,
        coalesce(array_agg(state ORDER BY created_at, task_id) FILTER (WHERE NOT terminal), '{}')
            AS open_states
