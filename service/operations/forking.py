@@ -327,7 +327,9 @@ async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
     svc, conn, source, req = fork.svc, fork.conn, fork.source, fork.req
     if fork.caller.user_id != source.user_id or not await _always_per_task(svc, conn, source, req):
         return None
-    kept = await svc.store.turn_maps.kept_tasks(conn, source.id, source.user_id, cut.tasks_before, source.user_id)
+    kept = await svc.store.turn_maps.figures.kept_tasks(
+        conn, source.id, source.user_id, cut.tasks_before, source.user_id
+    )
     return kept if kept.server_copy and kept.refused == 0 and not kept.open else None
 
 
@@ -413,7 +415,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
 
     if req.dry_run:
-        figures = await store.turn_maps.figures_before(conn, sid, owner, cut.events_before) if fork.mapped else None
+        figures = (
+            await store.turn_maps.figures.figures_before(conn, sid, owner, cut.events_before) if fork.mapped else None
+        )
         if figures is not None:
             stats = EventStats(events=figures[0], bytes=figures[1], text_chars=figures[2])
         else:
@@ -492,7 +496,9 @@ async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout:
     task is made as the fork would make it, and dropped."""
     svc, conn, source = fork.svc, fork.conn, fork.source
     if fork.mapped and layout == "per_task":
-        kept = await svc.store.turn_maps.kept_tasks(conn, source.id, source.user_id, cut.tasks_before, copier.user_id)
+        kept = await svc.store.turn_maps.figures.kept_tasks(
+            conn, source.id, source.user_id, cut.tasks_before, copier.user_id
+        )
         if kept.refused == 0:  # else the rows are read, and the copier refuses the first with its 422
             copier.written += kept.tasks
             copier.messages += kept.messages

@@ -105,7 +105,7 @@ async def _tasks_hidden(
     """How many tasks a rewind from `start` hides, and which of them the agent is still running (from the
     turn map when it is trusted: the states its tasks had when last read, which its guard holds true)."""
     if mapped:
-        hidden = await svc.store.turn_maps.tasks_from(conn, source.id, source.user_id, start)
+        hidden = await svc.store.turn_maps.figures.tasks_from(conn, source.id, source.user_id, start)
         return len(hidden), [
             f"{task_id} ({state})" for task_id, state, terminal in hidden if terminal is False and state is not None
         ]

@@ -57,7 +57,7 @@ async def summarize_events(
     if since is None:
         return None
     if mapped and until is None:
-        told = await store.turn_maps.tally_from(
+        told = await store.turn_maps.figures.tally_from(
             conn, session_id, owner, since, user_chars=USER_TEXT_CHARS, agent_chars=AGENT_TEXT_CHARS
         )
         if told is not None:

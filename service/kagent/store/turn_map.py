@@ -142,6 +142,7 @@ class TurnMaps:
 
     def __init__(self, q: Queries) -> None:
         self.q = q
+        self.figures = MapFigures(q)
 
     async def state(self, conn: Connection, session_id: str, owner: str) -> MapState | None:
         r = await conn.fetchrow(self.q["map_state"], session_id, owner)
@@ -307,6 +308,13 @@ class TurnMaps:
     ) -> list[MapTurn]:
         at, inv = (after.started_at, after.invocation_id) if after is not None else (None, None)
         return [_turn(r) for r in await conn.fetch(self.q["map_turn_page"], session_id, owner, at, inv, limit)]
+
+
+class MapFigures:
+    """What the map adds up for an operation: a dry run's event and task figures, a summary, a rewind's tasks."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
 
     async def figures_before(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
