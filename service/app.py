@@ -78,6 +78,10 @@ SELECT EXISTS (
 """
 
 
+# How long a shutdown waits for borrowed connections to come back before cutting them.
+POOL_CLOSE_SECONDS = 10.0
+
+
 async def connection_setup(dsn: str, connect_seconds: float) -> str | None:
     """The SET statement every pooled connection runs when it is made and again after each reset (the
     pool's RESET ALL would undo it), or None when there is nothing to set."""
@@ -139,6 +143,17 @@ async def _watch_index(svc: Services) -> None:
             log.warning("invocation index status not read: %s", type(exc).__name__)
 
 
+async def close_pool(pool: asyncpg.Pool, grace_seconds: float = POOL_CLOSE_SECONDS) -> None:
+    """Close the pool, waiting for borrowed connections at most `grace_seconds`: asyncpg's close waits for
+    every one of them without end, and a shutdown must end (a connection lost by a cancelled task, or a
+    server that stopped answering, would hold it for ever). Past the grace the connections are cut."""
+    try:
+        await asyncio.wait_for(pool.close(), grace_seconds)
+    except TimeoutError:
+        log.warning("database pool not closed within %.0f s: its connections are cut", grace_seconds)
+        pool.terminate()
+
+
 def create_app(settings: Settings, dsn: str) -> Litestar:
     store = Store(
         settings.service_schema,
@@ -174,7 +189,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
                 watch.cancel()
                 await runner.stop()
         finally:
-            await pool.close()
+            await close_pool(pool)
 
     return Litestar(
         route_handlers=[*api.handlers(), mcp_endpoint],

@@ -20,7 +20,7 @@ import asyncpg
 import httpx
 import pytest
 
-from service.app import create_app
+from service.app import close_pool, create_app
 from service.config import Settings
 from service.embedded.server import pgserver
 from tests.conftest import create_database, drop_database
@@ -328,3 +328,24 @@ async def test_client_gone_mid_fork_over_http(database: str, side: asyncpg.Pool)
             me["Idempotency-Key"],
         )
     assert made == 1
+
+
+async def test_a_shutdown_ends_although_a_connection_was_never_given_back(database_url: str) -> None:
+    """asyncpg's Pool.close waits for every borrowed connection without end; the app's shutdown waits a
+    grace, then cuts them, so a connection lost by a cancelled task cannot hold a replica's exit for ever."""
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    lost = await pool.acquire()  # never released, as by a task cancelled at the wrong moment
+    backend = lost.get_server_pid()
+    started = time.monotonic()
+    await close_pool(pool, grace_seconds=0.5)
+    assert time.monotonic() - started < 5
+    assert pool.is_closing()
+    watcher = await asyncpg.connect(database_url)
+    try:
+        for _ in range(50):  # the server notices the cut socket at once, but reports it a moment later
+            if not await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", backend):
+                break
+            await asyncio.sleep(0.1)
+        assert not await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", backend)
+    finally:
+        await watcher.close()

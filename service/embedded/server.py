@@ -135,5 +135,5 @@ async def prepare_demo(dsn: str) -> list[tuple[str, list[str]]]:
         await conn.close()
 
 
-if __name__ == "__main__":  # python -m service.embedded <pid> <pgdata>: the watcher of start_embedded
+if __name__ == "__main__":  # python -m service.embedded.server <pid> <pgdata>: the watcher of start_embedded
     watch(int(sys.argv[1]), Path(sys.argv[2]))
