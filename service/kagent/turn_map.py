@@ -75,6 +75,8 @@ async def prepare(store: Store, conn: Connection, session_id: str, owner: str) -
         and await store.tasks.count_tasks(conn, session_id, owner) < minimum
     ):
         return False
+    if await usable(store, conn, session_id, owner):
+        return True  # the common case, read without the lock or a transaction of its own
     try:
         return await ensure(store, conn, session_id, owner)
     except Unmappable:
