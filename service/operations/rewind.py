@@ -74,17 +74,16 @@ async def _boundary(
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
     prefilter = dialects.verbatim_in_json(invocation_id)
-    event_search = store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
-    if mapped:
-        event_search.close()  # never awaited: the turn map answers both searches
+    if mapped:  # the turn map answers both searches
         event_at, candidates = await mapped_boundary(svc, conn, source, invocation_id)
     elif reader is not None:
         # Both searches read all of the session's rows of their table: at once, on two connections.
         event_at, candidates = await copying.together(
-            event_search, store.tasks.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
+            store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter),
+            store.tasks.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter),
         )
     else:
-        event_at = await event_search
+        event_at = await store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
         candidates = await store.tasks.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
     task = plan.find_boundary_task(candidates, invocation_id)
     if event_at is None and task is None:
