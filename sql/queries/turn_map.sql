@@ -9,16 +9,21 @@ FROM {schema}.turn_map
 WHERE session_id = $1 AND user_id = $2;
 
 -- name: map_guard
--- What the guard compares with the map's claims: kagent's side (session.updated_at, which kagent's
--- InsertEvent and UpsertTask move; how many rows of the session id are soft-deleted, which they do not,
--- each counted through idx_*_deleted_at) and the map's last run (its number is the count of runs, its
--- running sum the count of events). Counting every row of the map costs 3-30 ms at 100,000 events: that
--- is done when the map is written (map_counts), not on every read.
-SELECT (SELECT updated_at FROM session WHERE id = $1 AND user_id = $2) AS session_updated_at,
+-- The map's claims (no row: no map) beside what the guard compares them with, in one statement:
+-- kagent's side (session.updated_at, which kagent's InsertEvent and UpsertTask move; how many rows of the
+-- session id are soft-deleted, which they do not, each counted through idx_*_deleted_at) and the map's
+-- last run (its number is the count of runs, its running sum the count of events). Counting every row
+-- of the map costs 3-30 ms at 100,000 events: that is done when the map is written (map_counts), not on
+-- every read.
+SELECT m.version, m.session_updated_at AS claimed_updated_at, m.events_deleted AS claimed_events_deleted,
+       m.tasks_deleted AS claimed_tasks_deleted, m.watermark_at, m.watermark_id, m.events AS claimed_events,
+       m.runs AS claimed_runs, m.turns, m.tasks,
+       (SELECT updated_at FROM session WHERE id = $1 AND user_id = $2) AS session_updated_at,
        (SELECT count(*) FROM event WHERE session_id = $1 AND deleted_at IS NOT NULL) AS events_deleted,
        (SELECT count(*) FROM task WHERE session_id = $1 AND deleted_at IS NOT NULL) AS tasks_deleted,
        r.seq AS runs, r.cum_events AS events
 FROM (SELECT 1) AS one
+LEFT JOIN {schema}.turn_map AS m ON m.session_id = $1 AND m.user_id = $2
 LEFT JOIN LATERAL (
     SELECT seq, cum_events FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2 ORDER BY seq DESC LIMIT 1
 ) AS r ON true;

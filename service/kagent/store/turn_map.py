@@ -155,11 +155,23 @@ class TurnMaps:
             turns=r["turns"], tasks=r["tasks"],
         )  # fmt: skip
 
-    async def guard(self, conn: Connection, session_id: str, owner: str) -> tuple[KagentMarks, tuple[int, int]]:
-        """kagent's marks, and the map's (runs, events) as its last run tells them."""
+    async def guard(
+        self, conn: Connection, session_id: str, owner: str
+    ) -> tuple[MapState | None, KagentMarks, tuple[int, int]]:
+        """In one statement: what the map claims (None: no map), kagent's marks, and the map's (runs,
+        events) as its last run tells them."""
         r = await conn.fetchrow(self.q["map_guard"], session_id, owner)
         assert r is not None
-        return _marks(r), (int(r["runs"] or 0), int(r["events"] or 0))
+        state = None
+        if r["version"] is not None:
+            mark = (r["watermark_at"], r["watermark_id"]) if r["watermark_at"] is not None else None
+            state = MapState(
+                version=r["version"], session_updated_at=r["claimed_updated_at"],
+                events_deleted=int(r["claimed_events_deleted"]), tasks_deleted=int(r["claimed_tasks_deleted"]),
+                watermark=mark, events=int(r["claimed_events"]), runs=r["claimed_runs"], turns=r["turns"],
+                tasks=r["tasks"],
+            )  # fmt: skip
+        return state, _marks(r), (int(r["runs"] or 0), int(r["events"] or 0))
 
     async def kagent_marks(self, conn: Connection, session_id: str, owner: str) -> KagentMarks:
         r = await conn.fetchrow(self.q["kagent_marks"], session_id, owner)
