@@ -25,8 +25,6 @@ class MapState:
     watermark: tuple[datetime, str] | None
     events: int
     runs: int
-    turns: int
-    tasks: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +39,6 @@ class KagentMarks:
 @dataclass(frozen=True, kw_only=True)
 class MapCounts:
     runs: int
-    turns: int
-    tasks: int
     events: int
 
 
@@ -152,7 +148,6 @@ class TurnMaps:
         return MapState(
             version=r["version"], session_updated_at=r["session_updated_at"], events_deleted=int(r["events_deleted"]),
             tasks_deleted=int(r["tasks_deleted"]), watermark=mark, events=int(r["events"]), runs=r["runs"],
-            turns=r["turns"], tasks=r["tasks"],
         )  # fmt: skip
 
     async def guard(
@@ -168,8 +163,7 @@ class TurnMaps:
             state = MapState(
                 version=r["version"], session_updated_at=r["claimed_updated_at"],
                 events_deleted=int(r["claimed_events_deleted"]), tasks_deleted=int(r["claimed_tasks_deleted"]),
-                watermark=mark, events=int(r["claimed_events"]), runs=r["claimed_runs"], turns=r["turns"],
-                tasks=r["tasks"],
+                watermark=mark, events=int(r["claimed_events"]), runs=r["claimed_runs"],
             )  # fmt: skip
         return state, _marks(r), (int(r["runs"] or 0), int(r["events"] or 0))
 
@@ -190,7 +184,7 @@ class TurnMaps:
         at, last_id = watermark if watermark is not None else (None, None)
         await conn.execute(
             self.q["save_map_state"], session_id, owner, version, marks.session_updated_at, marks.events_deleted,
-            marks.tasks_deleted, at, last_id, counts.events, counts.runs, counts.turns, counts.tasks,
+            marks.tasks_deleted, at, last_id, counts.events, counts.runs,
         )  # fmt: skip
 
     async def hold(self, conn: Connection, session_id: str, owner: str) -> None:
@@ -388,4 +382,4 @@ def _marks(r: Any) -> KagentMarks:
 
 
 def _counts(r: Any) -> MapCounts:
-    return MapCounts(runs=int(r["runs"]), turns=int(r["turns"]), tasks=int(r["tasks"]), events=int(r["events"] or 0))
+    return MapCounts(runs=int(r["runs"]), events=int(r["events"] or 0))
