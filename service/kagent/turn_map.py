@@ -56,11 +56,7 @@ async def usable(store: Store, conn: Connection, session_id: str, owner: str) ->
     """In the caller's snapshot: may the session's map be read? (It exists and its guard holds.)"""
     if store.turn_map_min_tasks is None:
         return False
-    state = await store.turn_maps.state(conn, session_id, owner)
-    if state is None:
-        return False
-    marks, last_run = await store.turn_maps.guard(conn, session_id, owner)
-    return trusted(state, marks, last_run)
+    return trusted(*await store.turn_maps.guard(conn, session_id, owner))
 
 
 async def prepare(store: Store, conn: Connection, session_id: str, owner: str) -> bool:
@@ -69,14 +65,11 @@ async def prepare(store: Store, conn: Connection, session_id: str, owner: str) -
     minimum = store.turn_map_min_tasks
     if minimum is None:
         return False
-    if (
-        minimum > 0
-        and await store.turn_maps.state(conn, session_id, owner) is None
-        and await store.tasks.count_tasks(conn, session_id, owner) < minimum
-    ):
-        return False
-    if await usable(store, conn, session_id, owner):
+    state, marks, last_run = await store.turn_maps.guard(conn, session_id, owner)
+    if trusted(state, marks, last_run):
         return True  # the common case, read without the lock or a transaction of its own
+    if state is None and minimum > 0 and await store.tasks.count_tasks(conn, session_id, owner) < minimum:
+        return False
     try:
         return await ensure(store, conn, session_id, owner)
     except Unmappable:
@@ -90,8 +83,7 @@ async def ensure(store: Store, conn: Connection, session_id: str, owner: str) ->
     maps = store.turn_maps
     lock = store.lineage.key_lock(conn, "turn-map", f"{session_id}\n{owner}")
     async with lock, conn.transaction(isolation="repeatable_read"):
-        state = await maps.state(conn, session_id, owner)
-        marks, last_run = await maps.guard(conn, session_id, owner)
+        state, marks, last_run = await maps.guard(conn, session_id, owner)
         if trusted(state, marks, last_run):
             return True
         if (

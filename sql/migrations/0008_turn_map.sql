@@ -14,9 +14,7 @@ CREATE TABLE IF NOT EXISTS {schema}.turn_map (
     watermark_at       TIMESTAMPTZ,          -- the last live event mapped (created_at, id); NULL: none
     watermark_id       TEXT,
     events             BIGINT NOT NULL,      -- live events mapped
-    runs               INTEGER NOT NULL,     -- rows in turn_map_run
-    turns              INTEGER NOT NULL,     -- rows in turn_map_turn
-    tasks              INTEGER NOT NULL,     -- rows in turn_map_task
+    runs               INTEGER NOT NULL,     -- rows in turn_map_run (numbered 1 to runs)
     built_at           TIMESTAMPTZ NOT NULL DEFAULT NOW(),
     PRIMARY KEY (session_id, user_id)
 );

@@ -3,22 +3,26 @@
 
 -- name: map_state
 -- What the session's map claims, or no row when it has none.
-SELECT version, session_updated_at, events_deleted, tasks_deleted, watermark_at, watermark_id, events, runs,
-       turns, tasks
+SELECT version, session_updated_at, events_deleted, tasks_deleted, watermark_at, watermark_id, events, runs
 FROM {schema}.turn_map
 WHERE session_id = $1 AND user_id = $2;
 
 -- name: map_guard
--- What the guard compares with the map's claims: kagent's side (session.updated_at, which kagent's
--- InsertEvent and UpsertTask move; how many rows of the session id are soft-deleted, which they do not,
--- each counted through idx_*_deleted_at) and the map's last run (its number is the count of runs, its
--- running sum the count of events). Counting every row of the map costs 3-30 ms at 100,000 events: that
--- is done when the map is written (map_counts), not on every read.
-SELECT (SELECT updated_at FROM session WHERE id = $1 AND user_id = $2) AS session_updated_at,
+-- The map's claims (no row: no map) beside what the guard compares them with, in one statement:
+-- kagent's side (session.updated_at, which kagent's InsertEvent and UpsertTask move; how many rows of the
+-- session id are soft-deleted, which they do not, each counted through idx_*_deleted_at) and the map's
+-- last run (its number is the count of runs, its running sum the count of events). Counting every row
+-- of the map costs 3-30 ms at 100,000 events: that is done when the map is written (map_counts), not on
+-- every read.
+SELECT m.version, m.session_updated_at AS claimed_updated_at, m.events_deleted AS claimed_events_deleted,
+       m.tasks_deleted AS claimed_tasks_deleted, m.watermark_at, m.watermark_id, m.events AS claimed_events,
+       m.runs AS claimed_runs,
+       (SELECT updated_at FROM session WHERE id = $1 AND user_id = $2) AS session_updated_at,
        (SELECT count(*) FROM event WHERE session_id = $1 AND deleted_at IS NOT NULL) AS events_deleted,
        (SELECT count(*) FROM task WHERE session_id = $1 AND deleted_at IS NOT NULL) AS tasks_deleted,
        r.seq AS runs, r.cum_events AS events
 FROM (SELECT 1) AS one
+LEFT JOIN {schema}.turn_map AS m ON m.session_id = $1 AND m.user_id = $2
 LEFT JOIN LATERAL (
     SELECT seq, cum_events FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2 ORDER BY seq DESC LIMIT 1
 ) AS r ON true;
@@ -26,13 +30,13 @@ LEFT JOIN LATERAL (
 -- name: save_map_state
 -- The map's claims, once its rows are written.
 INSERT INTO {schema}.turn_map (session_id, user_id, version, session_updated_at, events_deleted, tasks_deleted,
-                               watermark_at, watermark_id, events, runs, turns, tasks, built_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NOW())
+                               watermark_at, watermark_id, events, runs, built_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NOW())
 ON CONFLICT (session_id, user_id) DO UPDATE SET
     version = EXCLUDED.version, session_updated_at = EXCLUDED.session_updated_at,
     events_deleted = EXCLUDED.events_deleted, tasks_deleted = EXCLUDED.tasks_deleted,
     watermark_at = EXCLUDED.watermark_at, watermark_id = EXCLUDED.watermark_id, events = EXCLUDED.events,
-    runs = EXCLUDED.runs, turns = EXCLUDED.turns, tasks = EXCLUDED.tasks, built_at = EXCLUDED.built_at;
+    runs = EXCLUDED.runs, built_at = EXCLUDED.built_at;
 
 -- name: map_xact_lock
 -- The lock ensure() holds while it writes a session's map (lineage's advisory_lock on the same name),
@@ -224,12 +228,13 @@ WHERE session_id = $1 AND user_id = $2 AND ($3::text[] IS NULL OR invocation_id 
   AND NOT (events = 0 AND task_id IS NULL);
 
 -- name: map_counts
--- The map's rows, counted for its claims.
-SELECT (SELECT count(*) FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2) AS runs,
-       (SELECT count(*) FROM {schema}.turn_map_turn WHERE session_id = $1 AND user_id = $2) AS turns,
-       (SELECT count(*) FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2) AS tasks,
-       (SELECT cum_events FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2
-        ORDER BY seq DESC LIMIT 1) AS events;
+-- The map's claims as its rows make them: runs are numbered from 1 without gaps, and the last one's
+-- running sum counts the events.
+SELECT coalesce(max(seq), 0) AS runs,
+       coalesce((SELECT cum_events FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2
+                 ORDER BY seq DESC LIMIT 1), 0) AS events
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2;
 
 -- name: kagent_marks
 -- What the guard reads of kagent's side, to be recorded with the map (see map_guard).

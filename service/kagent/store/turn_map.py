@@ -25,8 +25,6 @@ class MapState:
     watermark: tuple[datetime, str] | None
     events: int
     runs: int
-    turns: int
-    tasks: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +39,6 @@ class KagentMarks:
 @dataclass(frozen=True, kw_only=True)
 class MapCounts:
     runs: int
-    turns: int
-    tasks: int
     events: int
 
 
@@ -152,14 +148,24 @@ class TurnMaps:
         return MapState(
             version=r["version"], session_updated_at=r["session_updated_at"], events_deleted=int(r["events_deleted"]),
             tasks_deleted=int(r["tasks_deleted"]), watermark=mark, events=int(r["events"]), runs=r["runs"],
-            turns=r["turns"], tasks=r["tasks"],
         )  # fmt: skip
 
-    async def guard(self, conn: Connection, session_id: str, owner: str) -> tuple[KagentMarks, tuple[int, int]]:
-        """kagent's marks, and the map's (runs, events) as its last run tells them."""
+    async def guard(
+        self, conn: Connection, session_id: str, owner: str
+    ) -> tuple[MapState | None, KagentMarks, tuple[int, int]]:
+        """In one statement: what the map claims (None: no map), kagent's marks, and the map's (runs,
+        events) as its last run tells them."""
         r = await conn.fetchrow(self.q["map_guard"], session_id, owner)
         assert r is not None
-        return _marks(r), (int(r["runs"] or 0), int(r["events"] or 0))
+        state = None
+        if r["version"] is not None:
+            mark = (r["watermark_at"], r["watermark_id"]) if r["watermark_at"] is not None else None
+            state = MapState(
+                version=r["version"], session_updated_at=r["claimed_updated_at"],
+                events_deleted=int(r["claimed_events_deleted"]), tasks_deleted=int(r["claimed_tasks_deleted"]),
+                watermark=mark, events=int(r["claimed_events"]), runs=r["claimed_runs"],
+            )  # fmt: skip
+        return state, _marks(r), (int(r["runs"] or 0), int(r["events"] or 0))
 
     async def kagent_marks(self, conn: Connection, session_id: str, owner: str) -> KagentMarks:
         r = await conn.fetchrow(self.q["kagent_marks"], session_id, owner)
@@ -178,7 +184,7 @@ class TurnMaps:
         at, last_id = watermark if watermark is not None else (None, None)
         await conn.execute(
             self.q["save_map_state"], session_id, owner, version, marks.session_updated_at, marks.events_deleted,
-            marks.tasks_deleted, at, last_id, counts.events, counts.runs, counts.turns, counts.tasks,
+            marks.tasks_deleted, at, last_id, counts.events, counts.runs,
         )  # fmt: skip
 
     async def hold(self, conn: Connection, session_id: str, owner: str) -> None:
@@ -376,4 +382,4 @@ def _marks(r: Any) -> KagentMarks:
 
 
 def _counts(r: Any) -> MapCounts:
-    return MapCounts(runs=int(r["runs"]), turns=int(r["turns"]), tasks=int(r["tasks"]), events=int(r["events"] or 0))
+    return MapCounts(runs=int(r["runs"]), events=int(r["events"] or 0))
