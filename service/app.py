@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -143,6 +143,28 @@ async def _watch_index(svc: Services) -> None:
             log.warning("invocation index status not read: %s", type(exc).__name__)
 
 
+def head_as_get(app: Callable[..., Any]) -> Callable[..., Any]:
+    """HEAD is GET without the body (RFC 9110), for every GET route; a route that has no GET still answers
+    405, naming what it allows. /mcp (the MCP SDK's own app) is left as it is. Wrapped around the app's
+    router (Litestar's own middleware runs after routing, which already refused HEAD)."""
+
+    async def middleware(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD" or scope["path"].startswith("/mcp"):
+            await app(scope, receive, send)
+            return
+
+        async def headers_only(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # the rest of a streamed body: nothing of it is sent
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await app({**scope, "method": "GET"}, receive, headers_only)
+
+    return middleware
+
+
 async def close_pool(pool: asyncpg.Pool, grace_seconds: float = POOL_CLOSE_SECONDS) -> None:
     """Close the pool, waiting for borrowed connections at most `grace_seconds`: asyncpg's close waits for
     every one of them without end, and a shutdown must end (a connection lost by a cancelled task, or a
@@ -155,7 +177,11 @@ async def close_pool(pool: asyncpg.Pool, grace_seconds: float = POOL_CLOSE_SECON
 
 
 def create_app(settings: Settings, dsn: str) -> Litestar:
-    store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
+    store = Store(
+        settings.service_schema,
+        max_fork_events=settings.max_fork_events,
+        turn_map_min_tasks=settings.turn_map_min_tasks,
+    )
     stamp_request_ids()
 
     runners: list[whatif.Runner] = []
@@ -187,7 +213,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         finally:
             await close_pool(pool)
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[*api.handlers(), *experiments_http.handlers(), mcp_endpoint],
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
@@ -197,6 +223,8 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         openapi_config=None,
         debug=False,
     )
+    app.asgi_handler = head_as_get(app.asgi_handler)
+    return app
 
 
 def app_from_env() -> Litestar:

@@ -71,11 +71,13 @@ def _part_call(part: dict[str, Any], snake: str, camel: str) -> dict[str, Any] |
     return value if isinstance(value, dict) else None
 
 
-def expected_summary(conv: Conversation, since: Any) -> dict[str, Any] | None:
+def expected_summary(conv: Conversation, since: Any, until: Any = None) -> dict[str, Any] | None:
     """The branch summary of the conversation's events from `since` on, worked out here from the
     fixture's own JSON (an oracle independent of the service's SQL reader), as the contract defines it."""
     docs = [
-        json.loads(e.data) for e in sorted(conv.events, key=lambda e: (e.created_at, e.id)) if e.created_at >= since
+        json.loads(e.data)
+        for e in sorted(conv.events, key=lambda e: (e.created_at, e.id))
+        if e.created_at >= since and (until is None or e.created_at < until)
     ]
     if not docs:
         return None

@@ -132,3 +132,41 @@ async def test_the_demo_turns_are_logged_on_every_start(server_url: str) -> None
         await drop_database(server_url, url)
     assert [s for s, _ in first] == ["demo-legacy-session", "demo-v1-session"]
     assert again == first and all(len(ids) == 3 for _, ids in again)
+
+
+async def test_a_closed_pipe_is_a_quiet_exit(database_url: str, pool: asyncpg.Pool) -> None:
+    """Issue 25, 6: `kagent-fork show S | head -3` ends quietly, with or without --json."""
+    conv = await seed(pool, dialect="v1", turns=40, tool_calls=True)
+    for extra in ([], ["--json"]):
+        done = piped(database_url, "show", conv.session_id, "--user", conv.user_id, *extra)
+        assert done.stdout.rstrip().endswith("exit 0"), (done.stdout, done.stderr)
+        assert done.stderr == "", done.stderr
+
+
+def piped(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI's output read by `head -c 100`, which stops reading; stdout ends with the CLI's exit code."""
+    env = {**os.environ, "DATABASE_URL": database_url}
+    command = " ".join([sys.executable, "-m", "service", *args])
+    return subprocess.run(
+        f"{command} | head -c 100; code=${{PIPESTATUS[0]}}; echo; echo \"exit $code\"",
+        shell=True, executable="/bin/bash", env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+async def test_help_plurals_and_the_comparison_turn_by_turn(database_url: str, pool: asyncpg.Pool) -> None:
+    helped = cli(database_url, "fork", "--help").stdout + cli(database_url, "whatif", "--help").stdout
+    assert "(default: None)" not in helped and "(default: False)" not in helped
+    assert "9 not configured" in helped
+    conv = await seed(pool, dialect="v1", turns=2, tool_calls=True)
+    user = ["--user", conv.user_id]
+    fork = ok_json(cli(database_url, "fork", conv.session_id, *user, "--before", conv.invocation_ids[1], "--json"))
+    dry = cli(database_url, "fork", fork["id"], *user, "--dry-run").stdout
+    assert " 1 task " in dry or " 1 task (" in dry, dry
+    compared = cli(database_url, "compare", conv.session_id, fork["id"], *user).stdout
+    lines = compared.splitlines()
+    assert lines[0] == "1 turn in common"
+    assert "1 turn after" in lines[1] and "0 turns after" in lines[2] and "last answer (none)" in lines[2]
+    assert lines[3] == "turn 2:" and conv.turns[1].user_text[:40] in lines[4] and lines[6] == "  right (no turn 2)"
+    tree = cli(database_url, "tree", conv.session_id, *user).stdout.splitlines()
+    assert "2 turns" in tree[0] and "now" in tree[0]
+    assert "forked at turn 2" in tree[1] and "1 turn," in tree[1], tree

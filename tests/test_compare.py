@@ -88,3 +88,44 @@ async def test_both_sides_must_be_visible(client: Any, pool: asyncpg.Pool) -> No
     r = await get(client, f"/api/sessions/{mine.session_id}/compare/{mine.session_id}", new_user())
     assert r.status_code == 404
     assert await table_fingerprint(pool) == before
+
+
+@pytest.mark.parametrize("dialect", ["legacy", "v1"])
+async def test_a_regenerated_turn_sits_next_to_the_turn_it_replaces(
+    client: Any, pool: asyncpg.Pool, dialect: str
+) -> None:
+    """Issue 25, 1: a fork before turn 2 that grew its own turn 2 is lined up with the source's turn 2,
+    not with the source's last answer (turn 3)."""
+    conv = await seed(pool, dialect=dialect, turns=3, tool_calls=True)
+    fork = await fork_at(client, conv.session_id, conv.user_id, conv.turns[1].invocation_id)
+    regenerated = await append_turns(pool, fork["id"], conv.user_id, dialect=dialect, turns=1, tool_calls=True)
+    data = (await get(client, f"/api/sessions/{conv.session_id}/compare/{fork['id']}", conv.user_id)).json()["data"]
+    assert data["common_turns"] == 1 and len(data["aligned"]) == 2
+    first, second = data["aligned"]
+    assert first["left"]["invocation_id"] == conv.turns[1].invocation_id
+    assert first["left"]["question"] == conv.turns[1].user_text
+    assert first["left"]["answer"] == conv.turns[1].agent_text  # the original answer to turn 2 ...
+    assert first["right"]["invocation_id"] == regenerated.turns[0].invocation_id
+    assert first["right"]["question"] == regenerated.turns[0].user_text
+    assert first["right"]["answer"] == regenerated.turns[0].agent_text  # ... next to the new one
+    own = expected_summary(conv, conv.turns[1].started_at, conv.turns[2].started_at)
+    assert own is not None
+    assert first["left"]["tool_calls"] == own["tool_calls"] and first["left"]["total_tokens"] == own["total_tokens"]
+    span = [e.created_at for e in conv.events if conv.turns[1].started_at <= e.created_at < conv.turns[2].started_at]
+    assert first["left"]["duration_seconds"] == pytest.approx((max(span) - min(span)).total_seconds())
+    assert second["right"] is None and second["left"]["answer"] == conv.turns[2].agent_text
+    # the totals are kept: the whole of each side after the common part
+    assert data["left"]["turns_after"] == 2 and data["left"]["last_agent_text"] == conv.turns[2].agent_text
+    assert data["right"]["turns_after"] == 1 and data["right"]["last_agent_text"] == regenerated.turns[0].agent_text
+    # and the same from the other side
+    mirrored = (await get(client, f"/api/sessions/{fork['id']}/compare/{conv.session_id}", conv.user_id)).json()
+    assert [(r["left"], r["right"]) for r in mirrored["data"]["aligned"]] == [
+        (r["right"], r["left"]) for r in data["aligned"]
+    ]
+
+
+async def test_nothing_after_the_common_part_aligns_nothing(client: Any, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=2)
+    fork = await fork_at(client, conv.session_id, conv.user_id, None)
+    data = (await get(client, f"/api/sessions/{conv.session_id}/compare/{fork['id']}", conv.user_id)).json()["data"]
+    assert data["common_turns"] == 2 and data["aligned"] == []

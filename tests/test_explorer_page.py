@@ -6,19 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
+from playwright.async_api import Browser, ConsoleMessage, Dialog, Page, async_playwright, expect
 
 from service.app import create_app
 from service.config import Settings
 from tests.helpers import new_user, seed
-from tests.support.a2a_agent import NAMESPACE, V1, running_agents
+from tests.support.a2a_agent import NAMESPACE, SLOW, V1, Seen, running_agents
 from tests.support.live_server import live_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +39,21 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def page_url(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[str]:
-    with running_agents(database_url) as (a2a_url, _):
+def served(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[tuple[str, Seen]]:
+    with running_agents(database_url) as (a2a_url, seen):
         config = dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.5)
         with live_server(create_app(config, database_url)) as url:
-            yield url
+            yield url, seen
+
+
+@pytest.fixture(scope="module")
+def page_url(served: tuple[str, Seen]) -> str:
+    return served[0]
+
+
+@pytest.fixture(scope="module")
+def agents_seen(served: tuple[str, Seen]) -> Seen:
+    return served[1]
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +78,18 @@ async def page(browser: Browser) -> AsyncIterator[tuple[Page, list[str]]]:
 
     page.on("console", console)
     page.on("pageerror", lambda error: problems.append(str(error)))
-    page.on("dialog", lambda dialog: dialog.accept())
+    page.on("dialog", accept)
     try:
         yield page, problems
     finally:
         await context.close()
+
+
+def accept(dialog: Dialog) -> Awaitable[None]:
+    return dialog.accept()  # Playwright awaits what a handler returns
+
+
+TABLE = "NAME    READY   STATUS\nweb-1   1/1     Running\ndb-0    0/1     CrashLoopBackOff"
 
 
 async def shot(page: Page, name: str) -> None:
@@ -89,6 +107,8 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
     page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
 ) -> None:
     tab, problems = page
+    dialogs: list[str] = []
+    tab.on("dialog", lambda dialog: dialogs.append(dialog.message))
     user = new_user()
     conv = await seed(pool, dialect="v1", turns=4, tool_calls=True, user_id=user, name="Why is the pod crashing?")
     await open_as(tab, page_url, user)
@@ -103,11 +123,15 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
     await expect(tab.locator("#session-title")).to_have_text("Why is the pod crashing?")
     await shot(tab, "transcript")
 
-    # dry run, then fork before the third turn: the database holds the fork
+    # the dry run's answer is shown beside its turn, in words
     await turns.nth(2).get_by_role("button", name="Dry run").click()
-    await expect(tab.locator("#result")).to_contain_text('"dry_run": true')
+    beside = turns.nth(2).locator(".turn-result")
+    await expect(beside).to_contain_text("Dry run (nothing was written): a fork before turn 3")
+    await expect(beside).to_contain_text("It would leave behind 2 turns")
+    assert '"dry_run"' not in await tab.locator("body").inner_text()
+    # fork before the third turn: the page opens the fork (its own address), saying where it came from
     await turns.nth(2).get_by_role("button", name="Fork here").click()
-    await expect(tab.locator("#status")).to_contain_text("Forked:")
+    await expect(tab.locator("#status")).to_contain_text("Forked: now showing the fork")
     async with pool.acquire() as conn:
         fork = await conn.fetchrow(
             "SELECT session_id, rewind_before_invocation_id, events_copied FROM kagent_fork.fork "
@@ -115,13 +139,22 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
             conv.session_id, user,
         )  # fmt: skip
     assert fork is not None and fork["rewind_before_invocation_id"] == conv.invocation_ids[2]
+    await expect(tab.locator("#session-title")).to_have_text("Fork of Why is the pod crashing?")
+    await expect(turns).to_have_count(2)
+    await expect(tab.locator("#notice")).to_contain_text("before turn 3 into this session")
+    assert f"session={fork['session_id']}" in tab.url
     await expect(sessions).to_have_count(2)
+    await tab.locator("#notice").get_by_role("button", name="Back to the source").click()
+    await expect(tab.locator("#session-title")).to_have_text("Why is the pod crashing?")
+    await expect(turns).to_have_count(4)
 
-    # rewind the last turn, then undo it from the rewinds list
+    # rewind the last turn (confirmed), then undo it from the notice's button
     await turns.nth(3).get_by_role("button", name="Rewind here").click()
-    await expect(tab.locator("#rewinds li.turn")).to_have_count(1)
     await expect(turns).to_have_count(3)
+    await expect(tab.locator("#notice")).to_contain_text("Rewound: turn 4 and everything after it are hidden")
     await tab.get_by_role("button", name="Rewinds").click()
+    await expect(tab.locator("#rewinds li.turn")).to_have_count(1)
+    await expect(tab.locator("#rewinds li.turn")).to_contain_text("hid 1 turn starting")
     await shot(tab, "rewinds")
     await tab.locator("#rewinds").get_by_role("button", name="Undo").click()
     await expect(tab.locator("#rewinds li.turn")).to_contain_text("undone")
@@ -130,31 +163,117 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
         undone = await conn.fetchval("SELECT undone_at FROM kagent_fork.rewind WHERE session_id = $1", conv.session_id)
     assert undone is not None
 
-    # the tree: the source and its fork, as links
+    # the tree: the source and its fork, as links, with the fork point and today's counts
     await tab.get_by_role("button", name="Fork tree").click()
     tree = tab.locator("#tree li")
     await expect(tree).to_have_count(2)
-    await expect(tab.locator(f"#tree li[data-id='{fork['session_id']}']")).to_be_visible()
+    node = tab.locator(f"#tree li[data-id='{fork['session_id']}']")
+    await expect(node).to_contain_text(f"forked at turn 3 “{conv.turns[2].user_text[:50]}")
+    await expect(node).to_contain_text("2 turns")
+    await expect(tab.locator("#tree").first).to_contain_text("kagent/k8s-agent")
     await shot(tab, "tree")
 
-    # compare the source with its fork, side by side
+    # compare the source with its fork: the turns after the common part, side by side
     await tab.get_by_role("button", name="Compare", exact=True).click()
     await tab.select_option("#compare-with", fork["session_id"])
     await tab.click("#compare-go")
-    await expect(tab.locator("#comparison")).to_contain_text("2 turn(s) in common")
-    await expect(tab.locator("#comparison .compare > div")).to_have_count(2)
+    await expect(tab.locator("#comparison")).to_contain_text("2 turns in common")
+    rows = tab.locator("#comparison tbody tr")
+    await expect(rows).to_have_count(2)
+    await expect(rows.nth(0).locator("td[data-side=left]")).to_contain_text(conv.turns[2].user_text)
+    await expect(rows.nth(0)).to_contain_text("(no turn here)")
+    assert "null" not in await tab.locator("#comparison").inner_text()
     await shot(tab, "compare")
 
-    # a what-if of the second turn on another agent, followed until it completes
+    # a what-if of the second turn on another agent, confirmed with the warning, followed until it completes
     await tab.get_by_role("button", name="Transcript").click()
     await tab.fill("#whatif-agent", f"{NAMESPACE}/{V1}")
     await turns.nth(1).get_by_role("button", name="What-if").click()
     await expect(tab.locator("#status")).to_contain_text("What-if completed", timeout=30_000)
-    await expect(tab.locator("#result")).to_contain_text("Regenerated answer")
+    assert "runs its tools for real" in dialogs[-1] and "turn 2" in dialogs[-1]
+    await expect(turns.nth(1).locator(".turn-result")).to_contain_text("Regenerated answer")
+    await expect(sessions).to_have_count(3)  # the list knows the what-if's fork without a reload
+    await expect(tab.locator("#sessions")).to_contain_text(f"What-if: {NAMESPACE}/{V1} answers turn 2")
     await tab.get_by_role("button", name="What-ifs").click()
-    await expect(tab.locator("#whatifs li[data-status=completed]")).to_have_count(1)
+    listed = tab.locator("#whatifs li[data-status=completed]")
+    await expect(listed).to_have_count(1)
+    await expect(listed).to_contain_text(f"answering Turn 2 “{conv.turns[1].user_text[:40]}")
     await shot(tab, "whatif")
+    # what is shown is in words: agents as namespace/name, states as words, times to the second
+    text = await tab.locator("body").inner_text()
+    assert "__NS__" not in text and "TASK_STATE_" not in text
+    assert not re.search(r"\d:\d\d\.\d{3,}", text), "a raw timestamp is shown"
     assert problems == []
+
+
+async def test_a_whatif_asks_first_and_says_running_until_the_job_ends(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool, agents_seen: Seen
+) -> None:
+    tab, problems = page
+    user = new_user()
+    await seed(pool, dialect="v1", turns=2, user_id=user, name="Slow what-if")
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    turns = tab.locator("#turns > li.turn")
+    await expect(turns).to_have_count(2)
+    # refused at the warning: nothing is started
+    tab.remove_listener("dialog", accept)
+    tab.once("dialog", lambda dialog: dialog.dismiss())
+    await turns.nth(1).get_by_role("button", name="What-if").click()
+    await tab.wait_for_timeout(500)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM kagent_fork.whatif_job WHERE user_id = $1", user) == 0
+    await expect(tab.locator("#sessions li")).to_have_count(1)
+    tab.on("dialog", accept)
+    # a slow agent: the status line says running (never "done") until the job ends
+    agents_seen.release.clear()
+    await tab.fill("#whatif-agent", f"{NAMESPACE}/{SLOW}")
+    await turns.nth(1).get_by_role("button", name="What-if").click()
+    await expect(tab.locator("#status")).to_contain_text("What-if running", timeout=15_000)
+    await tab.wait_for_timeout(1500)  # three polls later, still running, still saying so
+    await expect(tab.locator("#status")).to_contain_text("What-if running")
+    assert "done" not in await tab.locator("#status").inner_text()
+    beside = turns.nth(1).locator(".turn-result")
+    await expect(beside).to_contain_text(f"What-if: {NAMESPACE}/{SLOW} is answering turn 2")
+    # cancelled from the what-ifs list: the follower says how it ended
+    await tab.get_by_role("button", name="What-ifs").click()
+    await tab.locator("#whatifs li[data-status=running]").get_by_role("button", name="Cancel").click()
+    await expect(tab.locator("#status")).to_contain_text("What-if cancelled", timeout=15_000)
+    await expect(tab.locator("#whatifs li[data-status=cancelled]")).to_have_count(1)
+    assert problems == []
+
+
+async def test_the_page_follows_the_user_and_the_address(browser: Browser, page_url: str, pool: asyncpg.Pool) -> None:
+    first, second = new_user(), new_user()
+    mine = await seed(pool, dialect="legacy", turns=2, tool_calls=True, user_id=first, name="First user's chat")
+    await seed(pool, dialect="v1", turns=1, user_id=second, name="Second user's chat")
+    async with pool.acquire() as conn:  # a tool that answers a table, as kubectl does
+        await conn.execute(
+            "UPDATE event SET data = jsonb_set(data::jsonb, '{content,parts,0,function_response,response}', $2)::text "
+            "WHERE session_id = $1 AND strpos(data, 'function_response') > 0",
+            mine.session_id, json.dumps({"result": TABLE}),
+        )  # fmt: skip
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = await context.new_page()
+    try:
+        # a link to a session opens it, as the user it names
+        await tab.goto(f"{page_url}/ui/#session={mine.session_id}&user={first}")
+        await expect(tab.locator("#session-title")).to_have_text("First user's chat")
+        await expect(tab.locator("#user")).to_have_value(first)
+        # a tool's text keeps its line breaks
+        result = tab.locator("#turns .msg.tool .tool-text", has_text="CrashLoopBackOff").first
+        shown = await result.inner_text()
+        assert shown == "result:\n" + "\n".join(f"  {line}" for line in TABLE.splitlines()), shown
+        assert "\\n" not in await result.inner_text()
+        # another user: the first user's session leaves the screen
+        await tab.fill("#user", second)
+        await tab.click("#who button[type=submit]")
+        await expect(tab.locator("#sessions li")).to_have_count(1)
+        await expect(tab.locator("#sessions")).to_contain_text("Second user's chat")
+        await expect(tab.locator("#session-pane")).to_be_hidden()
+        assert "First user's chat" not in await tab.locator("body").inner_text()
+    finally:
+        await context.close()
 
 
 async def test_everything_shown_is_text(page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool) -> None:

@@ -18,6 +18,7 @@ from tests.helpers import new_user, seed, table_fingerprint
 
 TOOLS = {
     "list_turns", "show_transcript", "fork_session", "rewind_session", "undo_rewind", "compare_sessions",
+    "start_whatif", "whatif_status", "cancel_whatif", "list_whatifs", "list_rewinds", "fork_tree", "list_sessions",
 }  # fmt: skip
 
 
@@ -127,3 +128,53 @@ async def _http_fork(live_url: str, session_id: str, user: str, body: dict[str, 
         r = await http.post(f"/api/sessions/{session_id}/fork", json=body, headers={"X-User-Id": user})
     error: str = r.json()["error"]
     return error
+
+
+async def test_every_argument_is_described(live_url: str) -> None:
+    async with mcp_session(live_url, {"X-User-Id": new_user()}) as mcp:
+        listed = await mcp.list_tools()
+    undescribed = [
+        f"{t.name}.{name}" for t in listed.tools for name, arg in t.inputSchema["properties"].items()
+        if not arg.get("description")
+    ]  # fmt: skip
+    assert undescribed == []
+
+
+async def test_a_wrong_argument_is_answered_in_words(live_url: str, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="v1", turns=2)
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        wrong_type = await mcp.call_tool("list_turns", {"session_id": conv.session_id, "limit": "ten"})
+        missing = await mcp.call_tool("rewind_session", {"session_id": conv.session_id})
+        wrong_choice = await mcp.call_tool("show_transcript", {"session_id": conv.session_id, "format": "html"})
+    assert wrong_type.isError and text_of(wrong_type).startswith("invalid arguments: limit must be a valid integer")
+    assert text_of(missing) == "invalid arguments: rewind_before_invocation_id is required"
+    assert text_of(wrong_choice).startswith("invalid arguments: format must be 'markdown' or 'json'")
+    for result in (wrong_type, missing, wrong_choice):
+        text = text_of(result)
+        assert "pydantic" not in text and "http" not in text and "validation error" not in text, text
+
+
+async def test_the_rewinds_the_tree_and_the_sessions_of_the_caller(live_url: str, pool: asyncpg.Pool) -> None:
+    """Issue 25, 7: what an agent needs to find its way back (a lost rewind id, the forks, its sessions)."""
+    conv = await seed(pool, dialect="legacy", turns=3, tool_calls=True)
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        fork = ok(
+            await mcp.call_tool(
+                "fork_session", {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1]}
+            )
+        )
+        rewound = ok(
+            await mcp.call_tool(
+                "rewind_session", {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[2]}
+            )
+        )
+        rewinds = ok(await mcp.call_tool("list_rewinds", {"session_id": conv.session_id}))
+        assert [(r["id"], r["undoable"]) for r in rewinds] == [(rewound["rewind"]["id"], True)]
+        tree = ok(await mcp.call_tool("fork_tree", {"session_id": fork["id"]}))
+        assert tree["session_id"] == conv.session_id and [n["session_id"] for n in tree["forks"]] == [fork["id"]]
+        assert tree["forks"][0]["fork_turn"] == 2 and tree["turns"] == 2  # the rewind hid turn 3
+        sessions = ok(await mcp.call_tool("list_sessions", {}))
+        assert {s["id"] for s in sessions} == {conv.session_id, fork["id"]}
+        assert all(s["user_id"] == conv.user_id for s in sessions)
+        unknown = await mcp.call_tool("cancel_whatif", {"job_id": "no-such-job"})
+        assert unknown.isError and text_of(unknown) == "what-if job no-such-job not found"

@@ -204,7 +204,7 @@ def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     pgdata = tmp_path / "pg"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TEST_DATABASE_URL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TEST_DATABASE_URL", "KAGENT_A2A_URL")}
     env["KAGENT_FORK_DATA_DIR"] = str(pgdata)
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "serve", "--port", str(port)], env=env, text=True,
@@ -244,4 +244,35 @@ def test_sighup_is_logged_and_shuts_down_cleanly(tmp_path: Path) -> None:
     assert proc.wait(60) == 0
     output = proc.stdout.read() if proc.stdout else ""
     assert "SIGHUP received" in output and "demo session demo-v1-session, turns e-" in output
+    assert _gone(pgdata, 30)
+
+
+def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path) -> None:
+    """Issue 25, 5: `kagent-fork serve` without DATABASE_URL (what ./scripts/serve runs) starts the demo's
+    scripted A2A agent, points KAGENT_A2A_URL at it, and says where the embedded database is."""
+    import httpx
+
+    proc, pgdata, port = _serving(tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        turns = httpx.get(f"{base}/api/sessions/demo-v1-session/invocations", timeout=30).json()["data"]
+        started = httpx.post(
+            f"{base}/api/sessions/demo-v1-session/whatif",
+            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "agent_ref": "kagent/scripted-agent"},
+            timeout=30,
+        )
+        assert started.status_code == 202, started.text
+        job_id = started.json()["data"]["job"]["id"]
+        deadline = time.monotonic() + 60
+        while (job := httpx.get(f"{base}/api/whatif/{job_id}", timeout=10).json()["data"])["status"] == "running":
+            assert time.monotonic() < deadline, job
+            time.sleep(0.2)
+        assert job["status"] == "completed", job["error"]
+        assert "scripted demo agent" in job["result"]["last_agent_text"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    output = proc.stdout.read() if proc.stdout else ""
+    assert "embedded database: postgresql://" in output
+    assert "demo A2A agent (answers from a script, no model)" in output
     assert _gone(pgdata, 30)

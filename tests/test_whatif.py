@@ -291,6 +291,21 @@ async def test_the_whatif_tools_for_agents(
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.2)
             assert job["status"] == "completed" and job["result"]["tool_calls"] == {"lookup": 1}
+            listed = ok(await mcp.call_tool("list_whatifs", {"session_id": conv.session_id}))
+            assert [j["id"] for j in listed] == [started["job"]["id"]]
+            ended_already = await mcp.call_tool("cancel_whatif", {"job_id": started["job"]["id"]})
+            assert ended_already.isError and "already ended" in text_of(ended_already)
+            # a slow agent's what-if (of a v1 session: the slow agent speaks A2A 1.0), cancelled by the tool:
+            # the agent is asked to cancel its task
+            agents[1].release.clear()
+            v1 = await seed(pool, dialect="v1", turns=2, user_id=conv.user_id)
+            slow_args = {"session_id": v1.session_id, "rewind_before_invocation_id": v1.invocation_ids[1]}
+            slow = ok(await mcp.call_tool("start_whatif", {**slow_args, "agent_ref": f"{NAMESPACE}/{SLOW}"}))
+            while ok(await mcp.call_tool("whatif_status", {"job_id": slow["job"]["id"]}))["task_id"] is None:
+                assert time.monotonic() < deadline + 30
+                await asyncio.sleep(0.1)
+            cancelled = ok(await mcp.call_tool("cancel_whatif", {"job_id": slow["job"]["id"]}))
+            assert cancelled["status"] == "cancelled" and cancelled["task_id"] in agents[1].cancelled
         async with mcp_session(url, {"X-User-Id": new_user()}) as stranger:
             hidden = await stranger.call_tool("whatif_status", {"job_id": started["job"]["id"]})
             assert hidden.isError and text_of(hidden) == f"what-if job {started['job']['id']} not found"
@@ -327,6 +342,21 @@ def test_the_whatif_cli(database_url: str, agents: tuple[str, Seen]) -> None:
     assert job["status"] == "completed" and job["result"]["last_agent_text"].startswith("Regenerated answer")
     assert json.loads(cli("job", job["id"], "--json")) == job
     assert cli("job", job["id"]).startswith(f"What-if {job['id']}: completed, {NAMESPACE}/{V1}")
+    # the session's what-ifs, and cancel (this one has ended: a conflict, exit code 5)
+    assert [j["id"] for j in json.loads(cli("whatifs", conv.session_id, "--json"))] == [job["id"]]
+    assert cli("whatifs", conv.session_id).startswith(f"What-if {job['id']}: completed")
+    ended_already = subprocess.run(
+        [sys.executable, "-m", "service", "cancel", job["id"], "--user", conv.user_id], env=env, capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert ended_already.returncode == 5 and "already ended" in ended_already.stderr
+    # without KAGENT_A2A_URL: "not configured" (9), not "database unavailable" (8)
+    unset = {k: v for k, v in env.items() if k != "KAGENT_A2A_URL"}
+    not_set = subprocess.run(
+        [sys.executable, "-m", "service", "whatif", conv.session_id, "--before", conv.invocation_ids[1],
+         "--user", conv.user_id], env=unset, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert not_set.returncode == 9 and "KAGENT_A2A_URL" in not_set.stderr
 
 
 async def _seed_once(database_url: str) -> Any:
@@ -360,3 +390,43 @@ async def test_a_user_message_that_is_not_valid_a2a_is_refused(wclient: Any, poo
     )  # fmt: skip
     assert r.status_code == 422 and "not a valid A2A message" in r.json()["error"]
     assert await table_fingerprint(pool) == before
+
+
+async def test_whatif_forks_are_named_after_the_agent_and_the_turn_and_the_tree_shows_them_as_they_are_now(
+    wclient: Any, pool: asyncpg.Pool
+) -> None:
+    """Issue 25, 1 and 2: two what-ifs of one session can be told apart by name; the tree says where each
+    was made and what it holds now (the turn the agent added included); compare lines the regenerated turn
+    up with the one it replaces."""
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, name="Why is the pod crashing?")
+    agent_ref = f"{NAMESPACE}/{V1}"
+    made = []
+    for at in (1, 2):
+        body = {"rewind_before_invocation_id": conv.turns[at].invocation_id, "agent_ref": agent_ref}
+        r = await start(wclient, conv.session_id, conv.user_id, body)
+        assert r.status_code == 202, r.text
+        made.append(r.json()["data"])
+        await job_until(wclient, made[-1]["job"]["id"], conv.user_id, ended)
+    names = [m["session"]["name"] for m in made]
+    assert names == [
+        f'What-if: {agent_ref} answers turn 2 of "Why is the pod crashing?"',
+        f'What-if: {agent_ref} answers turn 3 of "Why is the pod crashing?"',
+    ]
+    tree = (await wclient.get(f"/api/sessions/{conv.session_id}/tree", headers={"X-User-Id": conv.user_id})).json()
+    top = tree["data"]
+    assert top["turns"] == 3 and top["events"] == len(conv.events) and top["fork_turn"] is None
+    first = next(n for n in top["forks"] if n["session_id"] == made[0]["session"]["id"])
+    assert first["agent_id"] == f"kagent__NS__{V1.replace('-', '_')}"
+    assert first["fork_turn"] == 2 and first["fork_question"] == conv.turns[1].user_text
+    # the fork copied turn 1's events, then the agent wrote its turn: the counts are today's, not the copy's
+    assert first["fork"]["events_copied"] == len([e for e in conv.events if e.created_at < conv.turns[1].started_at])
+    assert first["turns"] == 2 and first["events"] == first["fork"]["events_copied"] + 4
+
+    compared = await wclient.get(
+        f"/api/sessions/{conv.session_id}/compare/{made[0]['session']['id']}", headers={"X-User-Id": conv.user_id}
+    )
+    row = compared.json()["data"]["aligned"][0]
+    assert row["left"]["question"] == row["right"]["question"] == conv.turns[1].user_text
+    assert row["left"]["answer"] == conv.turns[1].agent_text
+    assert row["right"]["answer"] == f"Regenerated answer to {conv.turns[1].user_text!r} by the other agent."
+    assert row["right"]["tool_calls"] == {"lookup": 1} and row["right"]["total_tokens"] == 288

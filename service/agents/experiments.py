@@ -132,9 +132,7 @@ async def _checked_start(
         message=_encoder.encode(req.message).decode() if req.message else None, on_approval=req.on_approval,
         repeats=repeats, source_turns=None, status="running", created_at=datetime.min, finished_at=None,
     )  # fmt: skip
-    fork_req = ForkRequest(
-        rewind_before_invocation_id=req.rewind_before_invocation_id, name=req.name, if_boundary_missing="error"
-    )
+    fork_req = ForkRequest(rewind_before_invocation_id=req.rewind_before_invocation_id, if_boundary_missing="error")
     jobs: list[WhatifJob] = []
     forks: list[ForkedSession] = []
     for ref, repeat in branches:
@@ -159,9 +157,14 @@ async def _checked_start(
                     answer=_encoder.encode(answer).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
                 )  # fmt: skip
 
+        name = req.name or whatif.default_name(span, ref, repeat if repeats > 1 else None)
         try:
             await forking.fork(
-                svc, caller, session_id, fork_req, into=forking.Into(agent_id=whatif.agent_id_of(ref), then=write)
+                svc,
+                caller,
+                session_id,
+                msgspec.structs.replace(fork_req, name=name),
+                into=forking.Into(agent_id=whatif.agent_id_of(ref), then=write),
             )
         except ServiceError as exc:
             if not jobs:

@@ -119,7 +119,7 @@ async def turn_figures(
     duration = (t.last_at - t.first_at).total_seconds() if t.first_at and t.last_at else 0.0
     fields: dict[str, object] = {
         "question": t.first_user_text, "sent": None, "answer": t.last_agent_text,
-        "tool_calls": dict(sorted(t.tool_calls.items())), "rejected_tool_calls": 0, "model_calls": t.model_calls,
+        "tool_calls": dict(sorted(t.tool_calls.items())), "rejected_tool_calls": 0, "model_calls": t.model_calls or 0,
         "total_tokens": t.total_tokens, "duration_seconds": round(duration, 3), "state": None,
     }  # fmt: skip
     fields.update({k: v for k, v in known.items() if v is not None or k in ("state",)})

@@ -110,6 +110,15 @@ def job_json(job: WhatifJob) -> Job:
     )  # fmt: skip
 
 
+def fork_name(agent_ref: str, turn: int | None, invocation_id: str, source_name: str | None) -> str:
+    """A what-if fork's default name: the agent that answers and the turn it answers, so that forks of
+    one session made at different turns or for different agents can be told apart."""
+    at = f"turn {turn}" if turn is not None else f"the turn {invocation_id[:40]}"
+    label = " ".join((source_name or "").split())
+    of = f' of "{label[:60]}{"..." if len(label) > 60 else ""}"' if label and label != "Chat" else ""
+    return f"What-if: {agent_ref} answers {at}{of}"[:256]
+
+
 def agent_id_of(agent_ref: str) -> str:
     """kagent's agent_id for namespace/name: `-` becomes `_`, `/` becomes `__NS__`."""
     return agent_ref.replace("-", "_").replace("/", "__NS__")
@@ -151,6 +160,13 @@ class Span:
     dialect: dialects.TaskDialect
     turns: list[SourceTurn]
     tokens: list[int]  # the estimated context before each turn (the transcript's estimated_context_tokens)
+    position: int | None  # the boundary turn's number in the listing (None: a turn only its task knows)
+
+
+def default_name(span: Span, agent_ref: str, repeat: int | None = None) -> str:
+    """A what-if's or a branch's fork name when none is given: the agent, the turn, the repeat."""
+    name = fork_name(agent_ref, span.position, span.turns[0].invocation_id, span.source.name)
+    return name if repeat is None else f"{name} #{repeat}"[:256]
 
 
 async def _boundary_task(
@@ -221,6 +237,7 @@ async def read_span(
     return Span(
         source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None, dialect=dialect,
         turns=turns, tokens=[math.ceil(chars.get(t.started_at, 0) / 4) for t in turns],
+        position=ids.index(boundary) + 1 if boundary in ids else None,
     )  # fmt: skip
 
 
@@ -383,6 +400,8 @@ async def _checked_start(
             f"the source session's agent {span.source.agent_id!r} is not namespace/name: give agent_ref"
         )
     gate(span, 1, whole_tokens(req.max_context_tokens, svc.settings.whatif_max_context_tokens))
+    if fork_req.name is None:
+        fork_req = msgspec.structs.replace(fork_req, name=default_name(span, agent_ref))
     hdrs = headers(caller.user_id, authorization)
     card = (await cards(svc, [agent_ref], span.dialect, hdrs))[agent_ref]
     branch = Branch(

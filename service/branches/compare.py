@@ -2,10 +2,14 @@
 
 The common prefix is the leading turns with equal invocation ids (a fork keeps its source's ids), read
 from the events as the turn listing reads them; each side's figures after it are the tally of its
-events from its first turn past the prefix (the branch summary's query).
+events from its first turn past the prefix (the branch summary's query). The turns after the prefix are
+also lined up by position (`aligned`), so that a regenerated turn sits next to the turn it replaces: the
+first turn after the prefix on one side beside the first on the other, and so on.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import msgspec
 
@@ -28,10 +32,27 @@ class Side(msgspec.Struct, frozen=True, kw_only=True):
     last_agent_text: str | None
 
 
+class Turn(msgspec.Struct, frozen=True, kw_only=True):
+    """One turn after the common prefix: its question, its answer and what it cost."""
+
+    invocation_id: str
+    question: str | None
+    answer: str | None
+    tool_calls: dict[str, int]
+    total_tokens: int
+    duration_seconds: float
+
+
+class Row(msgspec.Struct, frozen=True, kw_only=True):
+    left: Turn | None
+    right: Turn | None
+
+
 class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     common_turns: int
     left: Side
     right: Side
+    aligned: list[Row]
 
 
 def common_prefix(left: list[EventTurn], right: list[EventTurn]) -> int:
@@ -51,11 +72,38 @@ async def compare(svc: Services, caller: Caller, left_id: str, right_id: str) ->
         left_turns = await svc.store.events.event_turns(conn, left.id, left.user_id)
         right_turns = await svc.store.events.event_turns(conn, right.id, right.user_id)
         common = common_prefix(left_turns, right_turns)
+        left_after, right_after = (
+            await _turns(svc, conn, left, left_turns[common:]),
+            await _turns(svc, conn, right, right_turns[common:]),
+        )
         return Comparison(
             common_turns=common,
             left=await _side(svc, conn, left, left_turns[common:]),
             right=await _side(svc, conn, right, right_turns[common:]),
+            aligned=[Row(left=a, right=b) for a, b in itertools.zip_longest(left_after, right_after)],
         )
+
+
+async def _turns(svc: Services, conn: Connection, session: SessionRow, after: list[EventTurn]) -> list[Turn]:
+    """The turns after the prefix, in the listing's order, each with its own tally."""
+    if not after:
+        return []
+    tallies = {
+        t.invocation_id: t
+        for t in await summary.turn_tallies(svc.store, conn, session.id, session.user_id, after[0].started_at)
+    }
+    out = []
+    for turn in after:
+        t = tallies.get(turn.invocation_id)
+        out.append(
+            Turn(
+                invocation_id=turn.invocation_id, question=t.first_user_text if t else turn.user_text,
+                answer=t.last_agent_text if t else None, tool_calls=dict(sorted(t.tool_calls.items())) if t else {},
+                total_tokens=t.total_tokens if t else 0,
+                duration_seconds=(t.last_at - t.first_at).total_seconds() if t else 0.0,
+            )
+        )  # fmt: skip
+    return out
 
 
 async def _side(svc: Services, conn: Connection, session: SessionRow, after: list[EventTurn]) -> Side:

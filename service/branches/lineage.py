@@ -14,6 +14,7 @@ import msgspec
 
 from service.identity import Access, Caller, resolve_access, visible_session
 from service.kagent.store.base import Connection
+from service.kagent.store.events import EventTurn
 from service.kagent.store.lineage import Lineage
 from service.operations import summary
 from service.schemas import LineageRecord, rfc3339
@@ -30,11 +31,21 @@ class ForkEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TreeNode(msgspec.Struct, frozen=True, kw_only=True):
+    """A session of the tree: its agent and what it holds now (`events`, `turns`: live, counted when the
+    tree is read, not at fork time), and for a fork, where it was made: `fork_turn`, the position (from 1)
+    of its boundary among the parent's turns now, and `fork_question`, that turn's user text (both null
+    for a whole-chat fork, or when the parent no longer shows that turn)."""
+
     session_id: str
     name: str | None
     status: Status
     forks: list[TreeNode]
     fork: LineageRecord | None = None
+    agent_id: str | None = None
+    events: int | None = None
+    turns: int | None = None
+    fork_turn: int | None = None
+    fork_question: str | None = None
 
 
 def record(lineage: Lineage) -> LineageRecord:
@@ -99,7 +110,7 @@ async def tree(svc: Services, caller: Caller, session_id: str) -> TreeNode:
             seen.add(parent)
             top = parent
             lineage = top_lineage = await svc.store.lineage.lineage_of(conn, *parent)
-        return await _node(svc, conn, viewer, top, top_lineage, {top}, limit)
+        return await _node(svc, conn, viewer, top, top_lineage, {top}, limit, parent_turns=[])
 
 
 async def _node(
@@ -110,20 +121,35 @@ async def _node(
     lineage: Lineage | None,
     path: set[tuple[str, str]],
     budget: int,
+    *,
+    parent_turns: list[EventTurn],
 ) -> TreeNode:
-    status = await svc.store.sessions.session_status(conn, *key)
-    state: Status = "missing" if status is None else ("deleted" if status[1] else "ok")
+    node = await svc.store.sessions.session_node(conn, *key)
+    state: Status = "missing" if node is None else ("deleted" if node.deleted else "ok")
+    # The turns as the listing shows them (deleted sessions' rows are read as they are: a tree shows what
+    # each session holds now).
+    turns = await svc.store.events.event_turns(conn, *key) if node is not None else []
     children = []
     if budget > 0:
         for child in await svc.store.lineage.forks_of(conn, *key):
             child_key = (child.session_id, child.user_id)
             if child_key in path or not viewer.sees(*child_key):
                 continue
-            children.append(await _node(svc, conn, viewer, child_key, child, path | {child_key}, budget - 1))
+            children.append(
+                await _node(svc, conn, viewer, child_key, child, path | {child_key}, budget - 1, parent_turns=turns)
+            )
+    at = _position(parent_turns, lineage.rewind_before_invocation_id if lineage is not None else None)
     return TreeNode(
-        session_id=key[0],
-        name=status[0] if status else None,
-        status=state,
-        forks=children,
-        fork=record(lineage) if lineage is not None else None,
-    )
+        session_id=key[0], name=node.name if node else None, status=state, forks=children,
+        fork=record(lineage) if lineage is not None else None, agent_id=node.agent_id if node else None,
+        events=node.events if node else None, turns=len(turns) if node else None,
+        fork_turn=at + 1 if at is not None else None,
+        fork_question=parent_turns[at].user_text if at is not None else None,
+    )  # fmt: skip
+
+
+def _position(turns: list[EventTurn], invocation_id: str | None) -> int | None:
+    """Where the turn stands among `turns` (from 0), None when it is not one of them."""
+    if invocation_id is None:
+        return None
+    return next((i for i, t in enumerate(turns) if t.invocation_id == invocation_id), None)

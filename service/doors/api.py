@@ -16,7 +16,7 @@ from litestar import Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
-from litestar.response import Stream
+from litestar.response import Redirect, Stream
 from prometheus_client import Counter
 
 from service.agents import whatif
@@ -227,7 +227,8 @@ async def list_invocations(request: AnyRequest, session_id: FromPath[str]) -> Re
     return ok(page.items, "end" if page.last else "more")
 
 
-TRANSCRIPT_FORMATS = {"json": "application/json", "markdown": "text/markdown; charset=utf-8"}
+# Litestar adds "; charset=utf-8" to text/* types itself.
+TRANSCRIPT_FORMATS = {"json": "application/json", "markdown": "text/markdown"}
 
 
 @get("/api/sessions/{session_id:str}/transcript")
@@ -354,6 +355,12 @@ def _page(name: str) -> Response[bytes]:
     return Response(content, media_type=media, headers={"Content-Security-Policy": csp, "Cache-Control": "no-cache"})
 
 
+@get("/", include_in_schema=False)
+async def root() -> Redirect:
+    """Nothing lives at /: people who open the service's address are sent to the explorer page."""
+    return Redirect("/ui/", status_code=307)
+
+
 @get("/ui/", include_in_schema=False)
 async def explorer_page() -> Response[bytes]:
     return _page("index.html")
@@ -364,7 +371,7 @@ async def explorer_file(name: FromPath[str]) -> Response[bytes]:
     return _page(name)
 
 
-@get("/metrics", media_type="text/plain; version=0.0.4; charset=utf-8")
+@get("/metrics", media_type="text/plain; version=0.0.4")  # Litestar adds "; charset=utf-8"
 async def metrics(request: AnyRequest) -> bytes:
     pool = services(request).pool
     POOL.labels("open").set(pool.get_size())
@@ -431,6 +438,7 @@ def handlers() -> list[HTTPRouteHandler]:
         list_whatifs,
         explorer_sessions,
         explorer_whoami,
+        root,
         explorer_page,
         explorer_file,
         healthz,

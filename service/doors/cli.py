@@ -1,5 +1,5 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | job |
-experiment | index: one entry point for people and scripts.
+"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | whatifs | job |
+cancel | experiment | index: one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -23,16 +24,37 @@ import msgspec
 from service.config import ConfigError, Settings, from_env
 
 if TYPE_CHECKING:
+    from service.identity import Caller
     from service.kagent.store import Store
+    from service.services import Services
 
 log = logging.getLogger("kagent_fork")
 
 # HTTP status of a refusal -> exit code.
 EXIT_CODES = {400: 2, 413: 2, 415: 2, 401: 4, 403: 4, 404: 3, 409: 5, 422: 6, 429: 7, 503: 8}
+NOT_CONFIGURED = 9
 EXIT_HELP = (
-    "exit codes: 0 done, 1 unexpected error, 2 bad input, 3 not found, 4 not allowed, "
-    "5 conflict (e.g. a turn still running), 6 refused (e.g. fork depth), 7 rate limited, 8 database unavailable"
+    "exit codes: 0 done (also when the reader of the output went away, as `| head` does), 1 unexpected error, "
+    "2 bad input, 3 not found, 4 not allowed, 5 conflict (e.g. a turn still running), 6 refused (e.g. fork "
+    "depth), 7 rate limited, 8 database unavailable, 9 not configured (e.g. KAGENT_A2A_URL for a what-if)"
 )
+
+
+class OutputClosed(Exception):
+    """Whoever read the output stopped reading (`kagent-fork show S | head -3`): a quiet exit."""
+
+
+def _n(count: int, word: str, plural: str | None = None) -> str:
+    """`1 turn`, `2 turns`."""
+    return f"{count} {word if count == 1 else (plural or word + 's')}"
+
+
+def _quoted(text: str | None, chars: int) -> str:
+    """A text on one line, cut to `chars`, quoted; `(none)` when there is none."""
+    line = " ".join((text or "").split())
+    if not line:
+        return "(none)"
+    return repr(line[:chars] + ("..." if len(line) > chars else ""))
 
 
 STREAMED = object()  # a command that wrote its output while it ran
@@ -48,7 +70,18 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     made = asyncio.run(prepare_demo(dsn)) if demo else []
     for session_id, invocations in made:
         log.info("demo session %s, turns %s", session_id, ", ".join(invocations))
+    log.info("embedded database: %s", dsn)
     return dsn
+
+
+def _scripted_agent(dsn: str) -> str:
+    """Start the embedded demo's scripted A2A agent in this process; its URL, for KAGENT_A2A_URL."""
+    from service.embedded import scripted_agent
+
+    url, _ = scripted_agent.start(dsn)
+    names = ", ".join(f"{scripted_agent.NAMESPACE}/{n}" for n in scripted_agent.AGENTS)
+    log.info("demo A2A agent (answers from a script, no model): %s at %s (KAGENT_A2A_URL)", names, url)
+    return url
 
 
 def database_problem(settings: Settings, dsn: str) -> str | None:
@@ -87,6 +120,8 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         print(f"kagent-fork: cannot start: {problem}", file=sys.stderr)
         return 2
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
+    if not settings.database_url and settings.kagent_a2a_url is None:
+        os.environ["KAGENT_A2A_URL"] = _scripted_agent(dsn)
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
@@ -125,22 +160,23 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
 def _show_fork(data: dict[str, Any]) -> str:
     if data.get("dry_run"):
         return (
-            f"Dry run: would create {data['name']!r} with {data['events_copied']} events, {data['tasks_copied']} "
-            f"tasks ({data['task_layout']}), {data['bytes_to_copy']} bytes, ~{data['estimated_context_tokens']} "
-            "context tokens" + "".join(f"\n  warning: {w}" for w in data["warnings"])
+            f"Dry run: would create {data['name']!r} with {_n(data['events_copied'], 'event')}, "
+            f"{_n(data['tasks_copied'], 'task')} ({data['task_layout']}), {_n(data['bytes_to_copy'], 'byte')}, "
+            f"~{_n(data['estimated_context_tokens'], 'context token')}"
+            + "".join(f"\n  warning: {w}" for w in data["warnings"])
         )
     fork = data["fork"]
     return (
         f"Forked {fork['parent_session_id']} -> {data['id']} {data['name']!r}\n"
-        f"  depth {fork['depth']} (root {fork['fork_root_session_id']}), {fork['events_copied']} events, "
-        f"{fork['tasks_copied']} tasks ({fork['task_layout']}), {fork['messages_copied']} messages"
+        f"  depth {fork['depth']} (root {fork['fork_root_session_id']}), {_n(fork['events_copied'], 'event')}, "
+        f"{_n(fork['tasks_copied'], 'task')} ({fork['task_layout']}), {_n(fork['messages_copied'], 'message')}"
         + "".join(f"\n  warning: {w}" for w in fork["warnings"])
     )
 
 
 def _show_rewind(data: dict[str, Any]) -> str:
     r = data["rewind"]
-    counts = f"{r['events_removed']} events and {r['tasks_removed']} tasks"
+    counts = f"{_n(r['events_removed'], 'event')} and {_n(r['tasks_removed'], 'task')}"
     if data.get("dry_run"):
         return f"Dry run: would hide {counts} from turn {r['rewind_before_invocation_id']}"
     if r.get("undone_at"):
@@ -161,14 +197,39 @@ def _show_invocations(items: list[dict[str, Any]]) -> str:
 
 def _show_tree(node: dict[str, Any], prefix: str = "", last: bool = True, top: bool = True) -> str:
     mark = "" if node["status"] == "ok" else f" [{node['status']}]"
-    fork = node.get("fork")
-    detail = f" (depth {fork['depth']}, {fork['events_copied']} events)" if fork else ""
-    line = f"{node['session_id']} {node['name']!r}{mark}{detail}"
+    line = f"{node['session_id']} {node['name']!r}{mark}{_tree_detail(node)}"
     lines = [line if top else f"{prefix}{'└── ' if last else '├── '}{line}"]
     child_prefix = "" if top else prefix + ("    " if last else "│   ")
     for i, child in enumerate(node["forks"]):
         lines.append(_show_tree(child, child_prefix, i == len(node["forks"]) - 1, top=False))
     return "\n".join(lines)
+
+
+def _tree_detail(node: dict[str, Any]) -> str:
+    """What a tree node holds now and, for a fork, where it was made: `(k8s-agent · 2 turns, 7 events now ·
+    forked at turn 2 'And in Berlin?', 4 events copied)`."""
+    parts = []
+    if node.get("agent_id"):
+        parts.append(_agent(node["agent_id"]))
+    if node.get("turns") is not None:
+        parts.append(f"{_n(node['turns'], 'turn')}, {_n(node['events'], 'event')} now")
+    fork = node.get("fork")
+    if fork:
+        if fork["rewind_before_invocation_id"] is None:
+            at = "forked whole"
+        elif node.get("fork_turn") is not None:
+            at = f"forked at turn {node['fork_turn']} {_quoted(node.get('fork_question'), 40)}"
+        else:
+            at = f"forked before {fork['rewind_before_invocation_id']} (no longer in the parent)"
+        parts.append(f"{at}, {_n(fork['events_copied'], 'event')} copied")
+    return f" ({' · '.join(parts)})" if parts else ""
+
+
+def _agent(agent_id: str) -> str:
+    """kagent's agent_id as the namespace/name people know (`kagent__NS__k8s_agent` is kagent/k8s-agent)."""
+    if agent_id.count("__NS__") == 1:
+        return agent_id.replace("__NS__", "/").replace("_", "-")
+    return agent_id
 
 
 def _show_rewinds(items: list[dict[str, Any]]) -> str:
@@ -178,8 +239,9 @@ def _show_rewinds(items: list[dict[str, Any]]) -> str:
     for r in items:
         state = f"undone {r['undone_at']}" if r["undone_at"] else ("undoable" if r["undoable"] else "not undoable")
         lines.append(
-            f"{r['id']}  {r['created_at']}  before {r['rewind_before_invocation_id']}: {r['events_removed']} events, "
-            f"{r['tasks_removed']} tasks hidden by {r['requested_by']} ({state})"
+            f"{r['id']}  {r['created_at']}  before {r['rewind_before_invocation_id']}: "
+            f"{_n(r['events_removed'], 'event')}, {_n(r['tasks_removed'], 'task')} hidden by {r['requested_by']} "
+            f"({state})"
         )
         if r["summary"]:
             lines.append("    " + _show_summary(r["summary"]))
@@ -187,21 +249,39 @@ def _show_rewinds(items: list[dict[str, Any]]) -> str:
 
 
 def _show_summary(s: dict[str, Any]) -> str:
-    tools = ", ".join(f"{name} x{count}" for name, count in s["tool_calls"].items()) or "no tool calls"
-    first = (s["first_user_text"] or "").replace("\n", " ")[:60]
-    return f"{s['turns']} turns, {s['events']} events, {tools}, {s['total_tokens']} tokens; starts {first!r}"
+    return (
+        f"{_n(s['turns'], 'turn')}, {_n(s['events'], 'event')}, {_tools(s['tool_calls'])}, "
+        f"{_n(s['total_tokens'], 'token')}; starts {_quoted(s['first_user_text'], 60)}"
+    )
+
+
+def _tools(calls: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{count}" for name, count in calls.items()) or "no tool calls"
 
 
 def _show_comparison(c: dict[str, Any]) -> str:
-    lines = [f"{c['common_turns']} turns in common"]
+    """The totals of each side, then the turns after the common part lined up: position by position, each
+    side's question, answer, tool calls, tokens and duration."""
+    lines = [f"{_n(c['common_turns'], 'turn')} in common"]
     for side in ("left", "right"):
         s = c[side]
-        tools = sum(s["tool_calls"].values())
-        last = (s["last_agent_text"] or "").replace("\n", " ")[:80]
         lines.append(
-            f"{side:<5} {s['session_id']} {s['name']!r}: {s['turns_after']} turns after, {tools} tool calls, "
-            f"{s['total_tokens']} tokens, {s['duration_seconds']:.1f} s; last answer {last!r}"
+            f"{side:<5} {s['session_id']} {s['name']!r}: {_n(s['turns_after'], 'turn')} after, "
+            f"{_n(sum(s['tool_calls'].values()), 'tool call')}, {_n(s['total_tokens'], 'token')}, "
+            f"{s['duration_seconds']:.1f} s; last answer {_quoted(s['last_agent_text'], 80)}"
         )
+    for i, row in enumerate(c.get("aligned", []), c["common_turns"] + 1):
+        lines.append(f"turn {i}:")
+        for side in ("left", "right"):
+            t = row[side]
+            if t is None:
+                lines.append(f"  {side:<5} (no turn {i})")
+                continue
+            lines.append(f"  {side:<5} asked {_quoted(t['question'], 80)}")
+            lines.append(
+                f"        answered {_quoted(t['answer'], 120)} ({_tools(t['tool_calls'])}, "
+                f"{_n(t['total_tokens'], 'token')}, {t['duration_seconds']:.1f} s)"
+            )
     return "\n".join(lines)
 
 
@@ -214,10 +294,13 @@ def _show_job(j: dict[str, Any]) -> str:
         lines.append(f"  error: {j['error']}")
     if j["result"]:
         r = j["result"]
-        tools = ", ".join(f"{n} x{c}" for n, c in r["tool_calls"].items()) or "no tool calls"
-        answer = (r["last_agent_text"] or "").replace("\n", " ")[:200]
-        lines.append(f"  {tools}, {r['total_tokens']} tokens; answer: {answer!r}")
+        answer = _quoted(r["last_agent_text"], 200)
+        lines.append(f"  {_tools(r['tool_calls'])}, {_n(r['total_tokens'], 'token')}; answer: {answer}")
     return "\n".join(lines)
+
+
+def _show_jobs(jobs: list[dict[str, Any]]) -> str:
+    return "\n".join(_show_job(j) for j in jobs) or "No what-ifs from this session."
 
 
 # --- operator commands -------------------------------------------------------------------------------
@@ -257,7 +340,11 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
     from service.operations import forking, rewind
     from service.schemas import ForkRequest, RewindRequest
 
-    store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
+    store = Store(
+        settings.service_schema,
+        max_fork_events=settings.max_fork_events,
+        turn_map_min_tasks=settings.turn_map_min_tasks,
+    )
     pool = await open_pool(settings, dsn)
     try:
         await prepare_database(settings, store, pool)
@@ -320,12 +407,15 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
 
         async def do_show() -> tuple[object, str]:
             # Written while it is read, as the HTTP answer is: nothing is returned to print afterwards.
-            async with transcript.reading(svc, caller, args.session_id, before=args.before) as r:
-                chunks = transcript.json_chunks(r, message=None) if args.json else transcript.markdown_chunks(r)
-                async for chunk in chunks:
-                    sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.write(b"\n")
-            sys.stdout.flush()
+            try:
+                async with transcript.reading(svc, caller, args.session_id, before=args.before) as r:
+                    chunks = transcript.json_chunks(r, message=None) if args.json else transcript.markdown_chunks(r)
+                    async for chunk in chunks:
+                        sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.write(b"\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                raise OutputClosed from None
             return STREAMED, ""
 
         async def do_whatif() -> tuple[object, str]:
@@ -345,18 +435,28 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             data = msgspec.to_builtins(await whatif.get(svc, caller, job_id))
             return data, _show_job(data)
 
-        async def do_job() -> tuple[object, str]:
-            data = msgspec.to_builtins(await whatif.get(svc, caller, args.session_id))
-            return data, _show_job(data)
-
         commands.update(
             fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree, forks=do_forks,
-            rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif, job=do_job,
+            rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif,
             experiment=lambda: _experiment(svc, caller, args),
         )  # fmt: skip
-        return await commands[args.command]()
+        if args.command in commands:
+            return await commands[args.command]()
+        return await _job_command(svc, caller, args.command, args.session_id)
     finally:
         await pool.close()
+
+
+async def _job_command(svc: Services, caller: Caller, command: str, name: str) -> tuple[object, str]:
+    """job ID, cancel ID, whatifs SESSION: a what-if job, or a source's what-ifs."""
+    from service.agents import whatif
+
+    if command == "whatifs":
+        jobs = msgspec.to_builtins(await whatif.of_session(svc, caller, name))
+        return jobs, _show_jobs(jobs)
+    job = await (whatif.cancel(svc, caller, name) if command == "cancel" else whatif.get(svc, caller, name))
+    data = msgspec.to_builtins(job)
+    return data, _show_job(data)
 
 
 async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
@@ -381,28 +481,60 @@ async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object,
 
 
 def operate(settings: Settings, args: argparse.Namespace) -> int:
-    from service.errors import ServiceError
+    try:
+        return _operate(settings, args)
+    except (OutputClosed, BrokenPipeError):
+        # The reader went away (`| head`): nothing more to say. Python would still try to flush stdout at
+        # exit and print a traceback for that too, so stdout is pointed at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _operate(settings: Settings, args: argparse.Namespace) -> int:
+    from service.errors import NotConfigured, ServiceError
     from service.kagent.store.base import CONNECTION_ERRORS
 
     try:
         dsn = _database_url(settings, demo=True)
+        if args.command == "whatif" and not settings.database_url and settings.kagent_a2a_url is None:
+            # The embedded demo: its scripted agent answers, in this process, so the what-if waits for it.
+            settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
+            args.wait = True
         data, text = asyncio.run(_run(settings, dsn, args))
+    except NotConfigured as exc:
+        return _fail(args, exc.message, NOT_CONFIGURED)
     except ServiceError as exc:
         return _fail(args, exc.message, EXIT_CODES.get(exc.status, 1))
     except msgspec.ValidationError as exc:
         return _fail(args, f"invalid arguments: {exc}", 2)
+    except BrokenPipeError:
+        raise OutputClosed from None
     except CONNECTION_ERRORS as exc:
         return _fail(args, f"database unavailable: {type(exc).__name__}: {exc}", 8)
     if data is not STREAMED:
-        print(msgspec.json.encode(data).decode() if args.json else text)
+        print(msgspec.json.encode(data).decode() if args.json else text, flush=True)
     return 0
 
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     if args.json:
-        print(msgspec.json.encode({"error": message}).decode())
+        print(msgspec.json.encode({"error": message}).decode(), flush=True)
     print(f"kagent-fork: {message}", file=sys.stderr)
     return code
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's ArgumentDefaultsHelpFormatter, without `(default: None)` and `(default: False)` where
+    an option has no default worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            text += " (default: %(default)s)"
+        return text
 
 
 def _version() -> str:
@@ -415,7 +547,7 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = _HelpFormatter
     p = argparse.ArgumentParser(prog="kagent-fork", description=__doc__, epilog=EXIT_HELP, formatter_class=formatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     # --json is accepted before the command too (kagent-fork --json tree S) and after it.
@@ -466,6 +598,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--name", help="the fork's name")
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
     operator("job", "show a what-if job", metavar="job_id")
+    operator("whatifs", "list the what-ifs started from a session, newest first")
+    operator("cancel", "cancel a running what-if job (its agent is asked to cancel the task)", metavar="job_id")
     e = operator("experiment", "replay the turns from one on several agents over A2A and print them side by side")
     e.add_argument("--before", required=True, help="rewind_before_invocation_id: the first turn replayed")
     e.add_argument(

@@ -8,16 +8,20 @@ answer's `data`); a refusal is a tool error whose text is the HTTP error's messa
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+import pydantic
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ContentBlock, TextContent
+from pydantic import Field
 
 from service.agents import experiments, grid, whatif
-from service.branches import compare, transcript, turns
+from service.branches import compare, lineage, transcript, turns
+from service.doors import explorer
 from service.errors import BadRequest, ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
 from service.kagent.store.base import CONNECTION_ERRORS
@@ -41,10 +45,42 @@ def _text(text: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], isError=error)
 
 
+# Every argument, described (an agent reads these to call the tool).
+SessionId = Annotated[str, Field(description="A kagent session id (the conversation), as kagent's UI and API name it.")]
+InvocationId = Annotated[
+    str, Field(description="A turn, named by its invocation id (list_turns answers them: `invocation_id`).")
+]
+JobId = Annotated[str, Field(description="A what-if job id (start_whatif answers it: `job.id`).")]
+DryRun = Annotated[bool, Field(description="true: answer what would happen, write nothing.")]
+
+
+def worded(exc: pydantic.ValidationError) -> str:
+    """A tool's arguments refused by the SDK's check (pydantic), in words: which argument and what it
+    must be, without pydantic's own layout or its link."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"]) or "arguments"
+        if error["type"] == "missing":
+            problems.append(f"{name} is required")
+        else:
+            message = error["msg"].replace("Input should be", "must be").replace("Value error, ", "")
+            problems.append(f"{name} {message[0].lower()}{message[1:]} (got {error.get('input')!r:.60})")
+    return "invalid arguments: " + "; ".join(problems)
+
+
 class _Server(FastMCP):
-    """FastMCP that knows the app's what-if runner (set once the app is made), for its tools to find."""
+    """FastMCP that knows the app's what-if runner (set once the app is made), for its tools to find,
+    and answers arguments its check refuses in words."""
 
     runner: Callable[[], whatif.Runner]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Sequence[ContentBlock] | dict[str, Any]:
+        try:
+            return await super().call_tool(name, arguments)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, pydantic.ValidationError):
+                raise ToolError(worded(exc.__cause__)) from None
+            raise
 
 
 def _runner(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
@@ -76,7 +112,10 @@ async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool =
 
 
 async def list_turns(
-    ctx: Context[Any, Any, Any], session_id: str, limit: int = 100, after: str | None = None
+    ctx: Context[Any, Any, Any],
+    session_id: SessionId,
+    limit: Annotated[int, Field(description="At most this many turns (1 to 1,000).")] = 100,
+    after: Annotated[str | None, Field(description="The turns after this invocation id (the next page).")] = None,
 ) -> CallToolResult:
     """The turns of a session, in order (invocation id, task, state, user text): pick one to fork,
     rewind or regenerate."""
@@ -91,9 +130,13 @@ async def list_turns(
 
 async def show_transcript(
     ctx: Context[Any, Any, Any],
-    session_id: str,
-    before: str | None = None,
-    format: Literal["markdown", "json"] = "markdown",
+    session_id: SessionId,
+    before: Annotated[
+        str | None, Field(description="Only the turns before this invocation id (what a fork there would hold).")
+    ] = None,
+    format: Annotated[
+        Literal["markdown", "json"], Field(description="markdown: a readable document; json: the data.")
+    ] = "markdown",
 ) -> CallToolResult:
     """A session's conversation as the agent sees it, turn by turn; `before`: only the turns before
     that invocation (what a fork there would hold)."""
@@ -110,12 +153,20 @@ async def show_transcript(
 
 async def fork_session(
     ctx: Context[Any, Any, Any],
-    session_id: str,
-    rewind_before_invocation_id: str | None = None,
-    name: str | None = None,
-    if_boundary_missing: Literal["copy_all", "error"] = "error",
-    task_layout: Literal["auto", "merged", "per_task"] = "auto",
-    dry_run: bool = False,
+    session_id: SessionId,
+    rewind_before_invocation_id: Annotated[
+        str | None, Field(description="The first turn NOT copied (its invocation id); none: the whole conversation.")
+    ] = None,
+    name: Annotated[str | None, Field(description="The new session's name (default: Fork of <source name>).")] = None,
+    if_boundary_missing: Annotated[
+        Literal["copy_all", "error"],
+        Field(description="A turn id that names no turn: error (refuse) or copy_all (copy the whole chat)."),
+    ] = "error",
+    task_layout: Annotated[
+        Literal["auto", "merged", "per_task"],
+        Field(description="How the fork's tasks are laid out; auto shows the same conversation in kagent's UI."),
+    ] = "auto",
+    dry_run: DryRun = False,
 ) -> CallToolResult:
     """Fork chat from here: a new session holding the conversation before the turn
     `rewind_before_invocation_id` (none: all of it). The source is not changed. `dry_run` answers the
@@ -133,10 +184,12 @@ async def fork_session(
 
 async def rewind_session(
     ctx: Context[Any, Any, Any],
-    session_id: str,
-    rewind_before_invocation_id: str,
-    dry_run: bool = False,
-    force: bool = False,
+    session_id: SessionId,
+    rewind_before_invocation_id: Annotated[
+        str, Field(description="The first turn hidden (its invocation id): it and every later turn are hidden.")
+    ],
+    dry_run: DryRun = False,
+    force: Annotated[bool, Field(description="Even while the agent is still running a hidden turn.")] = False,
 ) -> CallToolResult:
     """Rewind to here: the session loses the turn `rewind_before_invocation_id` and everything after
     it (nothing is erased; undo_rewind brings it back). `dry_run` answers what it would hide."""
@@ -150,8 +203,12 @@ async def rewind_session(
     return await _run(ctx, op)
 
 
-async def undo_rewind(ctx: Context[Any, Any, Any], session_id: str, rewind_id: str) -> CallToolResult:
-    """Undo a rewind of a session (its id is in rewind_session's answer)."""
+async def undo_rewind(
+    ctx: Context[Any, Any, Any],
+    session_id: SessionId,
+    rewind_id: Annotated[str, Field(description="The rewind's id (rewind_session or list_rewinds answers it).")],
+) -> CallToolResult:
+    """Undo a rewind of a session (its id is in rewind_session's answer, and in list_rewinds)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await rewind.undo(svc, caller, checked_id(session_id), checked_id(rewind_id, "rewind id"))
@@ -159,9 +216,14 @@ async def undo_rewind(ctx: Context[Any, Any, Any], session_id: str, rewind_id: s
     return await _run(ctx, op)
 
 
-async def compare_sessions(ctx: Context[Any, Any, Any], session_id: str, other_session_id: str) -> CallToolResult:
-    """Two sessions side by side (a source and its fork, or two forks): their common turns, and each
-    one's turns, tool calls, tokens, duration and last answer after them."""
+async def compare_sessions(
+    ctx: Context[Any, Any, Any],
+    session_id: SessionId,
+    other_session_id: Annotated[str, Field(description="The other session (e.g. a fork of the first).")],
+) -> CallToolResult:
+    """Two sessions side by side (a source and its fork, or two forks): their common turns, each one's
+    totals after them, and the turns after them lined up (`aligned`: each side's question, answer, tool
+    calls, tokens and duration at each position, so a regenerated turn sits next to the one it replaces)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await compare.compare(svc, caller, checked_id(session_id), checked_id(other_session_id))
@@ -171,11 +233,17 @@ async def compare_sessions(ctx: Context[Any, Any, Any], session_id: str, other_s
 
 async def start_whatif(
     ctx: Context[Any, Any, Any],
-    session_id: str,
-    rewind_before_invocation_id: str,
-    agent_ref: str | None = None,
-    name: str | None = None,
-    max_context_tokens: int | None = None,
+    session_id: SessionId,
+    rewind_before_invocation_id: Annotated[str, Field(description="The turn to regenerate (its invocation id).")],
+    agent_ref: Annotated[
+        str | None, Field(description="namespace/name of the agent that answers (default: the session's own).")
+    ] = None,
+    name: Annotated[
+        str | None, Field(description="The fork's name (default: What-if: <agent> answers turn <n> of ...).")
+    ] = None,
+    max_context_tokens: Annotated[
+        int | None, Field(description="Refuse when the turn's context is over this many tokens (a cost gate).")
+    ] = None,
 ) -> CallToolResult:
     """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
     (namespace/name; default: the session's own) and send that turn's user message to it over A2A. The
@@ -191,11 +259,20 @@ async def start_whatif(
     return await _run(ctx, op)
 
 
-async def whatif_status(ctx: Context[Any, Any, Any], job_id: str) -> CallToolResult:
+async def whatif_status(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolResult:
     """A what-if job: running, completed, failed or cancelled, and what the agent answered."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await whatif.get(svc, caller, checked_id(job_id, "job id"))
+
+    return await _run(ctx, op)
+
+
+async def cancel_whatif(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolResult:
+    """Cancel a running what-if: its agent is asked to cancel the task; the fork stays."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await whatif.cancel(svc, caller, checked_id(job_id, "job id"))
 
     return await _run(ctx, op)
 
@@ -233,6 +310,51 @@ async def start_experiment(
     return await _run(ctx, op)
 
 
+async def list_whatifs(ctx: Context[Any, Any, Any], session_id: SessionId) -> CallToolResult:
+    """The what-ifs started from a session, newest first, with their status and answers."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await whatif.of_session(svc, caller, checked_id(session_id))
+
+    return await _run(ctx, op)
+
+
+async def list_rewinds(ctx: Context[Any, Any, Any], session_id: SessionId) -> CallToolResult:
+    """A session's rewinds, newest first: each one's id (for undo_rewind), what it hid, and whether it
+    can be undone now."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await rewind.rewinds(svc, caller, checked_id(session_id))
+
+    return await _run(ctx, op)
+
+
+async def fork_tree(ctx: Context[Any, Any, Any], session_id: SessionId) -> CallToolResult:
+    """The fork tree that holds a session, from its highest ancestor: each session's agent, its turns and
+    events now, and for a fork the turn it was made at."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await lineage.tree(svc, caller, checked_id(session_id))
+
+    return await _run(ctx, op)
+
+
+async def list_sessions(
+    ctx: Context[Any, Any, Any],
+    agent_id: Annotated[
+        str | None, Field(description="Only this agent's sessions (kagent's agent_id, e.g. kagent__NS__k8s_agent).")
+    ] = None,
+    limit: Annotated[int, Field(description="At most this many sessions (1 to 500), newest first.")] = 50,
+) -> CallToolResult:
+    """The caller's sessions, newest first: their ids, names and agents."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        agent = checked_id(agent_id, "agent_id") if agent_id is not None else None
+        return await explorer.sessions(svc, caller, agent_id=agent, limit=limit)
+
+    return await _run(ctx, op)
+
+
 async def experiment_status(ctx: Context[Any, Any, Any], experiment_id: str, format: str = "json") -> CallToolResult:
     """An experiment started with start_experiment: its status (running until every branch ended) and the
     grid: the source's own turns and, for each agent's branch, each turn's question, answer, tool calls,
@@ -257,6 +379,11 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     compare_sessions,
     start_whatif,
     whatif_status,
+    cancel_whatif,
+    list_whatifs,
+    list_rewinds,
+    fork_tree,
+    list_sessions,
     start_experiment,
     experiment_status,
 ]

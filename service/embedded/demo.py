@@ -39,7 +39,11 @@ class _Turn:
     answer: str
 
 
-def _event(invocation_id: str, author: str, parts: list[dict[str, Any]], at: datetime) -> tuple[str, str]:
+def event_json(
+    invocation_id: str, author: str, parts: list[dict[str, Any]], at: datetime, extra: dict[str, Any] | None = None
+) -> tuple[str, str]:
+    """An ADK event as the Python runtime writes it (no nulls): (its id, its JSON). `extra`: more keys
+    (e.g. usage_metadata)."""
     event_id = str(uuid.uuid4())
     data = {
         "content": {"parts": parts, "role": "user" if author == "user" else "model"},
@@ -49,6 +53,7 @@ def _event(invocation_id: str, author: str, parts: list[dict[str, Any]], at: dat
                     "requested_tool_confirmations": {}},
         "id": event_id,
         "timestamp": at.timestamp(),
+        **(extra or {}),
     }  # fmt: skip
     return event_id, msgspec.json.encode(data).decode()
 
@@ -75,7 +80,7 @@ def _events(turn: _Turn, at: datetime) -> list[tuple[str, datetime, str]]:
     out = []
     for i, (inv, author, parts) in enumerate(rows):
         when = at + timedelta(milliseconds=10 * (i + 1))
-        event_id, data = _event(inv, author, parts, when)
+        event_id, data = event_json(inv, author, parts, when)
         out.append((event_id, when, data))
     return out
 

@@ -1,20 +1,33 @@
 -- Named queries of kagent-fork's store, service/kagent/store/events.py (conventions: fragments.sql).
 
 -- name: boundary_event
--- The first live event of invocation $3. strpos() is a plain text pre-filter so that only the rows
--- that mention the id are parsed as JSON; $4 = false skips it for ids JSON could escape. With the
--- invocation index the rows of the invocation are looked up; the subquery (OFFSET 0) keeps PostgreSQL
--- from walking the index in time order (kagent_fork_event_time) until the first match instead, which
--- for a late turn reads the whole session.
-SELECT min(created_at)
-FROM (
-    SELECT created_at
+-- Where invocation $3 begins: its first live event, or the live event just before it when that one is
+-- the "header_update" that opens the turn (kagent-adk 0.10.x writes one, with the request's headers in
+-- its state_delta, before each turn: kept, a hidden turn's headers would stay in the session's state).
+-- strpos() is a plain text pre-filter so that only the rows that mention the id are parsed as JSON; $4 =
+-- false skips it for ids JSON could escape. With the invocation index the rows of the invocation are
+-- looked up; the subquery (OFFSET 0) keeps PostgreSQL from walking the index in time order
+-- (kagent_fork_event_time) until the first match instead, which for a late turn reads the whole session.
+WITH turn AS (
+    SELECT min(created_at) AS at
+    FROM (
+        SELECT created_at
+        FROM event
+        WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+          AND (NOT $4 OR strpos(data, $3) > 0)
+          AND {schema}.invocation_id_of(data) = $3
+        OFFSET 0
+    ) AS first_event
+)
+SELECT CASE WHEN opening.invocation_id = 'header_update' THEN opening.created_at ELSE turn.at END
+FROM turn
+LEFT JOIN LATERAL (
+    SELECT created_at, {schema}.invocation_id_of(data) AS invocation_id
     FROM event
-    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-      AND (NOT $4 OR strpos(data, $3) > 0)
-      AND {schema}.invocation_id_of(data) = $3
-    OFFSET 0
-) AS turn;
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at < turn.at
+    ORDER BY created_at DESC, id DESC
+    LIMIT 1
+) AS opening ON true;
 
 -- name: count_events_before
 -- How many live events, and how many bytes, lie before $3 (NULL: all); and the characters of their
@@ -140,6 +153,53 @@ SELECT (SELECT count(*) FROM parsed) AS events,
         ORDER BY created_at, id, ord LIMIT 1) AS first_user_text,
        (SELECT left(text, $6) FROM messages WHERE NOT from_user AND kind = 'text'
         ORDER BY created_at DESC, id DESC, ord DESC LIMIT 1) AS last_agent_text;
+
+-- name: events_tally_by_turn
+-- events_tally of each turn (invocation id) whose events start at $3 or later, for lining two branches
+-- up turn by turn: events, total tokens, first and last event times, tool calls by name, the first user
+-- text and the last agent text (cut to $4 and $5 characters, the same order rules as events_tally).
+-- Events without an invocation id belong to no turn here. Each row is parsed once.
+WITH parsed AS MATERIALIZED (
+    SELECT id, created_at, {schema}.try_jsonb(data) AS doc
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND created_at >= $3
+), keyed AS MATERIALIZED (
+    SELECT id, created_at, doc, coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id
+    FROM parsed
+    WHERE jsonb_typeof(doc) = 'object'
+), messages AS MATERIALIZED (
+    SELECT e.invocation_id, e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text,
+           m.tool_name
+    FROM keyed AS e
+    CROSS JOIN LATERAL {schema}.event_messages(e.doc) AS m
+    WHERE e.invocation_id IS NOT NULL
+), tools AS (
+    SELECT invocation_id, jsonb_object_agg(tool_name, calls)::text AS tool_calls
+    FROM (SELECT invocation_id, tool_name, count(*) AS calls FROM messages
+          WHERE kind = 'tool_call' AND tool_name IS NOT NULL GROUP BY invocation_id, tool_name) AS t
+    GROUP BY invocation_id
+), texts AS (
+    SELECT invocation_id,
+           (array_agg(left(text, $4) ORDER BY created_at, id, ord)
+                FILTER (WHERE from_user AND kind = 'text'))[1] AS first_user_text,
+           (array_agg(left(text, $5) ORDER BY created_at DESC, id DESC, ord DESC)
+                FILTER (WHERE NOT from_user AND kind = 'text'))[1] AS last_agent_text
+    FROM messages
+    GROUP BY invocation_id
+), turns AS (
+    SELECT invocation_id, count(*) AS events, min(created_at) AS first_at, max(created_at) AS last_at,
+           coalesce(sum({schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount')), 0) AS total_tokens
+    FROM keyed
+    WHERE invocation_id IS NOT NULL
+    GROUP BY invocation_id
+)
+SELECT turns.invocation_id, turns.events, turns.total_tokens, turns.first_at, turns.last_at,
+       coalesce(tools.tool_calls, '{}') AS tool_calls, texts.first_user_text, texts.last_agent_text
+FROM turns
+LEFT JOIN tools USING (invocation_id)
+LEFT JOIN texts USING (invocation_id)
+ORDER BY turns.first_at, turns.invocation_id;
 
 -- name: transcript_events
 -- The live events before $3 (NULL: all) as a transcript reads them, in kagent's order (created_at; the

@@ -21,6 +21,14 @@ FOR UPDATE;
 -- Whether a session exists, deleted or not (for lineage trees).
 SELECT name, deleted_at IS NOT NULL AS deleted FROM session WHERE id = $1 AND user_id = $2;
 
+-- name: session_node
+-- A session as a fork tree shows it: name, deleted or not, agent, and how many live events it holds now.
+SELECT s.name, s.deleted_at IS NOT NULL AS deleted, s.agent_id,
+       (SELECT count(*) FROM event AS e
+        WHERE e.session_id = s.id AND e.user_id = s.user_id AND e.deleted_at IS NULL) AS events
+FROM session AS s
+WHERE s.id = $1 AND s.user_id = $2;
+
 -- name: external_state
 -- Does the session's agent keep its state outside kagent's event table (LangGraph, CrewAI)?
 SELECT EXISTS (SELECT 1 FROM lg_checkpoint WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)

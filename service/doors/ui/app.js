@@ -2,8 +2,10 @@
 // Everything shown is set with textContent: names and messages are data, never markup.
 "use strict";
 
-const state = { mode: "unsecure", session: null, sessions: [], jobs: new Map() };
+// `epoch` changes with the user: work started for another user (a what-if being followed) stops there.
+const state = { mode: "unsecure", session: null, sessions: [], epoch: 0, user: "" };
 const $ = (id) => document.getElementById(id);
+const enc = encodeURIComponent;
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -23,17 +25,76 @@ function say(text, error = false) {
   status.className = error ? "error" : "";
 }
 
-function showResult(title, data) {
-  $("result-pane").hidden = false;
-  $("result").replaceChildren(el("p", { text: title }), el("pre", { class: "json", text: JSON.stringify(data, null, 2) }));
+// --- words for the API's data ---------------------------------------------------------------------------
+
+const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
+
+// kagent's agent_id as people know the agent: kagent__NS__k8s_agent is kagent/k8s-agent.
+function agentName(agentId) {
+  if (!agentId) return "no agent";
+  const parts = agentId.split("__NS__");
+  return parts.length === 2 ? `${parts[0]}/${parts[1]}`.replaceAll("_", "-") : agentId;
 }
+
+// A task state as stored (completed, TASK_STATE_COMPLETED, input-required, TASK_STATE_INPUT_REQUIRED) in words.
+function stateName(value) {
+  if (!value) return "no task";
+  return value.replace(/^TASK_STATE_/, "").toLowerCase().replaceAll("_", "-");
+}
+
+// A time to the second, in the reader's own way of writing it (the API's answers carry microseconds).
+function when(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+}
+
+function quoted(text, chars = 80) {
+  const line = (text || "").replace(/\s+/g, " ").trim();
+  return line ? `“${line.length > chars ? `${line.slice(0, chars)}…` : line}”` : "(none)";
+}
+
+function toolList(calls) {
+  const names = Object.entries(calls || {}).map(([name, n]) => (n > 1 ? `${name} ×${n}` : name));
+  return names.length ? `tools: ${names.join(", ")}` : "no tool calls";
+}
+
+// A tool's arguments or result as text: strings as they are (a kubectl table keeps its lines), the rest
+// as indented key: value lines.
+function plain(value, indent = "") {
+  if (value == null) return "";
+  if (typeof value === "string") return value;
+  if (typeof value !== "object") return String(value);
+  const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
+  if (!entries.length) return Array.isArray(value) ? "[]" : "{}";
+  return entries.map(([key, v]) => {
+    if (v !== null && typeof v === "object" && Object.keys(v).length) return `${indent}${key}:\n${plain(v, `${indent}  `)}`;
+    const text = plain(v, `${indent}  `);
+    return text.includes("\n") ? `${indent}${key}:\n${text.replace(/^/gm, `${indent}  `)}` : `${indent}${key}: ${text}`;
+  }).join("\n");
+}
+
+// The turn (from 1) an invocation is in the open session, or null.
+function turnNumber(inv) {
+  const index = state.session ? state.session.turns.findIndex((t) => t.invocation_id === inv) : -1;
+  return index < 0 ? null : index + 1;
+}
+
+function turnLabel(inv) {
+  const n = turnNumber(inv);
+  if (n === null) return "a turn no longer shown here";
+  const turn = state.session.turns[n - 1];
+  const question = turn.messages.find((m) => m.role === "user" && m.kind === "text");
+  return `Turn ${n} ${question ? quoted(question.text, 60) : ""}`.trim();
+}
+
+// --- the API ---------------------------------------------------------------------------------------------
 
 // One API call: the identity header in unsecure mode (trusted-proxy: the proxy sends who it is),
 // kagent's envelope unwrapped; a failure raises its {"error": ...} text.
 async function api(method, path, body) {
   const headers = { Accept: "application/json" };
-  const user = $("user").value.trim();
-  if (state.mode === "unsecure" && user) headers["X-User-Id"] = user;
+  if (state.mode === "unsecure" && state.user) headers["X-User-Id"] = state.user;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let payload = null;
@@ -45,52 +106,98 @@ async function api(method, path, body) {
   return payload;
 }
 
+// `work` while the status line says `label...`; a failure is said in red and answers undefined. The
+// caller says what came of it (never a bare "done" for work that goes on).
 async function act(label, work) {
   say(`${label}...`);
   try {
-    const result = await work();
-    say(`${label}: done`);
-    return result;
+    return await work();
   } catch (error) {
     say(`${label} failed: ${error.message}`, true);
     return undefined;
   }
 }
 
-const enc = encodeURIComponent;
+// --- the user, the sessions and the address of each ------------------------------------------------------
 
-// --- sessions -----------------------------------------------------------------------------------------
+function setUser(user) {
+  if (user === state.user) return;
+  state.user = user;
+  state.epoch += 1;
+  // Nothing of the previous user's stays on screen.
+  state.session = null;
+  state.sessions = [];
+  $("session-pane").hidden = true;
+  $("sessions").replaceChildren();
+  for (const id of ["turns", "tree", "rewinds", "comparison", "whatifs"]) $(id).replaceChildren();
+  notice(null);
+}
+
+function link(sessionId) {
+  const params = new URLSearchParams({ session: sessionId });
+  if (state.mode === "unsecure" && state.user) params.set("user", state.user);
+  return `#${params}`;
+}
 
 async function loadSessions() {
   const agent = $("agent").value.trim();
   const query = agent ? `?agent_id=${enc(agent)}&limit=100` : "?limit=100";
+  const epoch = state.epoch;
   const answer = await act("Listing sessions", () => api("GET", `/api/fork-explorer/sessions${query}`));
-  if (!answer) return;
+  if (!answer || epoch !== state.epoch) return false;
   state.sessions = answer.data;
   const list = $("sessions");
   list.replaceChildren(...answer.data.map((s) =>
-    el("li", { "data-id": s.id, onclick: () => openSession(s.id) },
+    el("li", { "data-id": s.id, onclick: () => go(s.id) },
       el("div", { text: s.name || "(unnamed)" }),
-      el("div", { class: "muted mono", text: `${s.id} · ${s.agent_id || "no agent"} · ${s.updated_at}` }))));
+      el("div", { class: "muted", text: `${agentName(s.agent_id)} · ${when(s.updated_at)}` }))));
   if (!answer.data.length) list.replaceChildren(el("li", { class: "muted", text: "No sessions for this user." }));
-  say(`${answer.data.length} session(s)`);
+  markCurrent();
+  say(plural(answer.data.length, "session"));
+  return true;
 }
 
-async function openSession(id) {
-  const transcript = await act("Reading the transcript", () => api("GET", `/api/sessions/${enc(id)}/transcript`));
-  if (!transcript) return;
-  state.session = transcript.data;
+function markCurrent() {
+  const id = state.session ? state.session.session_id : null;
   for (const li of $("sessions").children) li.classList.toggle("current", li.dataset.id === id);
+}
+
+// Open a session and give it its own address (a link to it opens it, as this user).
+async function go(id) {
+  if (await openSession(id)) {
+    if (location.hash !== link(id)) history.pushState(null, "", link(id));
+  }
+}
+
+async function openSession(id, { keepNotice = false } = {}) {
+  const epoch = state.epoch;
+  const transcript = await act("Reading the transcript", () => api("GET", `/api/sessions/${enc(id)}/transcript`));
+  if (!transcript || epoch !== state.epoch) return false;
+  state.session = transcript.data;
+  const listed = state.sessions.find((s) => s.id === id);
+  markCurrent();
   $("session-pane").hidden = false;
   $("session-title").textContent = transcript.data.name || "(unnamed)";
-  $("session-id").textContent = id;
+  $("session-agent").textContent = listed ? agentName(listed.agent_id) : "";
+  $("session-link").setAttribute("href", link(id));
+  $("session-link").title = id;
+  if (!keepNotice) notice(null);
   renderTurns(transcript.data);
   showTab("transcript");
-  say(`${transcript.data.turns.length} turn(s), about ${transcript.data.estimated_context_tokens} context tokens`
+  say(`${plural(transcript.data.turns.length, "turn")}, about ${plural(transcript.data.estimated_context_tokens, "context token")}`
       + (transcript.data.warnings.length ? ` · ${transcript.data.warnings.join("; ")}` : ""));
+  return true;
 }
 
-// --- transcript and the actions at each turn ----------------------------------------------------------
+// A sentence at the top of the session (what was just done to it), with its buttons; null clears it.
+function notice(text, ...buttons) {
+  buttons = buttons.filter((b) => b != null);
+  const box = $("notice");
+  box.hidden = !text;
+  box.replaceChildren(...(text ? [el("span", { text }), ...buttons] : []));
+}
+
+// --- transcript and the actions at each turn -------------------------------------------------------------
 
 function renderTurns(t) {
   const items = t.turns.map((turn) => {
@@ -98,86 +205,169 @@ function renderTurns(t) {
       if (m.kind === "text") {
         return el("div", { class: `msg ${m.role}` }, el("span", { class: "who", text: m.author }), m.text);
       }
-      const detail = m.kind === "tool_call" ? JSON.stringify(m.args ?? {}) : JSON.stringify(m.response ?? {});
-      const what = m.kind === "tool_call" ? `calls ${m.tool_name}` : `result of ${m.tool_name}`;
-      return el("div", { class: "msg tool" }, el("span", { class: "who", text: `${m.author} ${what}` }), detail);
+      const call = m.kind === "tool_call";
+      const what = call ? `calls ${m.tool_name}` : `result of ${m.tool_name}`;
+      return el("div", { class: "msg tool" }, el("div", { class: "who", text: `${m.author} ${what}` }),
+        el("div", { class: "tool-text", text: plain(call ? m.args ?? {} : m.response ?? {}) }));
     });
     const inv = turn.invocation_id;
+    const number = turn.index + 1;
     const actions = inv ? el("span", { class: "actions" },
-      el("button", { type: "button", onclick: () => dryRun(inv), text: "Dry run" }),
-      el("button", { type: "button", class: "primary", onclick: () => forkAt(inv), text: "Fork here" }),
-      el("button", { type: "button", class: "danger", onclick: () => rewindAt(inv), text: "Rewind here" }),
-      el("button", { type: "button", onclick: () => whatifAt(inv), text: "What-if" })) : null;
+      el("button", { type: "button", onclick: () => dryRun(inv, number), text: "Dry run" }),
+      el("button", { type: "button", class: "primary", onclick: () => forkAt(inv, number), text: "Fork here" }),
+      el("button", { type: "button", class: "danger", onclick: () => rewindAt(inv, number), text: "Rewind here" }),
+      el("button", { type: "button", onclick: () => whatifAt(inv, number), text: "What-if" })) : null;
     return el("li", { class: "turn", "data-invocation": inv || "" },
       el("div", { class: "turn-head" },
-        el("b", { text: `Turn ${turn.index + 1}` }),
-        el("span", { class: "muted", text: `${turn.state || "no task"} · ${turn.usage.total_tokens} tokens` }),
-        el("span", { class: "muted mono", text: inv || "" }),
+        el("b", { text: `Turn ${number}` }),
+        el("span", { class: "muted", text: `${stateName(turn.state)} · ${plural(turn.usage.total_tokens, "token")} · ${when(turn.started_at)}` }),
         actions),
-      ...messages);
+      ...messages,
+      el("div", { class: "turn-result", hidden: "" }));
   });
   $("turns").replaceChildren(...items);
   if (!items.length) $("turns").replaceChildren(el("li", { class: "muted", text: "No turns." }));
 }
 
-function current() { return state.session.session_id; }
-
-async function dryRun(inv) {
-  const answer = await act("Dry run", () => api("POST", `/api/sessions/${enc(current())}/fork`,
-    { rewind_before_invocation_id: inv, dry_run: true, if_boundary_missing: "error" }));
-  if (answer) showResult("A fork before this turn would hold (nothing was written):", answer.data);
+// What came of an action at a turn, shown beside that turn.
+function besideTurn(inv, ...content) {
+  const item = [...$("turns").children].find((li) => li.dataset.invocation === inv);
+  const box = item && item.querySelector(".turn-result");
+  if (!box) return null;
+  box.hidden = false;
+  box.replaceChildren(...content);
+  return box;
 }
 
-async function forkAt(inv) {
+function current() { return state.session.session_id; }
+
+function leftBehind(summary) {
+  if (!summary) return "It would leave nothing behind.";
+  return `It would leave behind ${plural(summary.turns, "turn")} (${plural(summary.events, "event")}), starting ${quoted(summary.first_user_text, 60)}.`;
+}
+
+async function dryRun(inv, number) {
+  notice(null);
+  const answer = await act("Dry run", () => api("POST", `/api/sessions/${enc(current())}/fork`,
+    { rewind_before_invocation_id: inv, dry_run: true, if_boundary_missing: "error" }));
+  if (!answer) return;
+  const d = answer.data;
+  besideTurn(inv,
+    el("b", { text: `Dry run (nothing was written): a fork before turn ${number} would be “${d.name}”.` }),
+    el("div", { text: `It would hold ${plural(d.events_copied, "event")} and ${plural(d.tasks_copied, "task")} (${d.task_layout.replace("_", " ")}), ${plural(d.bytes_to_copy, "byte")}, about ${plural(d.estimated_context_tokens, "context token")}.` }),
+    el("div", { text: leftBehind(d.summary) }),
+    ...d.warnings.map((w) => el("div", { class: "warning", text: `Warning: ${w}` })));
+  say(`Dry run of a fork before turn ${number}: nothing was written`);
+}
+
+async function forkAt(inv, number) {
+  notice(null);
+  const source = state.session;
   const answer = await act("Forking", () => api("POST", `/api/sessions/${enc(current())}/fork`,
     { rewind_before_invocation_id: inv, if_boundary_missing: "error" }));
   if (!answer) return;
-  showResult(`Forked into ${answer.data.name}:`, answer.data);
+  const f = answer.data;
   await loadSessions();
-  say(`Forked: ${answer.data.id} (${answer.data.fork.events_copied} events copied)`);
+  await go(f.id);
+  notice(`Forked “${source.name || source.session_id}” before turn ${number} into this session: ${plural(f.fork.events_copied, "event")} and ${plural(f.fork.tasks_copied, "task")} copied.`,
+    el("button", { type: "button", onclick: () => go(source.session_id), text: "Back to the source" }));
+  say(`Forked: now showing the fork “${f.name}”`);
 }
 
-async function rewindAt(inv) {
-  if (!window.confirm("Rewind: hide this turn and everything after it? (Undo brings it back.)")) return;
+async function rewindAt(inv, number) {
+  if (!window.confirm(`Rewind: hide turn ${number} and everything after it? (Undo brings it back.)`)) return;
   const answer = await act("Rewinding", () => api("POST", `/api/sessions/${enc(current())}/rewind`,
     { rewind_before_invocation_id: inv }));
   if (!answer) return;
-  showResult("Rewound (undo it from the Rewinds tab):", answer.data);
-  const id = current();
-  await openSession(id);
-  await showRewinds();
+  const r = answer.data.rewind;
+  await openSession(current());
+  notice(`Rewound: turn ${number} and everything after it are hidden (${plural(r.events_removed, "event")}, ${plural(r.tasks_removed, "task")}).`,
+    el("button", { type: "button", onclick: () => undo(r.id), text: "Undo" }));
+  await loadSessions();
+  say(`Rewound before turn ${number}`);
 }
 
-async function whatifAt(inv) {
+function whatifWarning(agent, number) {
+  return `What-if: ${agent} will answer turn ${number} again, in a new fork of this session.\n\n`
+    + "The agent runs its tools for real: against the real cluster, with that agent's real credentials. "
+    + "A tool that changes something changes it. Start the what-if?";
+}
+
+async function whatifAt(inv, number) {
+  notice(null);
   const agent = $("whatif-agent").value.trim();
+  const shown = agent || "this session's own agent";
+  if (!window.confirm(whatifWarning(shown, number))) return;
   const body = { rewind_before_invocation_id: inv };
   if (agent) body.agent_ref = agent;
   const answer = await act("Starting a what-if", () => api("POST", `/api/sessions/${enc(current())}/whatif`, body));
   if (!answer) return;
-  showResult("What-if started:", answer.data);
-  await showWhatifs();
-  followJob(answer.data.job.id);
+  const { job, session } = answer.data;
+  await loadSessions();
+  const box = besideTurn(inv, el("b", { text: `What-if: ${job.agent_ref} is answering turn ${number} in the fork “${session.name}”...` }));
+  followJob(job.id, inv, number, box);
 }
 
-async function followJob(jobId) {
-  for (let i = 0; i < 1200; i++) {
-    const answer = await act("Following the what-if", () => api("GET", `/api/whatif/${enc(jobId)}`));
-    if (!answer) return;
-    if (answer.data.status !== "running") {
-      await showWhatifs();
-      showResult(`What-if ${answer.data.status}:`, answer.data);
-      say(`What-if ${answer.data.status}` + (answer.data.error ? `: ${answer.data.error}` : ""), answer.data.status === "failed");
+// Follow a what-if until it ends: the status line says it is running until then.
+async function followJob(jobId, inv, number, box) {
+  const epoch = state.epoch;
+  const started = Date.now();
+  for (let i = 0; i < 2400 && epoch === state.epoch; i++) {
+    let job;
+    try {
+      job = (await api("GET", `/api/whatif/${enc(jobId)}`)).data;
+    } catch (error) {
+      if (epoch === state.epoch) say(`Following the what-if failed: ${error.message}`, true);
       return;
     }
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    if (epoch !== state.epoch) return;
+    if (job.status === "running") {
+      say(`What-if running: ${job.agent_ref} is answering turn ${number} (${Math.round((Date.now() - started) / 1000)} s)...`);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      continue;
+    }
+    await loadSessions();
+    if (box && box.isConnected) box.replaceChildren(...jobWords(job, `turn ${number}`));
+    if (!$("tab-whatifs").hidden) await showWhatifs();
+    say(`What-if ${job.status}` + (job.error ? `: ${job.error}` : ""), job.status === "failed");
+    return;
   }
 }
 
-// --- tabs ---------------------------------------------------------------------------------------------
+// A what-if job in words: who answered what, how it ended, the answer, and where to look.
+function jobWords(job, what) {
+  const parts = [el("b", { text: `What-if ${job.status}: ${job.agent_ref} answering ${what}` })];
+  if (job.error) parts.push(el("div", { class: "error", text: job.error }));
+  if (job.result) {
+    parts.push(el("div", { class: "msg agent", text: job.result.last_agent_text || "(no answer)" }),
+      el("div", { class: "muted", text: `${toolList(job.result.tool_calls)} · ${plural(job.result.total_tokens, "token")}` }));
+  }
+  const source = state.session ? state.session.session_id : null;
+  parts.push(el("span", { class: "actions" },
+    el("button", { type: "button", onclick: () => go(job.session_id), text: "Open the fork" }),
+    source ? el("button", { type: "button", onclick: () => compareWith(job.session_id), text: "Compare with the fork" }) : null,
+    job.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelJob(job.id), text: "Cancel" }) : null));
+  return parts;
+}
+
+// --- tabs ------------------------------------------------------------------------------------------------
 
 function showTab(name) {
   for (const button of document.querySelectorAll(".tabs button")) button.classList.toggle("active", button.dataset.tab === name);
   for (const tab of document.querySelectorAll(".tab")) tab.hidden = tab.id !== `tab-${name}`;
+}
+
+function nodeWords(n) {
+  const parts = [agentName(n.agent_id)];
+  if (n.turns != null) parts.push(`${plural(n.turns, "turn")}, ${plural(n.events, "event")} now`);
+  if (n.fork) {
+    let at = "forked whole";
+    if (n.fork.rewind_before_invocation_id) {
+      at = n.fork_turn != null ? `forked at turn ${n.fork_turn} ${quoted(n.fork_question, 50)}` : "forked at a turn its parent no longer shows";
+    }
+    parts.push(`${at}, ${plural(n.fork.events_copied, "event")} copied ${when(n.fork.created_at)}`);
+  }
+  return parts.join(" · ");
 }
 
 async function showTree() {
@@ -185,83 +375,122 @@ async function showTree() {
   if (!answer) return;
   const node = (n) => {
     const label = el("span", { class: n.status === "ok" ? "node" : n.status, text: n.name || n.session_id });
-    if (n.status === "ok") label.addEventListener("click", () => openSession(n.session_id));
+    if (n.status === "ok") label.addEventListener("click", () => go(n.session_id));
     const item = el("li", { "data-id": n.session_id }, label,
       n.status !== "ok" ? el("span", { class: "badge", text: n.status }) : null,
-      el("span", { class: "muted", text: n.fork ? ` depth ${n.fork.depth}, ${n.fork.events_copied} events` : " (root)" }),
-      n.session_id === current() ? el("b", { text: " ← this session" }) : null);
+      n.session_id === current() ? el("b", { text: " ← this session" }) : null,
+      el("div", { class: "muted", text: nodeWords(n) }));
     if (n.forks.length) item.append(el("ul", {}, ...n.forks.map(node)));
     return item;
   };
   $("tree").replaceChildren(el("ul", { class: "tree" }, node(answer.data)));
+  say("Fork tree drawn");
 }
 
 async function showRewinds() {
   const answer = await act("Listing rewinds", () => api("GET", `/api/sessions/${enc(current())}/rewinds`));
   if (!answer) return;
   const items = answer.data.map((r) => el("li", { class: "turn", "data-id": r.id },
-    el("div", { text: `${r.created_at}: hid ${r.events_removed} events, ${r.tasks_removed} tasks from ${r.rewind_before_invocation_id}` }),
-    el("div", { class: "muted", text: r.undone_at ? `undone ${r.undone_at}` : (r.undoable ? "can be undone" : "cannot be undone now") }),
-    r.summary ? el("div", { class: "muted", text: `It hid ${r.summary.turns} turn(s), starting "${r.summary.first_user_text || ""}"` }) : null,
+    el("div", { text: `${when(r.created_at)}: hid ${r.summary ? `${plural(r.summary.turns, "turn")} starting ${quoted(r.summary.first_user_text, 60)}` : "the turns from a turn"} (${plural(r.events_removed, "event")}, ${plural(r.tasks_removed, "task")}), by ${r.requested_by}` }),
+    el("div", { class: "muted", text: r.undone_at ? `undone ${when(r.undone_at)}` : (r.undoable ? "can be undone" : "cannot be undone now (a later rewind, or new turns since)") }),
     r.undoable ? el("button", { type: "button", onclick: () => undo(r.id), text: "Undo" }) : null));
   $("rewinds").replaceChildren(...items);
   if (!items.length) $("rewinds").replaceChildren(el("li", { class: "muted", text: "No rewinds." }));
+  say(plural(answer.data.length, "rewind"));
 }
 
 async function undo(rewindId) {
   const answer = await act("Undoing the rewind", () => api("POST", `/api/sessions/${enc(current())}/rewinds/${enc(rewindId)}/undo`, {}));
   if (!answer) return;
-  showResult("Rewind undone:", answer.data);
-  const id = current();
-  await openSession(id);
-  await showRewinds();
+  const r = answer.data.rewind;
+  await openSession(current());
+  notice(`Rewind undone: ${plural(r.events_removed, "event")} and ${plural(r.tasks_removed, "task")} are back.`);
+  await loadSessions();
   showTab("rewinds");
+  await showRewinds();
+  say("Rewind undone");
 }
 
-function fillCompareChoices() {
+function fillCompareChoices(chosen) {
   const select = $("compare-with");
   select.replaceChildren(...state.sessions.filter((s) => s.id !== current())
-    .map((s) => el("option", { value: s.id, text: `${s.name || "(unnamed)"} · ${s.id}` })));
+    .map((s) => el("option", { value: s.id, text: `${s.name || "(unnamed)"} · ${agentName(s.agent_id)}` })));
+  if (chosen) select.value = chosen;
 }
 
-async function compareWith() {
-  const other = $("compare-with").value;
-  if (!other) { say("Choose a session to compare with", true); return; }
-  const answer = await act("Comparing", () => api("GET", `/api/sessions/${enc(current())}/compare/${enc(other)}`));
+function turnCell(t, side) {
+  if (!t) return el("td", { class: "muted", text: "(no turn here)" });
+  return el("td", { "data-side": side },
+    el("div", { class: "msg user", text: t.question || "(no question)" }),
+    el("div", { class: "msg agent", text: t.answer || "(no answer)" }),
+    el("div", { class: "muted", text: `${toolList(t.tool_calls)} · ${plural(t.total_tokens, "token")} · ${t.duration_seconds.toFixed(1)} s` }));
+}
+
+async function compareWith(other) {
+  if (typeof other === "string") {
+    showTab("compare");
+    fillCompareChoices(other);
+  }
+  const chosen = $("compare-with").value;
+  if (!chosen) { say("Choose a session to compare with", true); return; }
+  const answer = await act("Comparing", () => api("GET", `/api/sessions/${enc(current())}/compare/${enc(chosen)}`));
   if (!answer) return;
-  const side = (s) => el("div", { "data-id": s.session_id },
-    el("h3", { text: s.name || s.session_id }),
-    el("div", { class: "muted mono", text: s.session_id }),
-    el("div", { text: `${s.turns_after} turn(s) after the common part, ${Object.values(s.tool_calls).reduce((a, b) => a + b, 0)} tool call(s), ${s.total_tokens} tokens, ${s.duration_seconds.toFixed(1)} s` }),
-    el("div", { class: "msg user", text: s.first_user_text || "(nothing after the common part)" }),
-    el("div", { class: "msg agent", text: s.last_agent_text || "" }));
-  $("comparison").replaceChildren(el("p", { text: `${answer.data.common_turns} turn(s) in common` }),
-    el("div", { class: "compare" }, side(answer.data.left), side(answer.data.right)));
+  const c = answer.data;
+  const total = (s) => el("th", { "data-id": s.session_id },
+    el("div", { text: s.name || s.session_id }),
+    el("div", { class: "muted", text: `${plural(s.turns_after, "turn")} after the common part, ${plural(Object.values(s.tool_calls).reduce((a, b) => a + b, 0), "tool call")}, ${plural(s.total_tokens, "token")}, ${s.duration_seconds.toFixed(1)} s` }));
+  const rows = c.aligned.map((row, i) => el("tr", {},
+    el("th", { class: "turn-no", text: `Turn ${c.common_turns + i + 1}` }), turnCell(row.left, "left"), turnCell(row.right, "right")));
+  $("comparison").replaceChildren(
+    el("p", { text: `${plural(c.common_turns, "turn")} in common; then, turn by turn:` }),
+    el("table", { class: "compare" },
+      el("thead", {}, el("tr", {}, el("th", {}), total(c.left), total(c.right))),
+      el("tbody", {}, ...rows)),
+    ...(rows.length ? [] : [el("p", { class: "muted", text: "Nothing after the common part on either side." })]));
+  say(`Compared: ${plural(c.aligned.length, "turn")} side by side`);
 }
 
 async function showWhatifs() {
   const answer = await act("Listing what-ifs", () => api("GET", `/api/sessions/${enc(current())}/whatifs`));
   if (!answer) return;
   const items = answer.data.map((j) => el("li", { class: "turn", "data-id": j.id, "data-status": j.status },
-    el("div", { text: `${j.status}: ${j.agent_ref} answering ${j.rewind_before_invocation_id}` }),
-    j.error ? el("div", { class: "error", text: j.error }) : null,
-    j.result ? el("div", { class: "msg agent", text: j.result.last_agent_text || "" }) : null,
-    el("button", { type: "button", onclick: () => openSession(j.session_id), text: "Open the fork" }),
-    j.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelJob(j.id), text: "Cancel" }) : null));
+    ...jobWords(j, turnLabel(j.rewind_before_invocation_id)),
+    el("div", { class: "muted", text: `started ${when(j.created_at)}${j.finished_at ? `, ended ${when(j.finished_at)}` : ""}` })));
   $("whatifs").replaceChildren(...items);
   if (!items.length) $("whatifs").replaceChildren(el("li", { class: "muted", text: "No what-ifs from this session." }));
+  say(plural(answer.data.length, "what-if"));
 }
 
 async function cancelJob(jobId) {
   const answer = await act("Cancelling the what-if", () => api("POST", `/api/whatif/${enc(jobId)}/cancel`, {}));
-  if (answer) { showResult("What-if cancelled:", answer.data); await showWhatifs(); }
+  if (!answer) return;
+  await showWhatifs();
+  say("What-if cancelled");
 }
 
-// --- start --------------------------------------------------------------------------------------------
+// --- start -----------------------------------------------------------------------------------------------
+
+// The address names a session (and, in unsecure mode, the user): open it.
+async function follow() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const user = params.get("user");
+  if (user && state.mode === "unsecure" && user !== state.user) {
+    $("user").value = user;
+    setUser(user);
+    await loadSessions();
+  }
+  const session = params.get("session");
+  if (session && (!state.session || state.session.session_id !== session)) await openSession(session);
+}
 
 async function start() {
-  $("who").addEventListener("submit", (event) => { event.preventDefault(); loadSessions(); });
-  const tabs = { transcript: null, tree: showTree, rewinds: showRewinds, compare: fillCompareChoices, whatifs: showWhatifs };
+  $("who").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    setUser($("user").value.trim());
+    if (await loadSessions() && !state.session && location.hash) history.pushState(null, "", location.pathname);
+  });
+  $("user").addEventListener("change", () => setUser($("user").value.trim()));
+  const tabs = { transcript: null, tree: showTree, rewinds: showRewinds, compare: () => fillCompareChoices(), whatifs: showWhatifs };
   for (const button of document.querySelectorAll(".tabs button")) {
     button.addEventListener("click", async () => {
       showTab(button.dataset.tab);
@@ -269,20 +498,24 @@ async function start() {
       if (load) await load();
     });
   }
-  $("compare-go").addEventListener("click", compareWith);
+  $("compare-go").addEventListener("click", () => compareWith());
+  window.addEventListener("popstate", follow);
   const who = await act("Asking who I am", () => api("GET", "/api/fork-explorer/whoami"));
-  if (who) {
-    state.mode = who.data.auth_mode;
-    if (state.mode === "unsecure") {
-      if (!$("user").value) $("user").value = who.data.user_id;
-      $("mode").textContent = "auth: unsecure (the user field is sent as X-User-Id)";
-    } else {
-      $("user").value = who.data.user_id;
-      $("user").disabled = true;
-      $("mode").textContent = "auth: trusted-proxy (the proxy says who you are)";
-    }
-    await loadSessions();
+  if (!who) return;
+  state.mode = who.data.auth_mode;
+  if (state.mode === "unsecure") {
+    if (!$("user").value) $("user").value = who.data.user_id;
+    $("mode").textContent = "auth: unsecure (the user field is sent as X-User-Id)";
+  } else {
+    $("user").value = who.data.user_id;
+    $("user").disabled = true;
+    $("mode").textContent = "auth: trusted-proxy (the proxy says who you are)";
   }
+  const linked = new URLSearchParams(location.hash.slice(1)).get("user");
+  if (linked && state.mode === "unsecure") $("user").value = linked;
+  setUser($("user").value.trim());
+  await loadSessions();
+  await follow();
 }
 
 document.addEventListener("DOMContentLoaded", start);

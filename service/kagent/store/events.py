@@ -33,9 +33,23 @@ class EventTally:
     events: int
     turns: int
     total_tokens: int
-    model_calls: int
+    model_calls: int | None = None  # the agent's model responses; None: not counted (a turn map's tally)
     first_at: datetime | None
     last_at: datetime | None
+    tool_calls: dict[str, int]
+    first_user_text: str | None
+    last_agent_text: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnTally:
+    """What one turn's events hold (events_tally_by_turn)."""
+
+    invocation_id: str
+    events: int
+    total_tokens: int
+    first_at: datetime
+    last_at: datetime
     tool_calls: dict[str, int]
     first_user_text: str | None
     last_agent_text: str | None
@@ -109,6 +123,30 @@ class Events:
             tool_calls=msgspec.json.decode(row["tool_calls"], type=dict[str, int]),
             first_user_text=row["first_user_text"], last_agent_text=row["last_agent_text"],
         )  # fmt: skip
+
+    async def turn_tallies(
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        since: datetime,
+        *,
+        user_text_chars: int,
+        agent_text_chars: int,
+    ) -> list[TurnTally]:
+        """events_tally of each turn whose events start at `since` or later, in the order of their first event."""
+        rows = await conn.fetch(
+            self.q["events_tally_by_turn"], session_id, owner, since, user_text_chars, agent_text_chars
+        )
+        return [
+            TurnTally(
+                invocation_id=r["invocation_id"], events=int(r["events"]), total_tokens=int(r["total_tokens"]),
+                first_at=r["first_at"], last_at=r["last_at"],
+                tool_calls=msgspec.json.decode(r["tool_calls"], type=dict[str, int]),
+                first_user_text=r["first_user_text"], last_agent_text=r["last_agent_text"],
+            )
+            for r in rows
+        ]  # fmt: skip
 
     async def stream_transcript_events(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None, *, cut_chars: int

@@ -24,6 +24,16 @@ class SessionRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionNode:
+    """A session as a fork tree shows it (session_node)."""
+
+    name: str | None
+    deleted: bool
+    agent_id: str | None
+    events: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Share:
     session_id: str
     owner: str
@@ -63,6 +73,14 @@ class Sessions:
     async def session_status(self, conn: Connection, session_id: str, owner: str) -> tuple[str | None, bool] | None:
         row = await conn.fetchrow(self.q["session_status"], session_id, owner)
         return None if row is None else (row["name"], bool(row["deleted"]))
+
+    async def session_node(self, conn: Connection, session_id: str, owner: str) -> SessionNode | None:
+        row = await conn.fetchrow(self.q["session_node"], session_id, owner)
+        if row is None:
+            return None
+        return SessionNode(
+            name=row["name"], deleted=bool(row["deleted"]), agent_id=row["agent_id"], events=row["events"]
+        )
 
     async def has_external_state(self, conn: Connection, session_id: str, owner: str) -> bool:
         return bool(await conn.fetchval(self.q["external_state"], session_id, owner))

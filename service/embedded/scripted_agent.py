@@ -1,0 +1,275 @@
+"""The demo's own A2A agent: answers from a script (no model, no cluster), so that a what-if can be tried on
+the embedded demo database out of the box.
+
+It is a real a2a-sdk server (its JSON-RPC routes, A2A 1.0 and the 0.3 dialect kagent's 0.10.x line speaks, on
+one endpoint) under kagent's path for an agent, `/api/a2a/<namespace>/<name>/`, with an agent card saying what
+it is. Like kagent's runtime, it writes each turn into kagent's tables: the turn's ADK events into `event`
+(the Python runtime's snake_case JSON, as the demo's own rows), and the A2A task into `task` each time its
+task store saves it (kagent's backend upserts the row), in the dialect of the session's own tasks. Its answers
+say that they come from a script.
+
+`kagent-fork serve` starts it beside the service when it runs the embedded demo and KAGENT_A2A_URL is not
+set, and points KAGENT_A2A_URL at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import uvicorn
+from a2a.compat.v0_3 import conversions
+from a2a.helpers.proto_helpers import new_task
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers.default_request_handler_v2 import DefaultRequestHandlerV2
+from a2a.server.routes.agent_card_routes import create_agent_card_routes
+from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import a2a_pb2 as a2a
+from google.protobuf import json_format
+from starlette.applications import Starlette
+
+from service.embedded.demo import DEMO_USER, event_json
+
+log = logging.getLogger("kagent_fork")
+
+NAMESPACE = "kagent"
+# The demo sessions' own agent (kagent__NS__k8s_agent), so that a what-if with the default agent works, and
+# one more name, so that a what-if "on another agent" can be tried too.
+AGENTS = ("k8s-agent", "scripted-agent")
+AUTHOR = "scripted_demo_agent"
+SIGNATURE = "(scripted demo agent: this answer comes from a script, not a model)"
+
+# What the script knows: a city's weather (one tool call), or a comparison of the cities asked about.
+WEATHER = {
+    "paris": (16.0, "sunny"),
+    "berlin": (11.0, "cloudy"),
+    "london": (12.0, "drizzle"),
+    "tokyo": (21.0, "clear"),
+    "madrid": (24.0, "sunny"),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted turn: an optional tool call with its result, then the answer."""
+
+    tool: str | None
+    args: dict[str, Any] | None
+    result: dict[str, Any] | None
+    answer: str
+
+
+def script(question: str) -> Step:
+    """The scripted answer to a question."""
+    text = question.lower()
+    cities = [c for c in WEATHER if c in text]
+    if "warm" in text or "cold" in text or "compare" in text:
+        known = cities or ["paris", "berlin"]
+        best = max(known, key=lambda c: WEATHER[c][0])
+        listed = ", ".join(f"{c.title()} {WEATHER[c][0]:g}°C" for c in known)
+        return Step(None, None, None, f"{best.title()} is the warmest: {listed}. {SIGNATURE}")
+    if cities:
+        city = cities[0]
+        temp, sky = WEATHER[city]
+        result = {"temp_c": temp, "sky": sky}
+        return Step(
+            "get_weather", {"city": city.title()}, result, f"It is {temp:g}°C and {sky} in {city.title()}. {SIGNATURE}"
+        )
+    return Step(
+        None, None, None, f"I have no scripted answer to {question[:80]!r}; a real agent would answer here. {SIGNATURE}"
+    )
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_token_count": prompt,
+        "candidates_token_count": completion,
+        "total_token_count": prompt + completion,
+    }
+
+
+def turn_events(invocation_id: str, question: str, step: Step) -> list[tuple[str, datetime, str]]:
+    """The turn's ADK events as the Python runtime writes them: (id, created_at, JSON)."""
+    rows: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = [("user", [{"text": question}], None)]
+    if step.tool is not None:
+        call_id = f"adk-{uuid.uuid4()}"
+        call = {"function_call": {"id": call_id, "args": step.args, "name": step.tool}}
+        rows.append((AUTHOR, [call], {"usage_metadata": _usage(len(question) // 4 + 90, 12)}))
+        rows.append(
+            (AUTHOR, [{"function_response": {"id": call_id, "name": step.tool, "response": step.result}}], None)
+        )
+    rows.append(
+        (AUTHOR, [{"text": step.answer}], {"usage_metadata": _usage(len(question) // 4 + 120, len(step.answer) // 4)})
+    )
+    out = []
+    for author, parts, extra in rows:
+        at = datetime.now(UTC)
+        event_id, data = event_json(invocation_id, author, parts, at, extra)
+        out.append((event_id, at, data))
+        time.sleep(0.001)  # distinct created_at, in the order written
+    return out
+
+
+class KagentTaskStore(InMemoryTaskStore):
+    """The agent's task store, writing every save into kagent's `task` table as kagent's backend does, in
+    the dialect of the session's tasks (A2A 1.0 JSON for the main line, the 0.3 JSON for 0.10.x)."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__()
+        self.pool = pool
+
+    async def save(self, task: a2a.Task, context: ServerCallContext | None = None) -> None:
+        await super().save(task, context)  # type: ignore[arg-type]
+        user = _user(context)
+        conn = await self.pool.connect()
+        try:
+            line = await conn.fetchval(
+                "SELECT protocol_version FROM task WHERE session_id = $1 AND deleted_at IS NULL AND id <> $2 "
+                "ORDER BY created_at DESC LIMIT 1",
+                task.context_id, task.id,
+            )  # fmt: skip
+            if line == "1.0":
+                data, version = json.dumps(json_format.MessageToDict(task), separators=(",", ":")), "1.0"
+            else:
+                data = conversions.to_compat_task(task).model_dump_json(by_alias=True, exclude_none=True)
+                version = None
+            await conn.execute(
+                "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+                "VALUES ($1, NOW(), NOW(), $2, $3, $4, $5) "
+                "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, updated_at = NOW()",
+                task.id, data, task.context_id, version, user,
+            )  # fmt: skip
+            await conn.execute(
+                "UPDATE session SET updated_at = NOW() WHERE id = $1 AND user_id = $2", task.context_id, user
+            )
+        finally:
+            await conn.close()
+
+
+def _user(context: ServerCallContext | None) -> str:
+    headers: dict[str, str] = context.state.get("headers", {}) if context is not None else {}
+    return headers.get("x-user-id", DEMO_USER)
+
+
+class Pool:
+    """Connections to the demo database, one a write (a demo agent writes a few rows a turn)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    async def connect(self) -> asyncpg.Connection:
+        return await asyncpg.connect(self.dsn)
+
+
+class ScriptedTurn(AgentExecutor):
+    """One turn: the user's event, the scripted tool call and its result, the answer; into `event`."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id and context.message
+        user = _user(context.call_context)
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        if context.current_task is None:  # a new turn: the task first, then its updates
+            message = a2a.Message()
+            message.CopyFrom(context.message)
+            message.task_id, message.context_id = context.task_id, context.context_id
+            await event_queue.enqueue_event(
+                new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
+            )
+        await updater.start_work()
+        question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
+        step = script(question)
+        invocation = f"e-{uuid.uuid4()}"
+        events = await asyncio.to_thread(turn_events, invocation, question, step)
+        conn = await self.pool.connect()
+        try:
+            for event_id, at, data in events:
+                await conn.execute(
+                    "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) "
+                    "VALUES ($1, $2, $3, $4, $4, $5)",
+                    event_id, user, context.context_id, at, data,
+                )  # fmt: skip
+            await conn.execute(
+                "UPDATE session SET updated_at = NOW() WHERE id = $1 AND user_id = $2", context.context_id, user
+            )
+        finally:
+            await conn.close()
+        meta = {"adk_invocation_id": invocation, "adk_author": AUTHOR}
+        await updater.add_artifact([a2a.Part(text=step.answer)], metadata=meta)
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+def agents_app(dsn: str) -> Starlette:
+    """The scripted agents under kagent's A2A paths (`/api/a2a/kagent/<name>/`), each with its card."""
+    pool = Pool(dsn)
+    routes: list[Any] = []
+    for name in AGENTS:
+        card = a2a.AgentCard(
+            name=name, version="1.0",
+            description="kagent-fork's scripted demo agent: answers from a script, no model and no cluster; "
+            "it writes each turn into the demo database as kagent's runtime would",
+        )  # fmt: skip
+        handler = DefaultRequestHandlerV2(
+            agent_executor=ScriptedTurn(pool), task_store=KagentTaskStore(pool), agent_card=card
+        )
+        base = f"/api/a2a/{NAMESPACE}/{name}/"
+        routes += create_jsonrpc_routes(handler, base, enable_v0_3_compat=True)
+        routes += create_agent_card_routes(card, card_url=f"{base}.well-known/agent-card.json")
+    return Starlette(routes=routes)
+
+
+@contextmanager
+def serving(dsn: str, host: str = "127.0.0.1") -> Iterator[str]:
+    """The scripted agents served in a thread of this process until the block ends: yields the base URL
+    to give as KAGENT_A2A_URL (`http://127.0.0.1:<port>/api/a2a`)."""
+    url, stop = start(dsn, host)
+    try:
+        yield url
+    finally:
+        stop()
+
+
+def start(dsn: str, host: str = "127.0.0.1") -> tuple[str, Any]:
+    """Serve the scripted agents in a daemon thread; (KAGENT_A2A_URL for them, a function that stops them)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        agents_app(dsn), host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="scripted-agent", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the scripted demo agent did not start")
+        time.sleep(0.02)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+    return f"http://{host}:{port}/api/a2a", stop
