@@ -19,7 +19,7 @@ async def test_turn_listing_survives_a_parallel_plan(database_url: str, pool: as
             await conn.execute(f"SET {setting}")
         force = "debug_parallel_query" if conn.get_server_version().major >= 16 else "force_parallel_mode"
         await conn.execute(f"SET {force} = on")
-        turns = await Store("kagent_fork").event_turns(conn, conv.session_id, conv.user_id)
+        turns = await Store("kagent_fork").events.event_turns(conn, conv.session_id, conv.user_id)
         assert [t.invocation_id for t in turns] == conv.invocation_ids
         unsafe = await conn.fetchval(
             "SELECT bool_and(proparallel = 'u') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
