@@ -29,7 +29,8 @@ Span = tuple[str, object, float, float]  # store call, connection, start, end (p
 def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spans: list[Span]) -> None:
     """Wrap every public coroutine and async generator of the store's parts so that their time is summed
     (and each call's span kept, for --timeline)."""
-    parts = [store.database, store.sessions, store.events, store.tasks, store.lineage, store.rewinds, store.jobs]
+    parts = [store.database, store.sessions, store.events, store.tasks, store.lineage, store.rewinds, store.jobs,
+             store.turn_maps, store.turn_maps.figures]  # fmt: skip
     for part, name, method in [(p, n, m) for p in parts for n, m in inspect.getmembers(p, inspect.ismethod)]:
         if name.startswith("_"):
             continue
@@ -105,6 +106,8 @@ async def profile(args: argparse.Namespace) -> None:
         if args.index:
             await set_index(conn, True)
         async with service_parts(dsn) as svc:
+            if args.no_map:
+                svc.store.turn_map_min_tasks = None
             caller = Caller(user_id=USER, share_token=None)
             sid = session.session_id
             boundary = session.invocation_ids[-1 if args.op != "rewind" else len(session.invocation_ids) * 9 // 10]
@@ -161,6 +164,7 @@ def main() -> None:
     p.add_argument("--op", choices=["fork", "dry-run", "rewind", "invocations"], default="fork")
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--index", action="store_true", help="with the invocation index installed")
+    p.add_argument("--no-map", action="store_true", help="without the turn map (made by the warm-up otherwise)")
     p.add_argument("--cprofile", action="store_true", help="also profile the Python functions")
     p.add_argument("--top", type=int, default=25, help="lines of the Python profile")
     p.add_argument("--timeline", action="store_true", help="also print when each store call ran, by connection")

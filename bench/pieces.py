@@ -95,6 +95,8 @@ async def measure(args: argparse.Namespace) -> None:
         await insert_population(conn, args.population)
         await conn.execute("VACUUM ANALYZE")
         async with service_parts(dsn) as svc:
+            # The pieces of the path a fork takes without a turn map (a mapped fork has none of them).
+            svc.store.turn_map_min_tasks = None
             caller = Caller(user_id=USER, share_token=None)
             for indexed in (False, True):
                 await set_index(conn, indexed)

@@ -83,7 +83,7 @@ def percentile(samples: list[float], p: float) -> float:
 class Row:
     measure: str
     value: str
-    index: str = ""  # "no" or "yes": measured without or with the invocation index
+    index: str = ""  # the variant measured: "plain" (neither), "map" (the turn map), "index" (the invocation index)
     floor: str = ""
     ratio: str = ""
     target: str = ""
@@ -103,7 +103,7 @@ class Report:
 
     def markdown(self) -> str:
         lines = [
-            "| measure | index | kagent-fork | floor | ratio | target | met |",
+            "| measure | variant | kagent-fork | floor | ratio | target | met |",
             "|---|---|---:|---:|---:|---|---|",
         ]
         lines += [
@@ -162,6 +162,7 @@ class Service:
     dsn: str
     workers: int
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -190,6 +191,7 @@ class Service:
             "DATABASE_URL": self.dsn,
             "PYTHONUNBUFFERED": "1",
             "KAGENT_A2A_URL": "http://127.0.0.1:9/api/a2a",
+            **self.env,
         }
         command = Path(sys.executable).with_name("kagent-fork")  # the console script users run
         cmd = [str(command)] if command.exists() else [sys.executable, "-m", "service"]
@@ -399,8 +401,8 @@ async def measure_rewind(b: Bench, s: GeneratedSession) -> None:
                            median_ms(rewinds), median_ms(floors), 1.25))  # fmt: skip
 
 
-async def measure_reads(b: Bench, s: GeneratedSession, *, indexed: bool) -> None:
-    """(g) Dry run and turn listing of a 100,000-event session (targets with the invocation index)."""
+async def measure_reads(b: Bench, s: GeneratedSession, *, targets: bool) -> None:
+    """(g) Dry run and turn listing of a 100,000-event session (targets with the turn map or the index)."""
     body = {"rewind_before_invocation_id": s.invocation_ids[-1], "dry_run": True}
     # As warm_up does for forks: each pooled connection of both workers has prepared these statements
     # (and compiled the service's SQL functions) before the timed requests; a cold connection's first
@@ -415,7 +417,7 @@ async def measure_reads(b: Bench, s: GeneratedSession, *, indexed: bool) -> None
         took, _ = await b.http_fork(s, body)
         dry.append(took)
     b.report.add(_timed_row(f"dry run of a 100,000-event fork, median of {b.args.reps}", median_ms(dry),
-                            100 if indexed else None))  # fmt: skip
+                            100 if targets else None))  # fmt: skip
     for limit in (100, 1000):
         listing = []
         for _ in range(b.args.reps):
@@ -424,10 +426,27 @@ async def measure_reads(b: Bench, s: GeneratedSession, *, indexed: bool) -> None
             listing.append(time.perf_counter() - started)
             if response.status_code != 200 or len(response.json()["data"]) != limit:
                 raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
-        target = 50 if indexed and limit == 100 else None
+        target = 50 if targets and limit == 100 else None
         measure = f"turn listing (GET invocations?limit={limit}) of 10,000 turns, median of {b.args.reps}"
         print(f"    limit={limit}: {[round(x * 1000) for x in listing]} ms")
         b.report.add(_timed_row(measure, median_ms(listing), target))
+
+
+async def measure_map_builds(b: Bench, sessions: list[GeneratedSession]) -> None:
+    """The turn map of each session made by its first listing page (the first ask), then a second page
+    (the map trusted and read)."""
+    for s in sessions:
+        path = f"/api/sessions/{s.session_id}/invocations"
+        timings = []
+        for _ in range(2):
+            started = time.perf_counter()
+            response = await b.client.get(path, params={"limit": 100}, headers=HEADERS)
+            timings.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
+        label = f"{s.events:,} {s.dialect} events"
+        b.report.add(_timed_row(f"turn map made by the first listing page of {label} (then a page: "
+                                f"{timings[1] * 1000:.0f} ms)", timings[0] * 1000, None))  # fmt: skip
 
 
 def _timed_row(measure: str, ms: float, limit_ms: float | None) -> Row:
@@ -718,6 +737,7 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
+VARIANTS = ("plain", "map", "index")
 MEASURES = (
     "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz", "writes",
 )  # fmt: skip
@@ -744,13 +764,14 @@ async def measure_all(
     report: Report,
     tmp: Path,
 ) -> None:
-    """Every measure without the invocation index, then with it (--index), then kagent's own writes."""
+    """Every measure in each variant (--variants: neither the turn map nor the invocation index, the map,
+    the index without the map), then kagent's own writes without and with the index."""
     want = set(args.only or MEASURES) | ({"forks"} if "naive" in (args.only or ()) else set())
-    for variant in {"both": ("no", "yes"), "without": ("no",), "with": ("yes",)}[args.index]:
+    for variant in args.variants:
         report.index = variant
-        indexed = variant == "yes"
+        indexed = variant == "index"
         await phase(f"invocation index: {'install' if indexed else 'uninstall'}", set_index(conn, indexed))
-        await measure_service(args, dsn, conn, sessions, report, tmp, want, indexed=indexed)
+        await measure_service(args, dsn, conn, sessions, report, tmp, want, variant=variant)
     if "writes" in want:
         from bench.kagent_writes import measure_writes
 
@@ -772,12 +793,16 @@ async def measure_service(
     tmp: Path,
     want: set[str],
     *,
-    indexed: bool,
+    variant: str,
 ) -> None:
     s10k, s100k, s200, legacy = (sessions[k] for k in ("v1_10k", "v1_100k", "v1_200", "legacy_10k"))
-    fork_limit = 1.25 if indexed else 1.5
-    log = tmp / f"service-index-{'yes' if indexed else 'no'}.log"
-    async with serving(args, dsn, conn, report, log) as b:
+    fork_limit = 1.4  # issue 23's target, in every variant
+    indexed, mapped = variant == "index", variant == "map"
+    log = tmp / f"service-{variant}.log"
+    env = {} if mapped else {"TURN_MAP_MIN_TASKS": "off"}
+    async with serving(args, dsn, conn, report, log, env) as b:
+        if mapped:
+            await phase("the turn maps, made on the first ask", measure_map_builds(b, [s10k, legacy, s100k]))
         await phase("warming up on 200-event forks", warm_up(b, [s200]))
         if "memory" in want:
             await phase("(e) memory during a 100k fork", measure_memory(b, s100k, "100,000 events", True))
@@ -791,7 +816,7 @@ async def measure_service(
             await phase("legacy 10k fork (merged) vs floor",
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
         if "reads" in want:
-            await phase("(g) dry run and turn listing", measure_reads(b, s100k, indexed=indexed))
+            await phase("(g) dry run and turn listing", measure_reads(b, s100k, targets=indexed or mapped))
         if "transcript" in want:
             await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
             await phase("transcript 100k", measure_transcript(b, s100k, "100,000 events"))
@@ -801,10 +826,10 @@ async def measure_service(
             await phase("(d) rewind 10% of 100k", measure_rewind(b, s100k))
         if "throughput" in want:
             await phase("(f) throughput", measure_throughput(b, s200))
-        if "naive" in want and not indexed:
+        if "naive" in want and variant == "plain":
             await phase("(h) kagent's design, 10k", measure_naive(b, s10k, "10,000 events", v1_10k))
             await phase("(h) kagent's design, 100k", measure_naive(b, s100k, "100,000 events", v1_100k))
-    if "pglz" not in want or indexed:
+    if "pglz" not in want or variant != "plain":
         return
     # The same forks with the task rows compressed by pglz, PostgreSQL's default, as an operator who set
     # default_toast_compression would have them (the service keeps a method chosen for the connection).
@@ -819,9 +844,10 @@ async def measure_service(
 
 @contextlib.asynccontextmanager
 async def serving(
-    args: argparse.Namespace, dsn: str, conn: asyncpg.Connection, report: Report, log: Path
-) -> AsyncIterator[Bench]:
-    service = Service(dsn=dsn, workers=args.workers, log=log)
+    args: argparse.Namespace, dsn: str, conn: asyncpg.Connection, report: Report, log: Path,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[Bench]:  # fmt: skip
+    service = Service(dsn=dsn, workers=args.workers, log=log, env=env or {})
     await phase(f"starting kagent-fork serve --workers {args.workers}", service.start())
     try:
         async with httpx.AsyncClient(base_url=service.url, timeout=600) as client:
@@ -847,8 +873,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=MEASURES, help="run only these measures (default: all)")
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--keep", action="store_true", help="keep the database (for profiling)")
-    p.add_argument("--index", choices=["both", "without", "with"], default="both",
-                   help="measure without the invocation index, with it, or both in turn")  # fmt: skip
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                   help="measure with neither the turn map nor the invocation index (plain), with the map, "
+                        "with the index (and no map), in this order")  # fmt: skip
     args = p.parse_args(argv)
     started = time.monotonic()
     report = asyncio.run(run(args))

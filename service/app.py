@@ -177,7 +177,11 @@ async def close_pool(pool: asyncpg.Pool, grace_seconds: float = POOL_CLOSE_SECON
 
 
 def create_app(settings: Settings, dsn: str) -> Litestar:
-    store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
+    store = Store(
+        settings.service_schema,
+        max_fork_events=settings.max_fork_events,
+        turn_map_min_tasks=settings.turn_map_min_tasks,
+    )
     stamp_request_ids()
 
     runners: list[whatif.Runner] = []

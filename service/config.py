@@ -44,6 +44,8 @@ class Settings:
     # Limits: 0 turns a limit off.
     max_fork_events: int = 250_000  # events one synchronous fork may copy (422 beyond)
     fork_rate_per_minute: int = 0  # forks per user per minute, across replicas (429 beyond)
+    # Sessions with at least this many live tasks get a turn map (docs/turn-map.md); None: no map.
+    turn_map_min_tasks: int | None = 200
     # What-if: kagent's A2A endpoint (None: what-ifs answer 503), the cost gate, the time limit, and
     # how often a running job's replica says it is alive (a job silent for 3 beats is taken over).
     kagent_a2a_url: str | None = None
@@ -110,6 +112,9 @@ def from_env(env: Mapping[str, str]) -> Settings:
         jwt_audience=env.get("JWT_AUDIENCE") or None,
         max_fork_events=_int(env, "MAX_FORK_EVENTS", 250_000, minimum=0, maximum=1 << 31),
         fork_rate_per_minute=_int(env, "FORK_RATE_PER_MINUTE", 0, minimum=0, maximum=1_000_000),
+        turn_map_min_tasks=None
+        if env.get("TURN_MAP_MIN_TASKS") == "off"
+        else _int(env, "TURN_MAP_MIN_TASKS", 200, minimum=0, maximum=1 << 31),
         kagent_a2a_url=_a2a_url(env.get("KAGENT_A2A_URL") or None),
         whatif_max_context_tokens=_int(env, "WHATIF_MAX_CONTEXT_TOKENS", 200_000, minimum=1, maximum=1 << 31),
         whatif_timeout_seconds=_int(env, "WHATIF_TIMEOUT_SECONDS", 600, minimum=1, maximum=7 * 24 * 3600),

@@ -35,9 +35,10 @@ REWINDS = Counter("kagent_fork_rewinds_total", "Rewind and undo requests by outc
 ROWS_COPIED = Counter("kagent_fork_rows_copied_total", "Rows written into forks, by kagent table", ["table"])
 TASK_COPIES = Counter(
     "kagent_fork_task_copies_total",
-    "Large forks by how their tasks were written: server (ids replaced inside PostgreSQL), python (rewritten "
-    "by the service because the server copy would not have been exact), streamed (rewritten by the service: "
-    "merged layout or another user's fork)",
+    "Large forks by how their tasks were written: map (ids replaced inside PostgreSQL, the turn map having "
+    "proven every kept task exact), server (ids replaced inside PostgreSQL, checked by the reader), python "
+    "(rewritten by the service because the server copy would not have been exact), streamed (rewritten by the "
+    "service: merged layout or another user's fork)",
     ["path"],
 )
 WHATIF_JOBS = Counter(

@@ -40,8 +40,9 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     probe = (
-        "import service.kagent.store, service.kagent.store.base, service.doors.api, service.kagent.migrate, "
-        "service.doors.explorer; print(service.kagent.store.base.sql_dir()); print(service.doors.api.openapi_path());"
+        "import service.kagent.store, service.kagent.store.base, service.doors.api, service.kagent.migrate;"
+        "import service.doors.explorer;"
+        "print(service.kagent.store.base.sql_dir()); print(service.doors.api.openapi_path());"
         "service.kagent.store.Store('kagent_fork'); service.doors.explorer.page_file('app.js')"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}

@@ -53,7 +53,7 @@ async def fork_via(
     None: the whole conversation), as a large fork (second connection, server copy tried) or not; the
     new session id and the path the tasks took."""
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if server else 10**9)
-    before = {path: copies(path) for path in ("server", "python", "streamed")}
+    before = {path: copies(path) for path in ("map", "server", "python", "streamed")}
     boundary = conv.turns[turn].invocation_id if turn is not None else None
     request = ForkRequest(rewind_before_invocation_id=boundary, **req)
     outcome = await forking.fork(svc, Caller(user_id=conv.user_id), source or conv.session_id, request)

@@ -53,9 +53,53 @@ def test_a_missing_kagent_fork_says_how_to_get_one(tmp_path: Path) -> None:
     assert done.returncode == 1 and "does not exist" in done.stderr and "./scripts/test" in done.stderr
 
 
-def test_the_package_builds_when_installed_and_says_npm_ci() -> None:
+def test_the_package_installs_built_without_typescript() -> None:
+    """kagent's image runs `npm ci` in ui/ with nothing but its own package*.json and what they name: the
+    client goes in as the tarball of `npm pack` (built by prepack), which must not compile on install,
+    and loads both as an ES module and through require() (kagent's jest), with its types."""
     import json
 
     package = json.loads((CLIENT / "package.json").read_text())
-    assert package["scripts"]["prepare"] == package["scripts"]["build"]  # npm install <path> compiles it
-    assert "npm ci" in (CLIENT / "README.md").read_text()
+    scripts = package["scripts"]
+    assert not {"prepare", "preinstall", "install", "postinstall"} & set(scripts)  # no tsc at install time
+    assert scripts["prepack"] == "npm run build"
+    exports = package["exports"]["."]
+    assert exports["import"] == {"types": "./dist/esm/index.d.ts", "default": "./dist/esm/index.js"}
+    assert exports["require"] == {"types": "./dist/cjs/index.d.ts", "default": "./dist/cjs/index.js"}
+    assert not package.get("dependencies")
+    readme = (CLIENT / "README.md").read_text()
+    assert "npm ci" in readme and "npm pack" in readme
+
+
+def test_the_packed_client_installs_as_a_copy_and_loads_both_ways(tmp_path: Path) -> None:
+    """What kagent's ui/ gets: `npm pack` here, the tarball copied into the app, `npm install` of it with no
+    network and no TypeScript; then require() (kagent's jest) and import (Next.js) both load it."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed")
+
+    def run(*args: str, cwd: Path, timeout: int = 300) -> str:
+        done = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+        assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        return done.stdout
+
+    if not (CLIENT / "node_modules" / ".bin" / "tsc").exists():
+        run(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", cwd=CLIENT)
+    run(npm, "pack", "--pack-destination", str(tmp_path), cwd=CLIENT)
+    (tarball,) = tmp_path.glob("kagent-fork-client-*.tgz")
+    app = tmp_path / "ui"
+    (app / "vendor").mkdir(parents=True)
+    (app / "vendor" / tarball.name).write_bytes(tarball.read_bytes())
+    (app / "package.json").write_text('{"name": "ui", "version": "1.0.0", "private": true}\n')
+    run(npm, "install", "--offline", "--no-audit", "--no-fund", f"./vendor/{tarball.name}", cwd=app)
+    installed = app / "node_modules" / "@kagent-fork" / "client"
+    assert installed.is_dir() and not installed.is_symlink()
+    assert not (installed / "node_modules").exists()  # no dependencies, no TypeScript
+    check = "typeof m.turnActions + typeof m.forkSession"
+    assert run(node, "-e", f"const m = require('@kagent-fork/client'); console.log({check})", cwd=app).strip() == (
+        "functionfunction"
+    )
+    esm = f"import * as m from '@kagent-fork/client'; console.log({check})"
+    assert run(node, "--input-type=module", "-e", esm, cwd=app).strip() == "functionfunction"
+    for types in ("dist/esm/index.d.ts", "dist/cjs/index.d.ts"):
+        assert "export declare function turnActions" in (installed / types).read_text()

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
 
 from service.errors import BadRequest
 from service.identity import Caller, visible_session
-from service.kagent import dialects
+from service.kagent import dialects, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventTurn
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
+from service.kagent.store.turn_map import MapTurn
 from service.operations import plan
 from service.schemas import rfc3339
 from service.services import Services
@@ -39,6 +40,14 @@ class Invocation(msgspec.Struct, frozen=True, kw_only=True):
     started_at: str
     user_text: str | None
     event_count: int
+    # What of the turn survives on the messages kagent's chat renders (dialects.chat_marks), so that a UI
+    # can tell which turn a message belongs to: every task holding it, its history messages' ids, the
+    # function calls it makes and answers, the agent text messages kagent shows for it.
+    task_ids: list[str]
+    message_ids: list[str]
+    call_ids: list[str]
+    response_ids: list[str]
+    text_count: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +66,8 @@ class TurnInfo:
     user_text: str | None = None
     task_id: str | None = None
     state: str | None = None
+    task_ids: list[str] = field(default_factory=list)
+    marks: dialects.ChatMarks = field(default_factory=dialects.ChatMarks)
 
 
 async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dict[str, TurnInfo]:
@@ -86,10 +97,18 @@ def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | N
     except dialects.TaskFormatError:
         return
     dialect = plan.dialect_of(row)
+    marks = dialects.chat_marks(data, dialect)
     for invocation_id in dialects.invocation_ids(data):
         if only is not None and invocation_id not in only:
             continue
         turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
+        if row.id not in turn.task_ids:
+            turn.task_ids.append(row.id)
+            mark = marks[invocation_id]
+            turn.marks.message_ids += mark.message_ids
+            turn.marks.call_ids += mark.call_ids
+            turn.marks.response_ids += mark.response_ids
+            turn.marks.text_count += mark.text_count
         if turn.task_id is None:
             turn.task_id, turn.state = row.id, dialects.state(data)
         if turn.user_text is None:
@@ -181,13 +200,49 @@ async def invocations(
     """Every turn, in order, a page at a time. One snapshot."""
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
-    use = svc.store.index_use
-    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    store = svc.store
+    async with svc.connection() as conn:
+        # The session's turn map is made true first (its own short transaction), then read in the
+        # listing's snapshot if its guard holds there.
         source, _ = await visible_session(svc, conn, caller, session_id)
-        if use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
-            page, last = await _indexed_page(svc, conn, source, limit, after)
-            return Page(items=[_item(t) for t in page], last=last)
-        turns = await turn_index(svc, conn, source)
+        mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            source, _ = await visible_session(svc, conn, caller, session_id)
+            if mapped and await turn_map.usable(store, conn, source.id, source.user_id):
+                return await _mapped_page(svc, conn, source, limit, after)
+            return await _read_page(svc, conn, source, limit, after)
+
+
+async def _mapped_page(svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None) -> Page:
+    """A page read from the turn map: the turns in the listing's order, as turn_index would make them."""
+    maps, sid, owner = svc.store.turn_maps, source.id, source.user_id
+    start = None
+    if after is not None:
+        start = await maps.turn(conn, sid, owner, after)
+        if start is None or start.started_at is None:
+            raise BadRequest(f"after names no turn of this session: {after}")
+    rows = await maps.turn_page(conn, sid, owner, start, limit + 1)
+    return Page(items=[_item(_mapped(t)) for t in rows[:limit]], last=len(rows) <= limit)
+
+
+def _mapped(t: MapTurn) -> TurnInfo:
+    assert t.started_at is not None  # a page holds turns only
+    # A turn with a message is an event turn (with_tasks completes its text from its tasks); an invocation
+    # only its tasks show as a turn has no events in the listing.
+    text = t.event_user_text if t.has_messages else None
+    return TurnInfo(
+        invocation_id=t.invocation_id, started_at=t.started_at, event_count=t.events if t.has_messages else 0,
+        user_text=text if text is not None else t.task_user_text, task_id=t.task_id, state=t.task_state,
+    )  # fmt: skip
+
+
+async def _read_page(svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None) -> Page:
+    """A page read from kagent's rows: through the invocation index when it is there, else all of them."""
+    use = svc.store.index_use
+    if use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
+        page, last = await _indexed_page(svc, conn, source, limit, after)
+        return Page(items=[_item(t) for t in page], last=last)
+    turns = await turn_index(svc, conn, source)
     ordered = sorted(turns.values(), key=lambda t: t.started_at)
     start = 0
     if after is not None:
@@ -202,5 +257,7 @@ async def invocations(
 def _item(t: TurnInfo) -> Invocation:
     return Invocation(
         invocation_id=t.invocation_id, task_id=t.task_id, state=t.state, started_at=rfc3339(t.started_at),
-        user_text=t.user_text, event_count=t.event_count,
+        user_text=t.user_text, event_count=t.event_count, task_ids=t.task_ids,
+        message_ids=t.marks.message_ids, call_ids=t.marks.call_ids, response_ids=t.marks.response_ids,
+        text_count=t.marks.text_count,
     )  # fmt: skip

@@ -317,7 +317,11 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
     from service.operations import forking, rewind
     from service.schemas import ForkRequest, RewindRequest
 
-    store = Store(settings.service_schema, max_fork_events=settings.max_fork_events)
+    store = Store(
+        settings.service_schema,
+        max_fork_events=settings.max_fork_events,
+        turn_map_min_tasks=settings.turn_map_min_tasks,
+    )
     pool = await open_pool(settings, dsn)
     try:
         await prepare_database(settings, store, pool)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -272,6 +272,200 @@ def cut_index(task: JSON, dialect: TaskDialect, invocation_id: str) -> int | Non
             break
         cut -= 1
     return cut
+
+
+@dataclass(kw_only=True)
+class ChatMarks:
+    """What of one turn survives on the messages kagent's chat renders from a task (its
+    ui/src/lib/messageHandlers.ts on both lines): so that a UI can tell which turn a message belongs to."""
+
+    message_ids: list[str] = field(default_factory=list)
+    call_ids: list[str] = field(default_factory=list)
+    response_ids: list[str] = field(default_factory=list)
+    text_count: int = 0
+
+
+_UI_FAILED = frozenset({"TASK_STATE_FAILED", "TASK_STATE_AUTH_REQUIRED"})
+_MODEL_INTERNAL = frozenset({"thoughtSignature", "thought_signature"})
+_HIDDEN_CALLS = (CONFIRMATION_CALL, "adk_request_credential")
+
+
+def chat_marks(task: JSON, dialect: TaskDialect) -> dict[str, ChatMarks]:
+    """By invocation id, the marks of each turn the task holds: its history messages' ids, the function
+    calls it makes and answers, and how many agent text messages kagent's chat shows for it when it loads
+    the session (main: the text runs of the turn's artifacts, and a failed task's status text; 0.10.x: the
+    agent history messages with text and no tool part). A message or artifact that names no turn belongs
+    to the next history message's turn, else to the task's first turn (a history) or last (the rest)."""
+    turns = _turns_in_order(task, dialect)
+    if not turns:
+        return {}
+    marks = {inv: ChatMarks() for inv in turns}
+    messages = history(task)
+    paired = _paired_turns(task, dialect, messages, turns)
+    seen: set[str] = set()
+    for index, message in enumerate(messages):
+        message_id = message.get("messageId")
+        if isinstance(message_id, str):
+            if message_id in seen:  # kagent's UI shows a repeated messageId once
+                continue
+            seen.add(message_id)
+        own = _invocation_of(message)
+        mark = marks[own if own in marks else paired[index] if paired else _turn_of(messages, index) or turns[0]]
+        if isinstance(message_id, str):
+            mark.message_ids.append(message_id)
+        _add_calls(mark, message)
+        if dialect is TaskDialect.LEGACY and _legacy_text_bubble(message, dialect):
+            mark.text_count += 1
+    status_message = _status(task).get("message")
+    if isinstance(status_message, dict):
+        mark = marks[_invocation_of(status_message) or turns[-1]]
+        _add_calls(mark, status_message)
+        if dialect is TaskDialect.V1 and state(task) in _UI_FAILED and _displayable(status_message):
+            mark.text_count += 1
+    for artifact in artifacts(task):
+        mark = marks[_invocation_of(artifact) or turns[-1]]
+        _add_calls(mark, artifact)
+        if dialect is TaskDialect.V1:
+            mark.text_count += _text_runs(artifact)
+    return marks
+
+
+def _turns_in_order(task: JSON, dialect: TaskDialect) -> list[str]:
+    """The task's turns in the order they ran: as its artifacts name them on main (the history names few,
+    the task's own metadata its last), as its history does on 0.10.x."""
+    told, status_message, output = history(task), _status(task).get("message"), artifacts(task)
+    if dialect is TaskDialect.V1:
+        nodes: list[object] = [*output, *told, status_message, task]
+    else:
+        nodes = [*told, status_message, *output, task]
+    seen: dict[str, None] = {}
+    for node in nodes:
+        inv = _invocation_of(node)
+        if inv is not None:
+            seen.setdefault(inv, None)
+    return list(seen)
+
+
+def _paired_turns(task: JSON, dialect: TaskDialect, messages: list[JSON], turns: list[str]) -> list[str] | None:
+    """The turn of each history message of a kagent main task that holds several turns (a merged fork, an
+    approval), or None. kagent main names no turn on a user message, so its user messages with text are
+    paired, in order, with the turns a user message opens: all but those that only answer an earlier
+    turn's call (the turn after an approval). Another message belongs with the text before it. None when
+    the counts differ (then: the next message naming a turn, else the task's first turn)."""
+    if dialect is not TaskDialect.V1 or len(turns) < 2 or not messages:
+        return None
+    per_turn = chat_marks({**task, "history": []}, dialect)
+    calls: set[str] = set()
+    opening = []
+    for inv in turns:
+        mark = per_turn[inv]
+        if not (mark.response_ids and set(mark.response_ids) <= calls):
+            opening.append(inv)
+        calls.update(mark.call_ids)
+    texts = [i for i, m in enumerate(messages) if _is_user(m, dialect) and message_text(m)]
+    if len(texts) != len(opening):
+        return None
+    out, current = [], turns[0]
+    for i in range(len(messages)):
+        if i in texts:
+            current = opening[texts.index(i)]
+        out.append(current)
+    return out
+
+
+def _parts(node: JSON) -> list[JSON]:
+    parts = node.get("parts")
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _add_calls(mark: ChatMarks, node: JSON) -> None:
+    """The call ids kagent's UI keeps on tool cards: function calls (an approval request's original call
+    too) and responses in data parts, and the tools of main's human-in-the-loop request message."""
+
+    def add(target: list[str], value: object) -> None:
+        if isinstance(value, str) and value and value not in target:
+            target.append(value)
+
+    for part in _data_parts(node):
+        data = part.get("data")
+        if not isinstance(data, dict):
+            continue
+        kind = _ui_meta(part.get("metadata"), "type")
+        if kind == "function_call":
+            add(mark.call_ids, data.get("id"))
+            args = data.get("args")
+            original = args.get("originalFunctionCall") if isinstance(args, dict) else None
+            if isinstance(original, dict):
+                add(mark.call_ids, original.get("id"))
+        elif kind == "function_response":
+            add(mark.response_ids, data.get("id"))
+    metadata = node.get("metadata")
+    for value in metadata.values() if isinstance(metadata, dict) else ():
+        tools = value.get("tools") if isinstance(value, dict) else None
+        for tool in tools if isinstance(tools, list) else ():
+            if isinstance(tool, dict):
+                add(mark.call_ids, tool.get("call_id"))
+                add(mark.call_ids, tool.get("id"))
+
+
+def _legacy_text_bubble(message: JSON, dialect: TaskDialect) -> bool:
+    """kagent 0.10.x's extractMessagesFromTasks shows this agent history message as a text bubble."""
+    if _is_user(message, dialect) or confirmation_requests(message) or not message_text(message).strip():
+        return False
+    for part in _data_parts(message):
+        kind = _ui_meta(part.get("metadata"), "type")
+        data = part.get("data")
+        name = data.get("name") if isinstance(data, dict) else None
+        if kind == "function_response" or (kind == "function_call" and name not in _HIDDEN_CALLS):
+            return False
+    return True
+
+
+def _displayable(message: JSON) -> bool:
+    for part in _parts(message):
+        if isinstance(part.get("text"), str) and part["text"]:
+            return True
+        data = part.get("data")
+        if "data" in part and not (isinstance(data, dict) and data and set(data) <= _MODEL_INTERNAL):
+            return True
+        if "raw" in part or "url" in part:
+            return True
+    return False
+
+
+def _text_runs(artifact: JSON) -> int:
+    """How many text messages kagent main's appendArtifactMessages makes of one artifact: runs of text
+    (text parts, untyped data, files) split by the tool calls and results it shows."""
+    runs, text = 0, False
+    for part in _parts(artifact):
+        if "text" in part:
+            text = text or bool(part.get("text"))
+            continue
+        if "data" in part:
+            data = part.get("data")
+            kind = _ui_meta(part.get("metadata"), "type")
+            if kind == "function_call" and isinstance(data, dict):
+                if data.get("name") == "adk_request_credential":
+                    continue
+            elif kind == "function_response" and isinstance(data, dict):
+                response = data.get("response")
+                status = response.get("status") if isinstance(response, dict) else None
+                pending_agent = (
+                    status == "pending"
+                    and "__NS__" in str(data.get("name"))
+                    and isinstance(response, dict)
+                    and isinstance(response.get("subagent_session_id"), str)
+                )
+                if status in ("confirmation_requested", "pending") and not pending_agent:
+                    continue
+            else:
+                text = text or (isinstance(data, dict) and bool(data))
+                continue
+            runs, text = runs + text, False
+            continue
+        if "raw" in part or "url" in part:
+            text = True
+    return runs + text
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ from service.errors import Unprocessable
 from service.kagent.store.base import CONNECTION_ERRORS, TASK_WRITE_BATCH_BYTES, Connection, copy_text, copy_text_fields
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask, TaskRow
+from service.kagent.store.turn_map import KeptTasks
 from service.observability import TASK_COPIES
 from service.operations import plan
 
@@ -75,8 +76,16 @@ async def copy_rows(
     copier: plan.TaskCopier,
     guess: Guess | None,
     settle: Awaitable[tuple[plan.Layout, list[str]]] | None = None,
+    *,
+    proven: KeptTasks | None = None,
+    server: bool = True,
 ) -> int:
     """Write the fork's events and tasks; the number of events copied.
+
+    `proven`: the source's turn map, trusted in this snapshot, says PostgreSQL's text copy writes each
+    kept whole task exactly (a per_task fork by the owner): the tasks and events are copied by the two
+    INSERT ... SELECT alone, nothing read back, no reader. `server=False`: the map said PostgreSQL's copy
+    would not be exact, so it is not tried.
 
     `settle`, when given, decides the copier's layout and warnings (a check running on the reader):
     it is awaited once the events are copied, before any task is written.
@@ -85,8 +94,17 @@ async def copy_rows(
     while the reader checks, task by task, that the copy is exact; otherwise the reader feeds the
     Python rewrite while one COPY writes (without a reader: batch by batch on the one connection).
     """
-    path = "streamed"
-    if reader is not None and copier.layout == "per_task" and copier.user_id == source.user_id:
+    per_task_by_owner = copier.layout == "per_task" and copier.user_id == source.user_id
+    path = "python" if per_task_by_owner and not server else "streamed"
+    if proven is not None:
+        try:
+            events = await _proven_copy(svc, conn, source, cut, copier, proven)
+            TASK_COPIES.labels("map").inc()
+            return events
+        except _CopyInPython as exc:
+            log.info("tasks copied by the service instead of PostgreSQL: %s", exc)
+            path = "python"
+    if server and reader is not None and per_task_by_owner:
         try:
             events = await _server_copy(svc, conn, reader, source, cut, copier, guess)
             TASK_COPIES.labels("server").inc()
@@ -179,6 +197,29 @@ async def _server_copy(
     if cut.partial is not None:
         new = copier.add(cut.partial.row, cut.partial.cut)
         await store.tasks.insert_tasks(conn, [new] if new is not None else [])
+    return events
+
+
+async def _proven_copy(
+    svc: Services, conn: Connection, source: SessionRow, cut: Cut, copier: plan.TaskCopier, proven: KeptTasks
+) -> int:
+    """The kept whole tasks, then the events, copied inside PostgreSQL in a savepoint; the cut task, if any,
+    rewritten in Python afterwards. Raises _CopyInPython (the savepoint undone) if PostgreSQL copied
+    another number of tasks than the map holds (the guard held in this snapshot: it cannot, but a copy
+    that is not the map's is never kept)."""
+    async with conn.transaction():  # a savepoint
+        copied = await svc.store.events.copy_kept(
+            conn, "task", session_id=source.id, owner=source.user_id, before=cut.tasks_before,
+            new_session_id=copier.session_id, new_user_id=copier.user_id,
+        )  # fmt: skip
+        if copied != proven.tasks:
+            raise _CopyInPython(f"{copied} tasks copied, the turn map holds {proven.tasks}")
+        events = await _copy_events(svc, conn, source, copier, cut.events_before)
+    copier.messages += proven.messages
+    copier.written += proven.tasks
+    if cut.partial is not None:
+        new = copier.add(cut.partial.row, cut.partial.cut)
+        await svc.store.tasks.insert_tasks(conn, [new] if new is not None else [])
     return events
 
 

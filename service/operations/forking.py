@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import math
@@ -16,11 +17,13 @@ import msgspec
 
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects
+from service.kagent import dialects, turn_map
 from service.kagent.store.base import Connection
+from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
+from service.kagent.store.turn_map import KeptTasks
 from service.operations import copying, plan, summary
 from service.operations.copying import (
     Cut,
@@ -58,6 +61,8 @@ async def _find_cut(
     source: SessionRow,
     req: ForkRequest,
     last_task: TaskRow | None,
+    *,
+    mapped: bool,
 ) -> Cut:
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = req.rewind_before_invocation_id
@@ -65,7 +70,9 @@ async def _find_cut(
     events_before = tasks_before = None
     partial = None
     found = False
-    if boundary is not None:
+    if boundary is not None and mapped:
+        events_before, candidates = await mapped_boundary(svc, conn, source, boundary)
+    elif boundary is not None:
         prefilter = dialects.verbatim_in_json(boundary)
         event_search = store.events.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
         if reader is not None:
@@ -77,6 +84,7 @@ async def _find_cut(
         else:
             events_before = await event_search
             candidates = await store.tasks.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+    if boundary is not None:
         boundary_task = plan.find_boundary_task(candidates, boundary)
         found = events_before is not None or boundary_task is not None
         if not found:
@@ -101,7 +109,9 @@ async def _find_cut(
             )
             tasks_before = row.created_at
             start = None
-            if invocation is not None:
+            if invocation is not None and mapped:
+                start = (await mapped_boundary(svc, conn, source, invocation))[0]
+            elif invocation is not None:
                 start = await store.events.boundary_event_at(
                     conn, sid, owner, invocation, prefilter=dialects.verbatim_in_json(invocation)
                 )
@@ -114,6 +124,20 @@ async def _find_cut(
         boundary_found=found,
         warnings=tuple(warnings),
     )
+
+
+async def mapped_boundary(
+    svc: Services, conn: Connection, source: SessionRow, invocation_id: str
+) -> tuple[datetime | None, list[TaskRow]]:
+    """The turn's first event and the candidates for its task, as the exact searches find them, read from
+    the session's turn map (which the caller found trusted in its snapshot)."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    turn = await store.turn_maps.turn(conn, sid, owner, invocation_id)
+    if turn is None:
+        return None, []
+    rows = await store.turn_maps.tasks_by_id(conn, sid, owner, [turn.task_id] if turn.task_id else [])
+    tasks = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data) for r in rows]
+    return turn.event_first_at, tasks
 
 
 def _running_turn(last: TaskRow | None, before: datetime | None) -> tuple[str | None, TaskRow, str | None] | None:
@@ -230,6 +254,10 @@ async def _fork_once(
     rate: int,
 ) -> ForkOutcome:
     store = svc.store
+    # The source's turn map, made true to kagent's rows first (its own short transaction); read below only
+    # if its guard holds in the fork's snapshot.
+    source, _access = await visible_session(svc, conn, caller, session_id)
+    mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
     # changes nothing the fork sees, so the fork is a prefix of one state of the conversation.
     async with conn.transaction(isolation="repeatable_read"), AsyncExitStack() as stack:
@@ -253,19 +281,29 @@ async def _fork_once(
             and last_task is not None
             and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
-        reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
+        mapped = mapped and await turn_map.usable(store, conn, sid, owner)
         root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
         fork = _Fork(
-            svc=svc, conn=conn, reader=reader, caller=caller, source=source, req=req, idempotency=idempotency,
+            svc=svc, conn=conn, reader=None, caller=caller, source=source, req=req, idempotency=idempotency,
             name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
-            depth=depth, into=into,
+            depth=depth, into=into, mapped=mapped,
         )  # fmt: skip
+        if mapped:
+            # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
+            # owner whose kept tasks the map proves exact for PostgreSQL's text copy is the two INSERT ...
+            # SELECT alone; any other is written by the Python rewrite, fed by a reader when large.
+            cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True)
+            proven = await _proven(fork, cut) if not req.dry_run else None
+            reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large and proven is None))
+            return await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
+        reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
+        fork = dataclasses.replace(fork, reader=reader)
         boundary = req.rewind_before_invocation_id
         # Without the invocation index the exact cut decompresses every task of the session; a guess
         # from the last turns, proven by the server copy, spares that. With it the exact cut is a lookup.
         # Only the server copy (per_task tasks of the owner) proves a guess: a guess for a merged fork
         # was always undone (360 ms lost at 100,000 legacy events, bench/pieces.py), so none is made.
-        guessing = not store.index_use.task_invocations and caller.user_id == owner
+        guessing = not mapped and not store.index_use.task_invocations and caller.user_id == owner
         if guessing and reader is not None and boundary is not None and await _always_per_task(svc, conn, source, req):
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:
@@ -279,8 +317,20 @@ async def _fork_once(
                 # Let the reader's search end: cancelled mid-statement, it would abort the reader's
                 # transaction, which the exact cut below reads in.
                 await asyncio.wait((guess.events_search,))
-        cut = await _find_cut(svc, conn, reader, source, req, last_task)
+        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped)
         return await _plan_and_write(fork, cut, None)
+
+
+async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
+    """The map's figures of the kept whole tasks, if PostgreSQL's text copy writes each exactly: a per_task
+    fork by the owner, of tasks all finished and read (plan.ServerCopyCheck's rule, applied when mapped)."""
+    svc, conn, source, req = fork.svc, fork.conn, fork.source, fork.req
+    if fork.caller.user_id != source.user_id or not await _always_per_task(svc, conn, source, req):
+        return None
+    kept = await svc.store.turn_maps.figures.kept_tasks(
+        conn, source.id, source.user_id, cut.tasks_before, source.user_id
+    )
+    return kept if kept.server_copy and kept.refused == 0 and not kept.open else None
 
 
 async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> bool:
@@ -308,6 +358,8 @@ class _Fork:
     root_owner: str
     depth: int
     into: Into
+    mapped: bool  # the source's turn map is trusted in the fork's snapshot
+    proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
 
 async def _guess_cut(
@@ -363,18 +415,17 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
 
     if req.dry_run:
-        stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
+        figures = (
+            await store.turn_maps.figures.figures_before(conn, sid, owner, cut.events_before) if fork.mapped else None
+        )
+        if figures is not None:
+            stats = EventStats(events=figures[0], bytes=figures[1], text_chars=figures[2])
+        else:
+            stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
-        task_bytes = 0  # counted as the rows are made, none of them kept
-        async for row in kept_tasks(svc, conn, source, cut):
-            part_of = cut.partial.cut if cut.partial and row is cut.partial.row else None
-            if layout == "merged":
-                task_bytes += sum(len(part) for part in copier.merge(row, part_of))
-            elif (new := copier.add(row, part_of)) is not None:
-                task_bytes += len(new.data.encode())
-        task_bytes += len(copier.merged_end() or b"")
-        left = await summary.summarize_events(store, conn, sid, owner, cut.events_before)
+        task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
+        left = await summary.summarize_events(store, conn, sid, owner, cut.events_before, mapped=fork.mapped)
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
@@ -396,7 +447,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         source="user",
     )
     try:
-        events = await copy_rows(svc, conn, fork.reader, source, cut, copier, guess, settle)
+        events = await copy_rows(
+            svc, conn, fork.reader, source, cut, copier, guess, settle, proven=fork.proven, server=not fork.mapped
+        )
     finally:
         if settle is not None:
             await cancelled(settle)
@@ -405,7 +458,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     # The source turns the fork left behind: the events from where its events end (a guessed cut's
     # end is the exact search's answer, settled by the copy).
     left_from = cut.events_before if guess is None else (guess.events_search.result() or cut.tasks_before)
-    left = await summary.summarize_events(store, conn, sid, owner, left_from)
+    left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
         rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
@@ -435,6 +488,31 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout: plan.Layout) -> int:
+    """A dry run's kept tasks counted into the copier (tasks, messages, warnings); the bytes they would be.
+    A per_task fork of a mapped session adds up the map's figures of its whole tasks; otherwise each kept
+    task is made as the fork would make it, and dropped."""
+    svc, conn, source = fork.svc, fork.conn, fork.source
+    if fork.mapped and layout == "per_task":
+        kept = await svc.store.turn_maps.figures.kept_tasks(
+            conn, source.id, source.user_id, cut.tasks_before, copier.user_id
+        )
+        if kept.refused == 0:  # else the rows are read, and the copier refuses the first with its 422
+            copier.written += kept.tasks
+            copier.messages += kept.messages
+            copier.warnings += [plan.closed_warning(task_id, state) for task_id, state in kept.open]
+            new = copier.add(cut.partial.row, cut.partial.cut) if cut.partial is not None else None
+            return kept.bytes + (len(new.data.encode()) if new is not None else 0)
+    task_bytes = 0
+    async for row in kept_tasks(svc, conn, source, cut):
+        part_of = cut.partial.cut if cut.partial and row is cut.partial.row else None
+        if layout == "merged":
+            task_bytes += sum(len(part) for part in copier.merge(row, part_of))
+        elif (new := copier.add(row, part_of)) is not None:
+            task_bytes += len(new.data.encode())
+    return task_bytes + len(copier.merged_end() or b"")
 
 
 async def _merge_check(

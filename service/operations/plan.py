@@ -147,6 +147,10 @@ def find_boundary_task(candidates: Sequence[TaskRow], invocation_id: str) -> Bou
     return None
 
 
+def closed_warning(task_id: str, state: str | None) -> str:
+    return f"task {task_id} was left in state {state!r}: its copy is closed as canceled"
+
+
 @dataclass(kw_only=True)
 class TaskCopier:
     """Builds the fork's task rows from the kept source tasks, fed oldest first.
@@ -183,9 +187,7 @@ class TaskCopier:
         if not dialects.is_terminal(data, dialect):
             # A turn that never finished (its agent gone): copying it live would make kagent's UI
             # resubscribe to a task nobody runs, so its copy is closed as canceled.
-            self.warnings.append(
-                f"task {row.id} was left in state {dialects.state(data)!r}: its copy is closed as canceled"
-            )
+            self.warnings.append(closed_warning(row.id, dialects.state(data)))
             return dialects.cancel(data, dialect)
         return data
 

@@ -17,12 +17,13 @@ import msgspec
 
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.identity import Caller, visible_session
-from service.kagent import dialects
+from service.kagent import dialects, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
 from service.operations import copying, plan, summary
+from service.operations.forking import mapped_boundary
 from service.schemas import RewindRequest, Session, Summary, rfc3339, session_json
 from service.services import Services
 
@@ -69,18 +70,20 @@ class _Boundary:
 
 
 async def _boundary(
-    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, invocation_id: str
+    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, invocation_id: str, *, mapped: bool
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
     prefilter = dialects.verbatim_in_json(invocation_id)
-    event_search = store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
-    if reader is not None:
+    if mapped:  # the turn map answers both searches
+        event_at, candidates = await mapped_boundary(svc, conn, source, invocation_id)
+    elif reader is not None:
         # Both searches read all of the session's rows of their table: at once, on two connections.
         event_at, candidates = await copying.together(
-            event_search, store.tasks.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter)
+            store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter),
+            store.tasks.tasks_mentioning(reader, sid, owner, invocation_id, prefilter=prefilter),
         )
     else:
-        event_at = await event_search
+        event_at = await store.events.boundary_event_at(conn, sid, owner, invocation_id, prefilter=prefilter)
         candidates = await store.tasks.tasks_mentioning(conn, sid, owner, invocation_id, prefilter=prefilter)
     task = plan.find_boundary_task(candidates, invocation_id)
     if event_at is None and task is None:
@@ -95,8 +98,16 @@ async def _boundary(
     )
 
 
-async def _tasks_hidden(svc: Services, conn: Connection, source: SessionRow, start: datetime) -> tuple[int, list[str]]:
-    """How many tasks a rewind from `start` hides, and which of them the agent is still running."""
+async def _tasks_hidden(
+    svc: Services, conn: Connection, source: SessionRow, start: datetime, *, mapped: bool
+) -> tuple[int, list[str]]:
+    """How many tasks a rewind from `start` hides, and which of them the agent is still running (from the
+    turn map when it is trusted: the states its tasks had when last read, which its guard holds true)."""
+    if mapped:
+        hidden = await svc.store.turn_maps.figures.tasks_from(conn, source.id, source.user_id, start)
+        return len(hidden), [
+            f"{task_id} ({state})" for task_id, state, terminal in hidden if terminal is False and state is not None
+        ]
     count, running = 0, []
     async for row in svc.store.tasks.stream_tasks_from(conn, source.id, source.user_id, start):
         count += 1
@@ -124,60 +135,82 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
     if invocation_id is None:
         raise BadRequest("rewind_before_invocation_id is required")
     store = svc.store
-    async with svc.connection() as conn, conn.transaction():
-        source, access = await visible_session(svc, conn, caller, session_id, lock=True)
-        if access.read_only:
-            raise Forbidden("This share link is read-only")
-        sid, owner = source.id, source.user_id
-        large = await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
-        # A large session's second connection, in the snapshot taken after the row lock: the boundary
-        # searches run at once, then the summary of what the rewind hides reads the rows as they were
-        # while this connection checks the turns' states and the UPDATEs hide them.
-        async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
-            boundary = await _boundary(svc, conn, reader, source, invocation_id)
-            telling = None
-            if reader is not None:
-                telling = asyncio.ensure_future(
-                    summary.summarize_events(store, reader, sid, owner, boundary.events_from)
+    async with svc.connection() as conn:
+        # The session's turn map, made true first (its own transaction), read if its guard holds once the
+        # session row is locked.
+        source, _ = await visible_session(svc, conn, caller, session_id)
+        mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
+        async with conn.transaction():
+            return await _rewind_locked(svc, conn, caller, session_id, req, invocation_id, mapped=mapped)
+
+
+async def _rewind_locked(
+    svc: Services, conn: Connection, caller: Caller, session_id: str, req: RewindRequest, invocation_id: str,
+    *, mapped: bool,
+) -> RewindResult | RewindPlan:  # fmt: skip
+    store = svc.store
+    source, access = await visible_session(svc, conn, caller, session_id, lock=True)
+    if access.read_only:
+        raise Forbidden("This share link is read-only")
+    sid, owner = source.id, source.user_id
+    mapped = mapped and await turn_map.usable(store, conn, sid, owner)
+    large = await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+    # A large session's second connection, in the snapshot taken after the row lock: the boundary
+    # searches run at once, then the summary of what the rewind hides reads the rows as they were
+    # while this connection checks the turns' states and the UPDATEs hide them.
+    # With the turn map both searches and the summary are reads of it: no second connection.
+    async with copying.snapshot_reader(svc, conn, wanted=large and not mapped) as reader:
+        boundary = await _boundary(svc, conn, reader, source, invocation_id, mapped=mapped)
+        telling = None
+        if reader is not None:
+            telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, owner, boundary.events_from))
+        try:
+            hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from, mapped=mapped)
+            if running and not req.force:
+                raise Conflict(
+                    f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
+                    "wait for it, or send force: true"
                 )
-            try:
-                hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from)
-                if running and not req.force:
-                    raise Conflict(
-                        f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
-                        "wait for it, or send force: true"
-                    )
-                if telling is None or req.dry_run:
-                    # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
-                    hides = await (telling or summary.summarize_events(store, conn, sid, owner, boundary.events_from))
-                if req.dry_run:
-                    info = RewindInfo(
-                        id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
-                        tasks_removed=hidden_count, created_at=None, summary=hides,
-                    )  # fmt: skip
-                    return RewindPlan(dry_run=True, rewind=info)
-                stamp = await store.rewinds.rewind_stamp(conn, sid, owner)
-                events, hidden = await store.rewinds.hide_from(
-                    conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
+            if telling is None or req.dry_run:
+                # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
+                hides = await (
+                    telling or summary.summarize_events(store, conn, sid, owner, boundary.events_from, mapped=mapped)
                 )
-                if telling is not None:
-                    hides = await telling
-            finally:
-                if telling is not None:
-                    await copying.cancelled(telling)
-        replacement = _replacement(boundary.partial, source, stamp) if boundary.partial else None
-        if replacement is not None:
-            await store.tasks.insert_tasks(conn, [replacement])
-        session = await store.sessions.touch_session(conn, sid, owner)
-        record = Rewind(
-            id=str(uuid.uuid4()), session_id=sid, user_id=owner, rewind_before_invocation_id=invocation_id,
-            deleted_at=stamp, events_removed=events, tasks_removed=hidden,
-            replaced_task_id=boundary.partial.row.id if boundary.partial else None,
-            replacement_task_id=replacement.id if replacement else None, requested_by=caller.user_id,
-            summary=summary.stored(hides), created_at=stamp, undone_at=None,
-        )  # fmt: skip
-        created = await store.rewinds.insert_rewind(conn, record)
-        return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
+            if req.dry_run:
+                info = RewindInfo(
+                    id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
+                    tasks_removed=hidden_count, created_at=None, summary=hides,
+                )  # fmt: skip
+                return RewindPlan(dry_run=True, rewind=info)
+            stamp = await store.rewinds.rewind_stamp(conn, sid, owner)
+            events, hidden = await store.rewinds.hide_from(
+                conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
+            )
+            if telling is not None:
+                hides = await telling
+        finally:
+            if telling is not None:
+                await copying.cancelled(telling)
+    replacement = _replacement(boundary.partial, source, stamp) if boundary.partial else None
+    if replacement is not None:
+        await store.tasks.insert_tasks(conn, [replacement])
+    session = await store.sessions.touch_session(conn, sid, owner)
+    await turn_map.after_rewind(
+        store, conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from,
+        hidden=(events, hidden), session_updated_at=session.updated_at,
+        replacement=(replacement.id, replacement.created_at, replacement.updated_at, replacement.protocol_version,
+                     replacement.data) if replacement else None,
+        was_trusted=mapped,
+    )  # fmt: skip
+    record = Rewind(
+        id=str(uuid.uuid4()), session_id=sid, user_id=owner, rewind_before_invocation_id=invocation_id,
+        deleted_at=stamp, events_removed=events, tasks_removed=hidden,
+        replaced_task_id=boundary.partial.row.id if boundary.partial else None,
+        replacement_task_id=replacement.id if replacement else None, requested_by=caller.user_id,
+        summary=summary.stored(hides), created_at=stamp, undone_at=None,
+    )  # fmt: skip
+    created = await store.rewinds.insert_rewind(conn, record)
+    return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
 
 
 def _info(r: Rewind, *, created_at: datetime | None = None, undone_at: datetime | None = None) -> RewindInfo:
@@ -201,8 +234,14 @@ async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -
             raise NotFound(f"rewind {rewind_id} not found in session {session_id}")
         if (refusal := await _undo_refusal(svc, conn, record)) is not None:
             raise Conflict(refusal)
-        await store.rewinds.restore(conn, record)
+        mapped = await turn_map.usable(store, conn, source.id, source.user_id)
+        restored = await store.rewinds.restore(conn, record)
         session = await store.sessions.touch_session(conn, source.id, source.user_id)
+        await turn_map.after_undo(
+            store, conn, source.id, source.user_id, restored=restored,
+            replacement_hidden=record.replacement_task_id is not None, session_updated_at=session.updated_at,
+            was_trusted=mapped,
+        )  # fmt: skip
         undone = await store.rewinds.mark_undone(conn, record.id)
         return RewindResult(session=session_json(session), rewind=_info(record, undone_at=undone))
 

@@ -49,12 +49,26 @@ def of_tally(t: EventTally) -> Summary | None:
 
 
 async def summarize_events(
-    store: Store, conn: Connection, session_id: str, owner: str, since: datetime | None, until: datetime | None = None
+    store: Store,
+    conn: Connection,
+    session_id: str,
+    owner: str,
+    since: datetime | None,
+    until: datetime | None = None,
+    *,
+    mapped: bool = False,
 ) -> Summary | None:
     """The summary of the live events from `since` (None: nothing left behind) to `until`, or None
-    when there are none."""
+    when there are none. `mapped`: the session's turn map is trusted in this snapshot, and adds it up
+    from its runs when `since` starts one (the same answer, without reading the events)."""
     if since is None:
         return None
+    if mapped and until is None:
+        told = await store.turn_maps.figures.tally_from(
+            conn, session_id, owner, since, user_chars=USER_TEXT_CHARS, agent_chars=AGENT_TEXT_CHARS
+        )
+        if told is not None:
+            return of_tally(told)
     return of_tally(await tally(store, conn, session_id, owner, since, until))
 
 

@@ -1,20 +1,33 @@
 -- Named queries of kagent-fork's store, service/kagent/store/events.py (conventions: fragments.sql).
 
 -- name: boundary_event
--- The first live event of invocation $3. strpos() is a plain text pre-filter so that only the rows
--- that mention the id are parsed as JSON; $4 = false skips it for ids JSON could escape. With the
--- invocation index the rows of the invocation are looked up; the subquery (OFFSET 0) keeps PostgreSQL
--- from walking the index in time order (kagent_fork_event_time) until the first match instead, which
--- for a late turn reads the whole session.
-SELECT min(created_at)
-FROM (
-    SELECT created_at
+-- Where invocation $3 begins: its first live event, or the live event just before it when that one is
+-- the "header_update" that opens the turn (kagent-adk 0.10.x writes one, with the request's headers in
+-- its state_delta, before each turn: kept, a hidden turn's headers would stay in the session's state).
+-- strpos() is a plain text pre-filter so that only the rows that mention the id are parsed as JSON; $4 =
+-- false skips it for ids JSON could escape. With the invocation index the rows of the invocation are
+-- looked up; the subquery (OFFSET 0) keeps PostgreSQL from walking the index in time order
+-- (kagent_fork_event_time) until the first match instead, which for a late turn reads the whole session.
+WITH turn AS (
+    SELECT min(created_at) AS at
+    FROM (
+        SELECT created_at
+        FROM event
+        WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+          AND (NOT $4 OR strpos(data, $3) > 0)
+          AND {schema}.invocation_id_of(data) = $3
+        OFFSET 0
+    ) AS first_event
+)
+SELECT CASE WHEN opening.invocation_id = 'header_update' THEN opening.created_at ELSE turn.at END
+FROM turn
+LEFT JOIN LATERAL (
+    SELECT created_at, {schema}.invocation_id_of(data) AS invocation_id
     FROM event
-    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-      AND (NOT $4 OR strpos(data, $3) > 0)
-      AND {schema}.invocation_id_of(data) = $3
-    OFFSET 0
-) AS turn;
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at < turn.at
+    ORDER BY created_at DESC, id DESC
+    LIMIT 1
+) AS opening ON true;
 
 -- name: count_events_before
 -- How many live events, and how many bytes, lie before $3 (NULL: all); and the characters of their

@@ -181,7 +181,7 @@ let status = 1;
 try {
   await waitReady();
   const shares = addShares();
-  const testDir = join(pkg, "dist", "test");
+  const testDir = join(pkg, "build", "test");
   const files = readdirSync(testDir)
     .filter((f) => f.endsWith(".test.js"))
     .map((f) => join(testDir, f));

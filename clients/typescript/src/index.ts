@@ -29,11 +29,30 @@ export interface Session {
   user_id: string;
   created_at: string;
   updated_at: string;
-  deleted_at: string;
+  /**
+   * Absent on a live session, as in kagent's own answers (kagent's UI type says `string`; a value of
+   * this type is not assignable to kagent's `Session` until it is given one, e.g. `deleted_at: ""`).
+   */
+  deleted_at?: string;
   share_token?: string | null;
   share_read_only?: boolean | null;
   /** "user", "agent" (a sub-agent's session) or absent, as kagent stores it. */
   source?: string;
+}
+
+/**
+ * What a fork left behind (the source's turns at and after its boundary) or what a rewind hid; null
+ * when the operation left nothing behind.
+ */
+export interface BranchSummary {
+  strategy: "deterministic_v1";
+  turns: number;
+  events: number;
+  /** Calls by tool name. */
+  tool_calls: Record<string, number>;
+  first_user_text: string | null;
+  last_agent_text: string | null;
+  total_tokens: number;
 }
 
 /** What a fork copied (kagent-fork's `data.fork`). */
@@ -48,6 +67,7 @@ export interface ForkInfo {
   messages_copied: number;
   task_layout: string;
   warnings: string[];
+  summary: BranchSummary | null;
 }
 
 /** The new session of a fork, with what was copied. */
@@ -62,6 +82,7 @@ export interface RewindInfo {
   events_removed: number;
   tasks_removed: number;
   created_at: string;
+  summary: BranchSummary | null;
   undone_at?: string;
 }
 
@@ -80,6 +101,20 @@ export interface Invocation {
   /** The first 200 characters of the user's message. */
   user_text: string | null;
   event_count: number;
+  /** Every task that holds the turn, oldest first (a merged fork's task holds several turns). */
+  task_ids: string[];
+  /** The `messageId`s of the turn's messages in its tasks' histories (user and agent), in order. */
+  message_ids: string[];
+  /** The ids of the function calls the turn makes (tool calls, approval and ask-user requests). */
+  call_ids: string[];
+  /** The ids of the function calls the turn answers (tool results, also of an earlier turn's call). */
+  response_ids: string[];
+  /**
+   * How many agent text messages kagent's chat shows for the turn when it loads the session: on main,
+   * the text runs of the turn's artifacts (split by tool calls and results); on 0.10.x, the turn's agent
+   * history messages with text and no tool part.
+   */
+  text_count: number;
 }
 
 /** The part of a fetch Response the client reads. */
@@ -162,7 +197,8 @@ export async function forkSession(
   if (options.name !== undefined) body.name = options.name;
   if (options.ifBoundaryMissing !== undefined) body.if_boundary_missing = options.ifBoundaryMissing;
   if (options.taskLayout !== undefined) body.task_layout = options.taskLayout;
-  const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  const extra: Record<string, string> = {};
+  if (options.idempotencyKey) extra["idempotency-key"] = options.idempotencyKey;
   return call<ForkedSession>(options, "POST", sessionPath(sessionId, "fork"), body, extra, [sessionId]);
 }
 
@@ -269,6 +305,200 @@ const HOP_BY_HOP = new Set([
   "content-length",
   "content-encoding",
 ]);
+
+// --- which turn a chat message belongs to -----------------------------------------------------
+
+/**
+ * A chat message as kagent's UI renders it (`Message` of `@a2a-js/sdk`, on main and on 0.10.x alike):
+ * what `extractMessagesFromTasks` rebuilds from the stored tasks and what the live stream appends.
+ */
+export interface ChatMessageLike {
+  messageId?: string | undefined;
+  taskId?: string | undefined;
+  /** "user"/"agent" (0.10.x), `Role.ROLE_USER` = 1 (main), or "ROLE_USER". */
+  role?: unknown;
+  parts?: readonly unknown[] | undefined;
+  metadata?: unknown;
+}
+
+/** What "Fork chat from here" and "Rewind to here" send for one chat message. */
+export interface TurnActions {
+  /** The message's turn. */
+  turn: Invocation;
+  /** Its index in the turns. */
+  index: number;
+  /** The turn a fork leaves out first: `null` forks the whole chat. */
+  forkBefore: string | null;
+  /** The turn a rewind hides first: `null` when there is nothing after the message to hide. */
+  rewindBefore: string | null;
+  /** A user message's text, to put back in the input box after a rewind. */
+  restoreText?: string;
+}
+
+/**
+ * The turn (an index into `turns`, as `listInvocations` answers them) that a message of kagent's chat
+ * belongs to, or -1 when the listing does not know it yet (a turn still being saved: list the turns
+ * again). `messages` is the chat as rendered, in order (kagent's `allMessages`).
+ *
+ * kagent keeps a stored message's `messageId` for user messages on both lines and for agent text on
+ * 0.10.x; tool cards keep their call ids; every rendered message keeps its `taskId`. Other messages
+ * (agent text on main, anything streamed live) are placed within their task by the turns' `text_count`
+ * when the task shows as many text messages as the listing counts, else next to the nearest message of
+ * the same task whose id names a turn.
+ */
+export function turnOfMessage(
+  message: ChatMessageLike,
+  messages: readonly ChatMessageLike[],
+  turns: readonly Invocation[],
+): number {
+  const direct = byIds(message, turns);
+  if (direct >= 0) return direct;
+  const taskId = message.taskId;
+  if (!taskId) return -1;
+  const candidates: number[] = [];
+  turns.forEach((turn, index) => {
+    if ((turn.task_ids ?? [turn.task_id]).includes(taskId)) candidates.push(index);
+  });
+  if (candidates.length <= 1) return candidates[0] ?? -1;
+  if (isTextReply(message)) {
+    const shown = messages.filter((m) => m.taskId === taskId && isTextReply(m));
+    const position = shown.indexOf(message);
+    const counted = candidates.reduce((sum, i) => sum + (turns[i]?.text_count ?? 0), 0);
+    if (position >= 0 && counted === shown.length) {
+      let seen = 0;
+      for (const i of candidates) {
+        seen += turns[i]?.text_count ?? 0;
+        if (position < seen) return i;
+      }
+    }
+  }
+  const at = messages.indexOf(message);
+  if (at < 0) return -1;
+  const near = (from: number, step: 1 | -1): number => {
+    for (let i = from; i >= 0 && i < messages.length; i += step) {
+      const other = messages[i];
+      if (other === undefined || other.taskId !== taskId || isUser(other)) continue;
+      const found = byIds(other, turns);
+      if (candidates.includes(found)) return found;
+    }
+    return -1;
+  };
+  const before = near(at - 1, -1);
+  return before >= 0 ? before : near(at + 1, 1);
+}
+
+/**
+ * What the two entries send for a message: on a user message of turn k, fork and rewind before turn k
+ * (and put its text back); on an agent message of turn k, fork and rewind before turn k + 1 (the new
+ * chat ends with that reply; on the last turn a fork copies everything and a rewind has nothing to do).
+ * `undefined` when the message's turn is not known (see turnOfMessage).
+ */
+export function turnActions(
+  message: ChatMessageLike,
+  messages: readonly ChatMessageLike[],
+  turns: readonly Invocation[],
+): TurnActions | undefined {
+  const index = turnOfMessage(message, messages, turns);
+  const turn = turns[index];
+  if (turn === undefined) return undefined;
+  if (isUser(message)) {
+    const text = messageText(message);
+    return {
+      turn, index, forkBefore: turn.invocation_id, rewindBefore: turn.invocation_id,
+      ...(text ? { restoreText: text } : {}),
+    };
+  }
+  const next = turns[index + 1]?.invocation_id ?? null;
+  return { turn, index, forkBefore: next, rewindBefore: next };
+}
+
+/** Whether kagent's chat shows the message as a user message (either line's role spelling). */
+export function isUser(message: ChatMessageLike): boolean {
+  return message.role === "user" || message.role === "ROLE_USER" || message.role === 1;
+}
+
+/** The message's text parts joined (0.10.x `{kind: "text", text}`, main `{content: {$case: "text", value}}`). */
+export function messageText(message: ChatMessageLike): string {
+  let text = "";
+  for (const part of message.parts ?? []) {
+    if (!isRecord(part)) continue;
+    if (typeof part.text === "string") text += part.text;
+    const content = part.content;
+    if (isRecord(content) && content.$case === "text" && typeof content.value === "string") text += content.value;
+  }
+  return text;
+}
+
+/**
+ * An agent message kagent shows as a text bubble: text, and neither a tool card, an approval or
+ * ask-user card, nor a tool-call summary. User messages and agent replies are what get the entries.
+ */
+export function isTextReply(message: ChatMessageLike): boolean {
+  if (isUser(message) || !messageText(message).trim()) return false;
+  const meta = isRecord(message.metadata) ? message.metadata : {};
+  const type = meta.originalType;
+  if (type !== undefined && type !== "TextMessage") return false;
+  if (meta.hitlCard || meta.toolCallData || meta.toolResultData || meta.askUserData) return false;
+  return !(message.parts ?? []).some((part) => {
+    if (!isRecord(part) || !isRecord(part.metadata)) return false;
+    const kind = part.metadata.adk_type ?? part.metadata.kagent_type;
+    return kind === "function_call" || kind === "function_response";
+  });
+}
+
+function byIds(message: ChatMessageLike, turns: readonly Invocation[]): number {
+  const id = message.messageId;
+  if (id) {
+    const found = turns.findIndex((t) => (t.message_ids ?? []).includes(id));
+    if (found >= 0) return found;
+  }
+  const { calls, responses } = callIdsOf(message);
+  for (const call of calls) {
+    const found = turns.findIndex((t) => (t.call_ids ?? []).includes(call));
+    if (found >= 0) return found;
+  }
+  for (const response of responses) {
+    const found = turns.findIndex((t) => (t.response_ids ?? []).includes(response));
+    if (found >= 0) return found;
+  }
+  return -1;
+}
+
+// The call ids kagent's UI keeps on a tool card (both lines): a request's toolCallData, a result's
+// toolResultData, an approval or ask-user card's request (main: hitlCard; 0.10.x: askUserData).
+function callIdsOf(message: ChatMessageLike): { calls: string[]; responses: string[] } {
+  const meta = isRecord(message.metadata) ? message.metadata : {};
+  const calls: string[] = [];
+  const responses: string[] = [];
+  const add = (list: string[], value: unknown) => {
+    if (typeof value === "string" && value) list.push(value);
+  };
+  for (const call of asArray(meta.toolCallData)) if (isRecord(call)) add(calls, call.id);
+  for (const result of asArray(meta.toolResultData)) if (isRecord(result)) add(responses, result.call_id);
+  if (isRecord(meta.askUserData)) add(calls, meta.askUserData.id);
+  const card = meta.hitlCard;
+  if (isRecord(card)) {
+    if (isRecord(card.request)) {
+      for (const tool of asArray(card.request.tools)) {
+        if (isRecord(tool)) {
+          add(calls, tool.call_id);
+          add(calls, tool.id);
+        }
+      }
+      add(calls, card.request.id);
+    }
+    for (const call of asArray(card.calls)) if (isRecord(call)) add(calls, call.id);
+  }
+  return { calls, responses };
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+function asArray(value: unknown): readonly unknown[] {
+  return Array.isArray(value) ? value : [];
+}
 
 // --- internals ---------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import {
   type Invocation,
   listInvocations,
   rewindSession,
+  turnActions,
   undoRewind,
 } from "../src/index.js";
 
@@ -59,6 +60,32 @@ test("listInvocations: the turns in order, every page or one page", async () => 
     const rest = await listInvocations(session, { limit: 2, after: items[1]!.invocation_id });
     assert.deepEqual(ok(rest), [items[2]]);
     assert.equal(rest.message, "end");
+  }
+});
+
+test("listInvocations: each turn carries the ids a rendered chat message keeps, and turnActions reads them", async () => {
+  for (const session of [LEGACY, V1]) {
+    const items = await turns(session);
+    for (const t of items) {
+      assert.ok(t.task_id !== null && t.task_ids.includes(t.task_id), JSON.stringify(t));
+      assert.ok(t.message_ids.length > 0 && t.text_count > 0, JSON.stringify(t));
+      assert.ok(Array.isArray(t.call_ids) && Array.isArray(t.response_ids));
+    }
+    // A user message as kagent shows it (its stored messageId), and the reply after it (its task's id).
+    const second = items[1]!;
+    const user = { messageId: second.message_ids[0], taskId: second.task_id!, role: "user", parts: [{ kind: "text", text: "And in Berlin?" }] };
+    const reply = { messageId: "fresh-uuid", taskId: second.task_id!, role: 2, parts: [{ content: { $case: "text", value: "12 °C" } }] };
+    const chat = [user, reply];
+    assert.deepEqual(turnActions(user, chat, items), {
+      turn: second, index: 1, forkBefore: second.invocation_id, rewindBefore: second.invocation_id, restoreText: "And in Berlin?",
+    });
+    const after = turnActions(reply, chat, items);
+    assert.equal(after?.forkBefore, items[2]!.invocation_id);
+    // A fork ending with that reply holds the first two turns.
+    const fork = ok(await forkSession(session, after!.forkBefore, { userId: OWNER }));
+    assert.equal(ok(await listInvocations(fork.id, { userId: OWNER })).length, 2);
+    assert.equal(fork.deleted_at, undefined);
+    assert.ok(fork.fork.summary && fork.fork.summary.turns === 1);
   }
 });
 

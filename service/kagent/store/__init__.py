@@ -1,5 +1,5 @@
 """The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
-(sessions, events, tasks, lineage and idempotency, rewinds, jobs, and the database itself); the only code
+(sessions, events, tasks, lineage and idempotency, rewinds, jobs, the turn map, and the database itself); the only code
 that sees asyncpg rows. Imports nothing of the service above kagent's data.
 """
 
@@ -16,15 +16,23 @@ from service.kagent.store.lineage import LineageStore
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
 from service.kagent.store.tasks import Tasks
+from service.kagent.store.turn_map import TurnMaps
 
-_PARTS = ("base", "database", "events", "jobs", "lineage", "rewinds", "sessions", "tasks")
+_PARTS = ("base", "database", "events", "jobs", "lineage", "rewinds", "sessions", "tasks", "turn_map")
 
 
 class Store:
     """The service's queries, loaded once, and the store's parts over them; a query name that a part runs
     and the SQL lacks fails here, at start-up."""
 
-    def __init__(self, schema: str, directory: Path | None = None, *, max_fork_events: int = 0) -> None:
+    def __init__(
+        self,
+        schema: str,
+        directory: Path | None = None,
+        *,
+        max_fork_events: int = 0,
+        turn_map_min_tasks: int | None = 200,
+    ) -> None:
         self.queries = Queries(schema, directory, max_fork_events=max_fork_events)
         here = Path(__file__).resolve().parent
         used = {n for part in _PARTS for n in re.findall(r'self\.q\["(\w+)"\]', (here / f"{part}.py").read_text())}
@@ -38,6 +46,10 @@ class Store:
         self.lineage = LineageStore(self.queries)
         self.rewinds = Rewinds(self.queries)
         self.jobs = Jobs(self.queries)
+        self.turn_maps = TurnMaps(self.queries)
+        # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
+        # no map is made or read (the exact searches answer everything, as before the map).
+        self.turn_map_min_tasks = turn_map_min_tasks
 
     @property
     def schema(self) -> str:

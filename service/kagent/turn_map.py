@@ -1,0 +1,288 @@
+"""The turn map: per session, what the service would otherwise read again from every event and task of it
+(each turn's first event and task, its events, the running sums a dry run answers), kept in the service's
+own schema (migration 0008, docs/turn-map.md). Nothing is added to kagent's tables or to its writes.
+
+A map is made the first time a session is asked about, extended from the events newer than its
+watermark and the tasks kagent wrote since, kept true by the service's own rewinds (and forgotten by an
+undo), and read only after its guard (`trusted`) found that what it claims still holds: kagent's
+`session.updated_at` (which its InsertEvent and UpsertTask move), the soft-deleted rows of the session
+(which they do not), and the map's own row counts. A map that does not hold is extended when only new
+rows came, else rebuilt; an extension that finds the session's live events are not the map's plus the
+new ones (a row that came late, a row gone) rebuilds too. Never trusted blindly: the callers read it
+only inside their own snapshot, after `trusted` said yes there, and use the exact searches otherwise.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+from service.kagent import dialects
+from service.kagent.store import Store
+from service.kagent.store.base import TASK_FETCH_BATCH, Connection
+from service.kagent.store.turn_map import KagentMarks, MapCounts, MappedTask, MapState, TaskFigures
+
+VERSION = 1
+USER_TEXT_CHARS = 200
+# A fork's new task and session ids are uuid4 strings: the map's task figures are made with ids this long.
+_NEW_ID = "00000000-0000-4000-8000-000000000000"
+
+
+class Unmappable(Exception):
+    """A task the service's reader refuses (an unknown protocol_version): the exact path answers."""
+
+
+def trusted(state: MapState | None, marks: KagentMarks, last_run: tuple[int, int]) -> bool:
+    """Whether the map holds what it claims, against kagent's rows read now."""
+    return (
+        _intact(state, marks, last_run) and state is not None and marks.session_updated_at == state.session_updated_at
+    )
+
+
+def _intact(state: MapState | None, marks: KagentMarks, last_run: tuple[int, int]) -> bool:
+    """The map is whole and nothing it holds was soft-deleted by kagent: what kagent wrote since, if
+    anything, is new rows (an extension)."""
+    return (
+        state is not None
+        and state.version == VERSION
+        and marks.events_deleted == state.events_deleted
+        and marks.tasks_deleted == state.tasks_deleted
+        and last_run == (state.runs, state.events)
+    )
+
+
+async def usable(store: Store, conn: Connection, session_id: str, owner: str) -> bool:
+    """In the caller's snapshot: may the session's map be read? (It exists and its guard holds.)"""
+    if store.turn_map_min_tasks is None:
+        return False
+    return trusted(*await store.turn_maps.guard(conn, session_id, owner))
+
+
+async def prepare(store: Store, conn: Connection, session_id: str, owner: str) -> bool:
+    """Outside any transaction: the session's map made true to kagent's rows now, if the session is large
+    enough to have one. False: no map (small, the map is off, or a task the reader refuses)."""
+    minimum = store.turn_map_min_tasks
+    if minimum is None:
+        return False
+    state, marks, last_run = await store.turn_maps.guard(conn, session_id, owner)
+    if trusted(state, marks, last_run):
+        return True  # the common case, read without the lock or a transaction of its own
+    if state is None and minimum > 0 and await store.tasks.count_tasks(conn, session_id, owner) < minimum:
+        return False
+    try:
+        return await ensure(store, conn, session_id, owner)
+    except Unmappable:
+        return False
+    except asyncpg.SerializationError:
+        return False  # a rewind changed the map meanwhile: this request reads exactly, the next one maps
+
+
+async def ensure(store: Store, conn: Connection, session_id: str, owner: str) -> bool:
+    """Make the map true now: nothing to do, an extension, or a rebuild. One at a time per session."""
+    maps = store.turn_maps
+    lock = store.lineage.key_lock(conn, "turn-map", f"{session_id}\n{owner}")
+    async with lock, conn.transaction(isolation="repeatable_read"):
+        state, marks, last_run = await maps.guard(conn, session_id, owner)
+        if trusted(state, marks, last_run):
+            return True
+        if (
+            state is not None
+            and _intact(state, marks, last_run)
+            and await _extend(store, conn, session_id, owner, state, marks)
+        ):
+            return True
+        await _build(store, conn, session_id, owner, marks)
+        return True
+
+
+async def _build(store: Store, conn: Connection, session_id: str, owner: str, marks: KagentMarks) -> None:
+    maps = store.turn_maps
+    await maps.forget(conn, session_id, owner, rows=True)
+    await maps.map_runs_from(conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0)
+    stamps = {s.id: s.updated_at for s in await maps.live_task_stamps(conn, session_id, owner)}
+    batch: list[MappedTask] = []
+    async for row in store.tasks.stream_tasks_before(conn, session_id, owner, None):
+        batch.append(
+            _digest(session_id, owner, row.id, row.created_at, stamps.get(row.id), row.protocol_version, row.data)
+        )
+        if len(batch) >= TASK_FETCH_BATCH * 8:
+            await maps.add_tasks(conn, session_id, owner, batch)
+            batch = []
+    await maps.add_tasks(conn, session_id, owner, batch)
+    await maps.refresh_turns(conn, session_id, owner, None)
+    await _save(store, conn, session_id, owner, marks)
+
+
+async def _extend(
+    store: Store, conn: Connection, session_id: str, owner: str, state: MapState, marks: KagentMarks
+) -> bool:
+    """The map extended by kagent's rows written since it was made; False: they are not only new rows
+    (the caller rebuilds)."""
+    maps = store.turn_maps
+    live, after = await maps.live_events_after(conn, session_id, owner, state.watermark)
+    if live != state.events + after:
+        return False
+    touched: set[str] = set()
+    if after:
+        last = await maps.last_run(conn, session_id, owner)
+        if last is None:
+            _, made = await maps.map_runs_from(conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0)
+        else:
+            # New events may continue the last run: it is mapped again with them.
+            touched.update(await maps.drop_runs_from(conn, session_id, owner, last.seq))
+            _, made = await maps.map_runs_from(
+                conn, session_id, owner, last.first, seq=last.seq, events=last.events_before,
+                bytes_=last.bytes_before, text_chars=last.text_chars_before,
+            )  # fmt: skip
+        touched.update(made)
+    mapped = await maps.mapped_task_stamps(conn, session_id, owner)
+    stamps = await maps.live_task_stamps(conn, session_id, owner)
+    changed = [s.id for s in stamps if s.id not in mapped or mapped[s.id][0] != s.updated_at]
+    gone = mapped.keys() - {s.id for s in stamps}
+    if changed or gone:
+        touched.update(await maps.forget_tasks(conn, session_id, owner, [*changed, *gone]))
+        rows = await maps.tasks_by_id(conn, session_id, owner, changed)
+        digests = [
+            _digest(session_id, owner, r.id, r.created_at, r.updated_at, r.protocol_version, r.data) for r in rows
+        ]
+        for d in digests:
+            touched.update(d.invocation_ids)
+        await maps.add_tasks(conn, session_id, owner, digests)
+    await maps.refresh_turns(conn, session_id, owner, sorted(touched))
+    counts = await _save(store, conn, session_id, owner, marks)
+    return counts.events == live
+
+
+async def _save(store: Store, conn: Connection, session_id: str, owner: str, marks: KagentMarks) -> MapCounts:
+    maps = store.turn_maps
+    counts = await maps.counts(conn, session_id, owner)
+    watermark = await maps.last_mapped_event(conn, session_id, owner)
+    await maps.save_state(conn, session_id, owner, VERSION, marks, counts, watermark)
+    return counts
+
+
+def _digest(
+    session_id: str,
+    owner: str,
+    task_id: str,
+    created_at: datetime,
+    updated_at: datetime | None,
+    protocol_version: str | None,
+    data: str,
+) -> MappedTask:
+    """A task as the map keeps it, read by the service's one task reader (as turns.with_tasks reads it)."""
+    try:
+        task = dialects.decode(data)
+    except dialects.TaskFormatError:
+        return MappedTask(task_id=task_id, created_at=created_at, updated_at=updated_at, state=None,
+                          invocation_ids=[], user_texts=[], figures=None)  # fmt: skip
+    dialect = dialects.TaskDialect.of(protocol_version)
+    if dialect is None:
+        raise Unmappable(f"task {task_id} has protocol_version {protocol_version!r}")
+    invocations = list(dict.fromkeys(dialects.invocation_ids(task)))
+    texts: list[str | None] = []
+    for invocation_id in invocations:
+        text = dialects.first_user_text(task, dialect, invocation_id)
+        texts.append(text[:USER_TEXT_CHARS] if text else None)
+    return MappedTask(
+        task_id=task_id, created_at=created_at, updated_at=updated_at, state=dialects.state(task),
+        invocation_ids=invocations, user_texts=texts,
+        figures=_figures(task, dialect, text=data, task_id=task_id, session_id=session_id, owner=owner),
+    )  # fmt: skip
+
+
+def _figures(
+    task: dialects.JSON, dialect: dialects.TaskDialect, *, text: str, task_id: str, session_id: str, owner: str
+) -> TaskFigures:
+    """What a per_task fork writes for the whole task (plan.TaskCopier.add: closed if unfinished, its ids
+    rewritten), with an empty user id; the places that hold the user id, to add the caller's; and whether
+    PostgreSQL's text copy writes the same for a fork by the owner (plan.ServerCopyCheck's rule)."""
+    terminal = dialects.is_terminal(task, dialect)
+    prepared = task if terminal else dialects.cancel(task, dialect)
+    written = len(
+        dialects.encode(
+            dialects.rewrite(prepared, dialects.Rewrite(task_id=_NEW_ID, context_id=_NEW_ID, user_id=""))
+        ).encode()
+    )
+    targets = dialects.rewrite_targets(prepared)
+    if targets is not None:
+        places = len(targets.user_ids)
+    else:
+        one = dialects.Rewrite(task_id=_NEW_ID, context_id=_NEW_ID, user_id="x")
+        places = len(dialects.encode(dialects.rewrite(prepared, one)).encode()) - written
+    server_copy = terminal and dialects.replacing_ids_rewrites(
+        text, task, task_id=task_id, context_id=session_id, user_id=owner
+    )
+    return TaskFigures(
+        messages=len(dialects.history(prepared)), bytes=written, user_places=places, terminal=terminal,
+        server_copy=server_copy,
+    )  # fmt: skip
+
+
+async def after_rewind(
+    store: Store,
+    conn: Connection,
+    session_id: str,
+    owner: str,
+    *,
+    events_from: datetime,
+    tasks_from: datetime,
+    hidden: tuple[int, int],
+    session_updated_at: datetime | None,
+    replacement: tuple[str, datetime, datetime | None, str | None, str] | None,
+    was_trusted: bool,
+) -> None:
+    """In a rewind's transaction, once its rows are hidden: the map cut as the rewind cut the session
+    (only the runs, turns and tasks it hid), or forgotten when the map was not read by the rewind or the
+    cut falls inside a run. Its marks are its old ones plus the (events, tasks) the rewind `hidden`: a
+    soft delete by kagent meanwhile leaves them short, and the next guard rebuilds."""
+    maps = store.turn_maps
+    await maps.hold(conn, session_id, owner)
+    state = await maps.state(conn, session_id, owner)
+    if state is None:
+        return
+    first = await maps.first_run_from(conn, session_id, owner, events_from)
+    if not was_trusted or (first is not None and first[1]):
+        await maps.forget(conn, session_id, owner, rows=False)
+        return
+    touched = set(await maps.drop_runs_from(conn, session_id, owner, first[0])) if first is not None else set()
+    touched.update(await maps.forget_tasks_from(conn, session_id, owner, tasks_from))
+    if replacement is not None:
+        digest = _digest(session_id, owner, *replacement)
+        touched.update(digest.invocation_ids)
+        await maps.add_tasks(conn, session_id, owner, [digest])
+    await maps.refresh_turns(conn, session_id, owner, sorted(touched))
+    marks = KagentMarks(
+        session_updated_at=session_updated_at,
+        events_deleted=state.events_deleted + hidden[0],
+        tasks_deleted=state.tasks_deleted + hidden[1],
+    )
+    await _save(store, conn, session_id, owner, marks)
+
+
+async def after_undo(
+    store: Store,
+    conn: Connection,
+    session_id: str,
+    owner: str,
+    *,
+    restored: tuple[int, int],
+    replacement_hidden: bool,
+    session_updated_at: datetime | None,
+    was_trusted: bool,
+) -> None:
+    """In an undo's transaction, once the rows are back: the map extended by them (they all lie past its
+    watermark, the rewind having cut it there), or forgotten when it was not trusted or does not extend."""
+    maps = store.turn_maps
+    await maps.hold(conn, session_id, owner)
+    state = await maps.state(conn, session_id, owner)
+    if state is None:
+        return
+    marks = KagentMarks(
+        session_updated_at=session_updated_at,
+        events_deleted=state.events_deleted - restored[0],
+        tasks_deleted=state.tasks_deleted - restored[1] + (1 if replacement_hidden else 0),
+    )
+    if not was_trusted or not await _extend(store, conn, session_id, owner, state, marks):
+        await maps.forget(conn, session_id, owner, rows=False)

@@ -1,0 +1,349 @@
+-- Named queries of kagent-fork's store, service/kagent/store/turn_map.py (conventions: fragments.sql).
+-- The turn map (migration 0008, docs/turn-map.md): $1 is always the session id, $2 its owner.
+
+-- name: map_state
+-- What the session's map claims, or no row when it has none.
+SELECT version, session_updated_at, events_deleted, tasks_deleted, watermark_at, watermark_id, events, runs
+FROM {schema}.turn_map
+WHERE session_id = $1 AND user_id = $2;
+
+-- name: map_guard
+-- The map's claims (no row: no map) beside what the guard compares them with, in one statement:
+-- kagent's side (session.updated_at, which kagent's InsertEvent and UpsertTask move; how many rows of the
+-- session id are soft-deleted, which they do not, each counted through idx_*_deleted_at) and the map's
+-- last run (its number is the count of runs, its running sum the count of events). Counting every row
+-- of the map costs 3-30 ms at 100,000 events: that is done when the map is written (map_counts), not on
+-- every read.
+SELECT m.version, m.session_updated_at AS claimed_updated_at, m.events_deleted AS claimed_events_deleted,
+       m.tasks_deleted AS claimed_tasks_deleted, m.watermark_at, m.watermark_id, m.events AS claimed_events,
+       m.runs AS claimed_runs,
+       (SELECT updated_at FROM session WHERE id = $1 AND user_id = $2) AS session_updated_at,
+       (SELECT count(*) FROM event WHERE session_id = $1 AND deleted_at IS NOT NULL) AS events_deleted,
+       (SELECT count(*) FROM task WHERE session_id = $1 AND deleted_at IS NOT NULL) AS tasks_deleted,
+       r.seq AS runs, r.cum_events AS events
+FROM (SELECT 1) AS one
+LEFT JOIN {schema}.turn_map AS m ON m.session_id = $1 AND m.user_id = $2
+LEFT JOIN LATERAL (
+    SELECT seq, cum_events FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2 ORDER BY seq DESC LIMIT 1
+) AS r ON true;
+
+-- name: save_map_state
+-- The map's claims, once its rows are written.
+INSERT INTO {schema}.turn_map (session_id, user_id, version, session_updated_at, events_deleted, tasks_deleted,
+                               watermark_at, watermark_id, events, runs, built_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NOW())
+ON CONFLICT (session_id, user_id) DO UPDATE SET
+    version = EXCLUDED.version, session_updated_at = EXCLUDED.session_updated_at,
+    events_deleted = EXCLUDED.events_deleted, tasks_deleted = EXCLUDED.tasks_deleted,
+    watermark_at = EXCLUDED.watermark_at, watermark_id = EXCLUDED.watermark_id, events = EXCLUDED.events,
+    runs = EXCLUDED.runs, built_at = EXCLUDED.built_at;
+
+-- name: map_xact_lock
+-- The lock ensure() holds while it writes a session's map (lineage's advisory_lock on the same name),
+-- taken for the rest of a rewind's or an undo's transaction.
+SELECT pg_advisory_xact_lock(hashtextextended($1, 0));
+
+-- name: forget_map_state
+-- The session's map is not to be trusted (an undo restored rows it no longer holds): the next ask rebuilds it.
+DELETE FROM {schema}.turn_map WHERE session_id = $1 AND user_id = $2;
+
+-- name: forget_map_runs
+DELETE FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2;
+
+-- name: forget_map_turns
+DELETE FROM {schema}.turn_map_turn WHERE session_id = $1 AND user_id = $2;
+
+-- name: forget_map_tasks
+DELETE FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2;
+
+-- name: map_runs_from
+-- Map the live events from ($3, $4) on (NULL: all) into runs numbered from $5, their sums added to $6
+-- (events), $7 (bytes) and $8 (text characters); how many runs. Each row is parsed once, by the same
+-- functions as the turn listing (event_turns) and a dry run (count_events_before) read it.
+WITH read AS MATERIALIZED (
+    -- Only the small columns leave this step: the runs are made by sorting them (the parsed documents
+    -- carried through the sort spilled 140 MB to disk at 100,000 events).
+    SELECT e.id, e.created_at, octet_length(e.data) AS bytes,
+           CASE WHEN jsonb_typeof(p.doc) = 'object'
+                THEN coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') END AS invocation_id,
+           m.text_chars, m.has_messages,
+           CASE WHEN p.doc ->> 'author' = 'user' THEN m.user_text END AS user_text,
+           {schema}.event_tokens(p.doc, 'total_token_count', 'totalTokenCount') AS tokens, m.tool_names,
+           CASE WHEN p.doc ->> 'author' = 'user' THEN m.texts[1] END AS first_user_message,
+           CASE WHEN p.doc ->> 'author' <> 'user' THEN m.texts[cardinality(m.texts)] END AS last_agent_message
+    FROM event AS e
+    -- OFFSET 0 keeps the subquery whole: each row is parsed once, not once for every use of doc.
+    CROSS JOIN LATERAL (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) AS p
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(length(x.text)) FILTER (WHERE x.kind = 'text'), 0) AS text_chars,
+               count(*) > 0 AS has_messages,
+               string_agg(x.text, E'\n' ORDER BY x.ord) FILTER (WHERE x.kind = 'text') AS user_text,
+               array_agg(x.text ORDER BY x.ord) FILTER (WHERE x.kind = 'text') AS texts,
+               array_agg(x.tool_name) FILTER (WHERE x.kind = 'tool_call' AND x.tool_name IS NOT NULL) AS tool_names
+        FROM {schema}.event_messages(p.doc) AS x
+    ) AS m
+    WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
+      AND ($3::timestamptz IS NULL OR (e.created_at >= $3 AND (e.created_at, e.id) >= ($3, $4)))
+), marked AS (
+    SELECT *, CASE WHEN lag(id) OVER w IS NOT NULL AND lag(invocation_id) OVER w IS NOT DISTINCT FROM invocation_id
+                   THEN 0 ELSE 1 END AS opens
+    FROM read
+    WINDOW w AS (ORDER BY created_at, id)
+), numbered AS (
+    SELECT *, sum(opens) OVER (ORDER BY created_at, id) AS run FROM marked
+), runs AS (
+    SELECT run, min(invocation_id) AS invocation_id,
+           min(created_at) AS first_at, (array_agg(id ORDER BY created_at, id))[1] AS first_id,
+           max(created_at) AS last_at, (array_agg(id ORDER BY created_at DESC, id DESC))[1] AS last_id,
+           count(*) AS events, sum(bytes) AS bytes, sum(text_chars) AS text_chars, bool_or(has_messages) AS has_messages,
+           (array_agg(left(user_text, 200) ORDER BY created_at, id) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text,
+           sum(tokens) AS tokens,
+           (array_agg(left(first_user_message, 200) ORDER BY created_at, id)
+               FILTER (WHERE first_user_message IS NOT NULL))[1] AS first_user_message,
+           (array_agg(left(last_agent_message, 480) ORDER BY created_at DESC, id DESC)
+               FILTER (WHERE last_agent_message IS NOT NULL))[1] AS last_agent_message
+    FROM numbered
+    GROUP BY run
+), tools AS (
+    SELECT run, jsonb_object_agg(name, calls) AS tool_calls
+    FROM (SELECT run, name, count(*) AS calls FROM numbered CROSS JOIN LATERAL unnest(tool_names) AS name
+          GROUP BY run, name) AS named
+    GROUP BY run
+), written AS (
+    INSERT INTO {schema}.turn_map_run (session_id, user_id, seq, invocation_id, first_at, first_id, last_at, last_id,
+                                       events, bytes, text_chars, has_messages, user_text, tokens, tool_calls,
+                                       first_user_message, last_agent_message, cum_events, cum_bytes,
+                                       cum_text_chars)
+    SELECT $1, $2, $5 + runs.run - 1, invocation_id, first_at, first_id, last_at, last_id, events, bytes, text_chars,
+           has_messages, user_text, tokens, coalesce(tools.tool_calls, '{}'), first_user_message, last_agent_message,
+           $6 + sum(events) OVER (ORDER BY runs.run), $7 + sum(bytes) OVER (ORDER BY runs.run),
+           $8 + sum(text_chars) OVER (ORDER BY runs.run)
+    FROM runs
+    LEFT JOIN tools ON tools.run = runs.run
+    RETURNING invocation_id
+)
+SELECT count(*) AS runs, coalesce(array_agg(DISTINCT invocation_id) FILTER (WHERE invocation_id IS NOT NULL),
+                                  '{}') AS invocations
+FROM written;
+
+-- name: last_run
+-- The session's last run: an extension maps its events again (new events may continue it).
+SELECT seq, first_at, first_id, invocation_id, cum_events - events AS events_before, cum_bytes - bytes AS bytes_before,
+       cum_text_chars - text_chars AS text_chars_before
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2
+ORDER BY seq DESC
+LIMIT 1;
+
+-- name: drop_runs_from
+-- Runs numbered $3 or later, dropped; the invocations they held.
+WITH dropped AS (
+    DELETE FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2 AND seq >= $3
+    RETURNING invocation_id
+)
+SELECT coalesce(array_agg(DISTINCT invocation_id) FILTER (WHERE invocation_id IS NOT NULL), '{}') FROM dropped;
+
+-- name: first_run_from
+-- The first run that holds an event at or after $3 (a rewind hides from there), and whether it starts
+-- before $3 (then the rewind cuts inside it).
+SELECT seq, first_at < $3 AS straddles
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2 AND last_at >= $3
+ORDER BY seq
+LIMIT 1;
+
+-- name: live_events_after
+-- The extension's count, without parsing: the session's live events, and those after the watermark
+-- ($3, $4; NULL: none mapped). Reads the session's rows (kagent's event has no index on created_at).
+SELECT count(*) AS live,
+       count(*) FILTER (WHERE $3::timestamptz IS NULL OR (created_at, id) > ($3, $4)) AS after
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL;
+
+-- name: last_mapped_event
+-- The watermark: the last run's last event.
+SELECT last_at, last_id FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2 ORDER BY seq DESC LIMIT 1;
+
+-- name: turns_from_runs
+-- The event part of the turns of invocations $3 (NULL: all) made again from the runs: the first event,
+-- the events, whether any holds a message, the first user text. Turns of $3 no runs hold any more
+-- are cleared first (turns_clear_events).
+INSERT INTO {schema}.turn_map_turn AS t (session_id, user_id, invocation_id, event_first_at, event_first_id, events,
+                                         has_messages, event_user_text)
+SELECT $1, $2, invocation_id, (array_agg(first_at ORDER BY seq))[1], (array_agg(first_id ORDER BY seq))[1],
+       sum(events), bool_or(has_messages),
+       (array_agg(user_text ORDER BY seq) FILTER (WHERE user_text IS NOT NULL))[1]
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2 AND invocation_id IS NOT NULL
+  AND ($3::text[] IS NULL OR invocation_id = ANY($3))
+GROUP BY invocation_id
+ON CONFLICT (session_id, user_id, invocation_id) DO UPDATE SET
+    event_first_at = EXCLUDED.event_first_at, event_first_id = EXCLUDED.event_first_id, events = EXCLUDED.events,
+    has_messages = EXCLUDED.has_messages, event_user_text = EXCLUDED.event_user_text;
+
+-- name: turns_clear_events
+UPDATE {schema}.turn_map_turn
+SET event_first_at = NULL, event_first_id = NULL, events = 0, has_messages = false, event_user_text = NULL
+WHERE session_id = $1 AND user_id = $2 AND invocation_id = ANY($3);
+
+-- name: turns_clear_tasks
+UPDATE {schema}.turn_map_turn
+SET task_id = NULL, task_created_at = NULL, task_state = NULL, task_user_text = NULL
+WHERE session_id = $1 AND user_id = $2 AND invocation_id = ANY($3);
+
+-- name: turns_from_tasks
+-- The task part of the turns of invocations $3 (NULL: all) made again from the mapped tasks, as the
+-- listing completes a turn (turns.with_tasks, tasks oldest first): the first task carrying it, its
+-- state, and the first user text any of them gives.
+INSERT INTO {schema}.turn_map_turn AS t (session_id, user_id, invocation_id, events, has_messages, task_id,
+                                         task_created_at, task_state, task_user_text)
+SELECT $1, $2, c.invocation_id, 0, false,
+       (array_agg(c.task_id ORDER BY c.created_at, c.task_id))[1],
+       (array_agg(c.created_at ORDER BY c.created_at, c.task_id))[1],
+       (array_agg(c.state ORDER BY c.created_at, c.task_id))[1],
+       (array_agg(c.user_text ORDER BY c.created_at, c.task_id) FILTER (WHERE c.user_text IS NOT NULL))[1]
+FROM (
+    SELECT u.invocation_id, m.task_id, m.created_at, m.state, u.user_text
+    FROM {schema}.turn_map_task AS m
+    CROSS JOIN LATERAL unnest(m.invocation_ids, m.user_texts) AS u(invocation_id, user_text)
+    WHERE m.session_id = $1 AND m.user_id = $2 AND ($3::text[] IS NULL OR m.invocation_ids && $3)
+) AS c
+WHERE $3::text[] IS NULL OR c.invocation_id = ANY($3)
+GROUP BY c.invocation_id
+ON CONFLICT (session_id, user_id, invocation_id) DO UPDATE SET
+    task_id = EXCLUDED.task_id, task_created_at = EXCLUDED.task_created_at, task_state = EXCLUDED.task_state,
+    task_user_text = EXCLUDED.task_user_text;
+
+-- name: turns_settle
+-- Turns of $3 (NULL: all) with neither events nor a task dropped; the listing's start of the others:
+-- a turn with a message starts at its first event, one only tasks know at its first task.
+WITH dropped AS (
+    DELETE FROM {schema}.turn_map_turn
+    WHERE session_id = $1 AND user_id = $2 AND ($3::text[] IS NULL OR invocation_id = ANY($3))
+      AND events = 0 AND task_id IS NULL
+)
+UPDATE {schema}.turn_map_turn
+SET started_at = CASE WHEN has_messages THEN event_first_at ELSE task_created_at END
+WHERE session_id = $1 AND user_id = $2 AND ($3::text[] IS NULL OR invocation_id = ANY($3))
+  AND NOT (events = 0 AND task_id IS NULL);
+
+-- name: map_counts
+-- The map's claims as its rows make them: runs are numbered from 1 without gaps, and the last one's
+-- running sum counts the events.
+SELECT coalesce(max(seq), 0) AS runs,
+       coalesce((SELECT cum_events FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2
+                 ORDER BY seq DESC LIMIT 1), 0) AS events
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2;
+
+-- name: kagent_marks
+-- What the guard reads of kagent's side, to be recorded with the map (see map_guard).
+SELECT (SELECT updated_at FROM session WHERE id = $1 AND user_id = $2) AS session_updated_at,
+       (SELECT count(*) FROM event WHERE session_id = $1 AND deleted_at IS NOT NULL) AS events_deleted,
+       (SELECT count(*) FROM task WHERE session_id = $1 AND deleted_at IS NOT NULL) AS tasks_deleted;
+
+-- name: live_task_stamps
+-- Every live task of the session (kagent's owner rule): id, created_at, updated_at. No task text is read.
+SELECT id, created_at, updated_at
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2};
+
+-- name: mapped_task_stamps
+SELECT task_id, updated_at, invocation_ids FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2;
+
+-- name: tasks_by_id
+-- The live tasks of the session with ids $3, oldest first.
+SELECT id, created_at, updated_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND id = ANY($3)
+  AND {task_owned_by_$2}
+ORDER BY created_at, id;
+
+-- name: forget_tasks
+-- Mapped tasks $3 dropped; the invocations they carried.
+WITH dropped AS (
+    DELETE FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2 AND task_id = ANY($3)
+    RETURNING invocation_ids
+)
+SELECT coalesce(array_agg(DISTINCT i), '{}') FROM dropped CROSS JOIN LATERAL unnest(invocation_ids) AS i;
+
+-- name: forget_tasks_from
+-- Mapped tasks created at or after $3 dropped (a rewind hid them); the invocations they carried.
+WITH dropped AS (
+    DELETE FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2 AND created_at >= $3
+    RETURNING invocation_ids
+)
+SELECT coalesce(array_agg(DISTINCT i), '{}') FROM dropped CROSS JOIN LATERAL unnest(invocation_ids) AS i;
+
+-- name: map_turn
+-- One turn of the map, by invocation.
+SELECT invocation_id, event_first_at, task_id, task_created_at, started_at, has_messages, events, event_user_text,
+       task_user_text, task_state
+FROM {schema}.turn_map_turn
+WHERE session_id = $1 AND user_id = $2 AND invocation_id = $3;
+
+-- name: map_turn_page
+-- Up to $5 turns in the listing's order (start, then invocation id) after the turn ($3, $4) (NULL: from
+-- the first).
+SELECT invocation_id, event_first_at, task_id, task_created_at, started_at, has_messages, events, event_user_text,
+       task_user_text, task_state
+FROM {schema}.turn_map_turn
+WHERE session_id = $1 AND user_id = $2 AND started_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR (started_at >= $3 AND (started_at, invocation_id) > ($3, $4)))
+ORDER BY started_at, invocation_id
+LIMIT $5;
+
+-- name: map_figures_before
+-- A dry run's event figures: the sums of the runs that end before $3 (NULL: all), if no run holds
+-- events on both sides of $3 (then straddles is true and the caller counts the events itself).
+SELECT (SELECT ARRAY[cum_events, cum_bytes, cum_text_chars] FROM {schema}.turn_map_run
+        WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR last_at < $3)
+        ORDER BY seq DESC LIMIT 1) AS sums,
+       EXISTS (SELECT 1 FROM {schema}.turn_map_run
+               WHERE session_id = $1 AND user_id = $2 AND first_at < $3 AND last_at >= $3) AS straddles;
+
+-- name: map_tally_from
+-- events_tally of the live events from $3 on (to the end), added up from the runs that start there or
+-- later; straddles: a run holds events on both sides of $3 (then the caller reads the events instead).
+-- $4, $5: the user and agent text lengths the caller wants (the runs keep 200 and 480).
+SELECT EXISTS (SELECT 1 FROM {schema}.turn_map_run
+               WHERE session_id = $1 AND user_id = $2 AND first_at < $3 AND last_at >= $3) AS straddles,
+       coalesce(sum(events), 0) AS events,
+       count(DISTINCT invocation_id) FILTER (WHERE has_messages) AS turns,
+       coalesce(sum(tokens), 0) AS total_tokens,
+       min(first_at) AS first_at, max(last_at) AS last_at,
+       (SELECT coalesce(jsonb_object_agg(name, calls), '{}'::jsonb)::text
+        FROM (SELECT t.key AS name, sum(t.value::bigint) AS calls
+              FROM {schema}.turn_map_run AS r CROSS JOIN LATERAL jsonb_each_text(r.tool_calls) AS t
+              WHERE r.session_id = $1 AND r.user_id = $2 AND r.first_at >= $3
+              GROUP BY t.key) AS c) AS tool_calls,
+       left((array_agg(first_user_message ORDER BY seq) FILTER (WHERE first_user_message IS NOT NULL))[1], $4)
+           AS first_user_text,
+       left((array_agg(last_agent_message ORDER BY seq DESC) FILTER (WHERE last_agent_message IS NOT NULL))[1], $5)
+           AS last_agent_text
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2 AND first_at >= $3;
+
+-- name: map_task_figures
+-- A per_task fork's figures of the mapped tasks created before $3 (NULL: all), with the caller's user
+-- id $4 written in each task's user places: tasks, history messages, bytes, and the tasks the copier
+-- refuses (NULL figures) or closes (not terminal), oldest first; server_copy: every one of them is copied
+-- exactly by PostgreSQL's text copy.
+SELECT count(*) AS tasks, coalesce(sum(messages), 0) AS messages,
+       coalesce(sum(bytes + user_places::bigint * $4), 0) AS bytes,
+       count(*) FILTER (WHERE messages IS NULL) AS refused,
+       coalesce(bool_and(server_copy), true) AS server_copy,
+       coalesce(array_agg(task_id ORDER BY created_at, task_id) FILTER (WHERE NOT terminal), '{}') AS open_ids,
+       coalesce(array_agg(state ORDER BY created_at, task_id) FILTER (WHERE NOT terminal), '{}')
+           AS open_states
+FROM {schema}.turn_map_task
+WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR created_at < $3);
+
+-- name: map_tasks_from
+-- The mapped tasks created at or after $3 (those a rewind from there hides), oldest first, with their
+-- state and whether it is terminal (NULL: the task is not JSON).
+SELECT task_id, state, terminal
+FROM {schema}.turn_map_task
+WHERE session_id = $1 AND user_id = $2 AND created_at >= $3
+ORDER BY created_at, task_id;

@@ -1,0 +1,160 @@
+"""kagent's agent runtimes as processes of their own, each from its own virtual environment, started the
+way kagent's controller starts one in an agent's pod: a command, a directory of files (the agent's
+rendered config) and environment variables (``KAGENT_URL``, ``KAGENT_NAME``, ``KAGENT_NAMESPACE``).
+
+A runtime's environment is ``.venv-<name>`` at the repository's top, made by ``scripts/runtime-venv <name>``
+from ``scripts/runtimes/<name>.txt`` (``scripts/test`` runs it). It is its own environment because kagent's
+0.10.x runtimes pin libraries the tests' environment has newer (google-adk below 2, a2a-sdk 0.3).
+When it is missing or stale, ``runtime_venv`` raises ``RuntimeUnavailable`` saying what to run: the tests
+then fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RuntimeUnavailable(RuntimeError):
+    """A runtime's environment cannot be used, or the runtime did not start: the message says why."""
+
+
+def runtime_venv(name: str) -> Path:
+    """The runtime's virtual environment, checked against its pinned requirements."""
+    venv = ROOT / f".venv-{name}"
+    requirements = ROOT / "scripts" / "runtimes" / f"{name}.txt"
+    how = f"run `scripts/runtime-venv {name}` (./scripts/test does) to install it from {requirements.name}"
+    if not (venv / "bin" / "python").exists():
+        raise RuntimeUnavailable(f"{name}'s virtual environment {venv} is missing: {how}")
+    stamp = venv / ".requirements.sha256"
+    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text().strip() != wanted:
+        raise RuntimeUnavailable(f"{venv} was not installed from the current {requirements.name}: {how}")
+    return venv
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """One runtime to start: `argv` is run from the venv's bin directory; `{dir}` and `{port}` in it are
+    replaced by the directory holding `files` and the port to serve on."""
+
+    name: str  # the environment: .venv-<name>
+    argv: tuple[str, ...]
+    files: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    health_path: str = "/health"
+    start_seconds: float = 180
+
+
+@dataclass(frozen=True)
+class RunningRuntime:
+    url: str
+    pid: int
+    log: Path
+    started_in: float  # seconds from the process's start to its first healthy answer
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def running_runtime(spec: RuntimeSpec) -> Iterator[RunningRuntime]:
+    """Start the runtime, wait until it answers its health path, and stop it when the block ends."""
+    venv = runtime_venv(spec.name)
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix=f"{spec.name}-") as tmp:
+        config = Path(tmp) / "config"
+        config.mkdir()
+        for filename, text in spec.files.items():
+            (config / filename).write_text(text)
+        argv = [a.replace("{dir}", str(config)).replace("{port}", str(port)) for a in spec.argv]
+        argv[0] = str(venv / "bin" / argv[0])
+        env = {
+            "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": tmp,
+            "PYTHONUNBUFFERED": "1",
+            **spec.env,
+        }
+        log = Path(tmp) / "runtime.log"
+        started = time.monotonic()
+        with log.open("wb") as out:
+            process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_healthy(process, f"{url}{spec.health_path}", spec, log, started)
+            yield RunningRuntime(url=url, pid=process.pid, log=log, started_in=time.monotonic() - started)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], health: str, spec: RuntimeSpec, log: Path, started: float) -> None:
+    while True:
+        if process.poll() is not None:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeUnavailable(f"{spec.name} exited with {process.returncode} before it answered:\n{tail}")
+        try:
+            if httpx.get(health, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() - started > spec.start_seconds:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeUnavailable(f"{spec.name} did not answer {health} within {spec.start_seconds} s:\n{tail}")
+        time.sleep(0.2)
+
+
+def kagent_adk(
+    agent_ref: str, *, kagent_url: str, config: Mapping[str, object], description: str = "a test agent"
+) -> RuntimeSpec:
+    """kagent-adk (0.10.x line) as kagent's controller runs an Agent of `agent_ref` ("namespace/name"):
+    `kagent-adk static --filepath DIR`, DIR holding the rendered `config.json` and `agent-card.json`."""
+    import json
+
+    namespace, name = agent_ref.split("/", 1)
+    card = {
+        "name": name.replace("-", "_"),
+        "description": description,
+        "url": f"{kagent_url}/api/a2a/{agent_ref}/",
+        "version": "0.1.0",
+        "capabilities": {"streaming": True, "pushNotifications": False, "stateTransitionHistory": True},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [],
+    }
+    return RuntimeSpec(
+        name="kagent-adk",
+        argv=("kagent-adk", "static", "--filepath", "{dir}", "--host", "127.0.0.1", "--port", "{port}"),
+        files={"config.json": json.dumps(config), "agent-card.json": json.dumps(card)},
+        env={
+            "KAGENT_URL": kagent_url,
+            "KAGENT_NAME": name,
+            "KAGENT_NAMESPACE": namespace,
+            "OPENAI_API_KEY": "sk-scripted",  # the scripted model takes any key
+            "LOG_LEVEL": "warning",
+            "OTEL_SDK_DISABLED": "true",
+        },
+    )

@@ -1,0 +1,427 @@
+"""kagent's own agent runtime continues forks, rewinds and what-ifs (0.10.x line).
+
+kagent-adk 0.10.4 runs as its own process (tests/support/runtimes.py, its own virtual environment) against
+a stand-in for kagent's controller (tests/support/kagent_controller.py) on the test database, with a
+scripted OpenAI-compatible model (tests/support/scripted_model.py) and an MCP tool server
+(tests/support/tool_server.py). The conversations forked here were made by talking to the runtime itself;
+the tests then assert what the model was sent when the runtime continued them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from service.app import create_app
+from service.config import Settings
+from tests.helpers import new_user
+from tests.support import kagent_reads
+from tests.support.conversations import create_share
+from tests.support.kagent_chat import approval, new_session, send, text
+from tests.support.kagent_controller import RunningController, register_agent, running_controller
+from tests.support.live_server import live_server
+from tests.support.runtimes import RunningRuntime, RuntimeUnavailable, kagent_adk, running_runtime, runtime_venv
+from tests.support.scripted_model import RunningModel, call, running_model, say
+from tests.support.tool_server import RunningTools, running_tools
+
+AGENT_REF = "kagent/adk-agent"
+AGENT_ID = "kagent__NS__adk_agent"
+INSTRUCTION = "You are kagent-fork's test agent. Answer briefly."
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """kagent-adk running as the agent AGENT_REF, and everything around it."""
+
+    controller: RunningController
+    model: RunningModel
+    tools: RunningTools
+    process: RunningRuntime
+    service: str  # kagent-fork, with KAGENT_A2A_URL at the stand-in's /api/a2a
+
+
+@pytest.fixture(scope="session")
+def stand_in(database_url: str, pool: asyncpg.Pool) -> Iterator[RunningController]:
+    with running_controller(database_url) as controller:
+        yield controller
+
+
+@pytest.fixture(scope="session")
+def scripted_model() -> Iterator[RunningModel]:
+    with running_model() as model:
+        yield model
+
+
+@pytest.fixture(scope="session")
+def tool_server() -> Iterator[RunningTools]:
+    with running_tools() as tools:
+        yield tools
+
+
+def agent_config(model: RunningModel, tools: RunningTools) -> dict[str, Any]:
+    """The agent's config.json as kagent's controller renders it: an OpenAI ModelConfig with a base URL, and
+    a RemoteMCPServer whose delete_pod requires approval and which gets the request's Authorization."""
+    return {
+        "model": {"type": "openai", "model": "scripted-model", "base_url": model.url},
+        "description": "kagent-fork's test agent",
+        "instruction": INSTRUCTION,
+        "http_tools": [
+            {
+                "params": {"url": tools.url, "timeout": 30},
+                "tools": ["lookup", "delete_pod"],
+                "require_approval": ["delete_pod"],
+                "allowed_headers": ["Authorization"],
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="session")
+async def adk(
+    stand_in: RunningController,
+    scripted_model: RunningModel,
+    tool_server: RunningTools,
+    pool: asyncpg.Pool,
+    settings: Settings,
+    database_url: str,
+) -> AsyncIterator[Runtime]:
+    """kagent-adk started once for the test session (about 20 s), as kagent's controller starts it."""
+    config = agent_config(scripted_model, tool_server)
+    async with pool.acquire() as conn:
+        await register_agent(conn, AGENT_REF, config)
+    spec = kagent_adk(AGENT_REF, kagent_url=stand_in.url, config=config)
+    with ExitStack() as stack:
+        process = await asyncio.to_thread(stack.enter_context, running_runtime(spec))
+        stand_in.register(AGENT_REF, process.url)
+        service_settings = dataclasses.replace(settings, kagent_a2a_url=stand_in.a2a_url)
+        service = stack.enter_context(live_server(create_app(service_settings, database_url)))
+        print(f"kagent-adk answered after {process.started_in:.1f} s")
+        yield Runtime(stand_in, scripted_model, tool_server, process, service)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        yield client
+
+
+def tag() -> str:
+    return secrets.token_hex(3)
+
+
+async def chat(
+    rt: Runtime, http: httpx.AsyncClient, user: str, session_id: str, question: str, **kw: Any
+) -> dict[str, Any]:
+    """One turn through kagent's A2A path; returns the runtime's task."""
+    task = await send(
+        http, rt.controller.a2a_url, AGENT_REF, user=user, context_id=session_id, parts=[text(question)], **kw
+    )
+    return task
+
+
+async def conversation(rt: Runtime, http: httpx.AsyncClient, user: str, questions: list[str]) -> str:
+    """A new session with one completed turn per question, made by the runtime."""
+    session_id = await new_session(http, rt.controller.url, user, AGENT_REF, questions[0][:40])
+    for question in questions:
+        task = await chat(rt, http, user, session_id, question)
+        assert task["status"]["state"] == "completed", (question, task["status"], rt.process.log_tail())
+    return session_id
+
+
+async def api(rt: Runtime, http: httpx.AsyncClient, method: str, path: str, user: str, **kw: Any) -> Any:
+    headers = {"X-User-Id": user, **kw.pop("headers", {})}
+    r = await http.request(method, f"{rt.service}{path}", headers=headers, **kw)
+    assert r.status_code < 300, r.text
+    return r.json()["data"]
+
+
+async def turns(rt: Runtime, http: httpx.AsyncClient, session_id: str, user: str) -> list[dict[str, Any]]:
+    listing = await api(rt, http, "GET", f"/api/sessions/{session_id}/invocations", user)
+    items: list[dict[str, Any]] = listing["invocations"] if isinstance(listing, dict) else listing
+    return items
+
+
+def shape(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A chat request's messages, one (role, text or tool call) each, for readable assertions."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = ", ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in m["tool_calls"])
+            out.append((m["role"], f"calls {calls}"))
+        elif m["role"] == "tool":
+            out.append(("tool", str(m.get("content"))))
+        else:
+            out.append((m["role"], str(m.get("content"))))
+    return out
+
+
+async def fork(rt: Runtime, http: httpx.AsyncClient, session_id: str, user: str, before: str | None, **kw: Any) -> str:
+    body = {"rewind_before_invocation_id": before, "if_boundary_missing": "error"} if before else {}
+    data = await api(rt, http, "POST", f"/api/sessions/{session_id}/fork", user, json=body, **kw)
+    fork_id: str = data["id"]
+    return fork_id
+
+
+def before_question(rt: Runtime, question: str) -> list[dict[str, Any]]:
+    """What the model was sent before `question` when the source ran that turn: every earlier turn."""
+    first = rt.model.model.requests_for(question)[0]["messages"]
+    assert first[-1] == {"role": "user", "content": question}
+    return list(first[:-1])
+
+
+async def adk_events(pool: asyncpg.Pool, session_id: str, user: str) -> list[dict[str, Any]]:
+    """The session's live events as the runtime loads them (kagent's ListEventsForSessionAsc)."""
+    async with pool.acquire() as conn:
+        rows = await kagent_reads.list_events_for_session_asc(conn, session_id, user)
+    return [json.loads(r["data"]) for r in rows]
+
+
+def said(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(author, text) of every event with text."""
+    return [
+        (e["author"], p["text"]) for e in events for p in ((e.get("content") or {}).get("parts") or []) if p.get("text")
+    ]
+
+
+async def test_a_fork_continued_by_the_runtime_sends_the_model_the_kept_turns_and_the_question(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"Q1 {t}: which namespace?", f"Q2 {t}: how many pods?", f"Q3 {t}: restart one", f"Q4 {t}: and now?"]
+    adk.model.model.on(q[1], call("lookup", query="pods"), say("There are 3 pods."))
+    source = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, source, user)
+    assert [x["user_text"] for x in listed] == q
+
+    forked = await fork(adk, http, source, user, listed[2]["invocation_id"])
+    new_question = f"Q5 {t}: instead, scale the deployment"
+    task = await chat(adk, http, user, forked, new_question)
+    assert task["status"]["state"] == "completed" and task["contextId"] == forked
+
+    # the model got exactly turns 1-2 (question, tool call and result, answers) and the new question
+    sent = adk.model.model.requests_for(new_question)
+    assert len(sent) == 1
+    assert sent[0]["messages"] == [*before_question(adk, q[2]), {"role": "user", "content": new_question}]
+    assert shape(sent[0]["messages"])[1:] == [
+        ("user", q[0]),
+        ("assistant", f"Answer to: {q[0]}"),
+        ("user", q[1]),
+        ("assistant", 'calls lookup({"query": "pods"})'),
+        ("tool", "3 results for pods"),
+        ("assistant", "There are 3 pods."),
+        ("user", new_question),
+    ]
+
+    # the runtime loaded the fork as its owner and wrote the answer into it, after the kept turns
+    assert ("GET", f"/api/sessions/{forked}", user) in adk.controller.controller.calls.seen
+    events = await adk_events(pool, forked, user)
+    assert said(events) == [
+        ("user", q[0]), ("adk_agent", f"Answer to: {q[0]}"), ("user", q[1]), ("adk_agent", "There are 3 pods."),
+        ("user", new_question), ("adk_agent", f"Answer to: {new_question}"),
+    ]  # fmt: skip
+    source_events = await adk_events(pool, source, user)
+    first_two = sum(1 for e in source_events if e["invocation_id"] in {x["invocation_id"] for x in listed[:2]}) + 2
+    assert events[:first_two] == source_events[:first_two]  # turns 1-2 (each opened by a header_update) as written
+
+    # kagent's readers for the line read every task of the fork: the kept turns, then the runtime's own task
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+        rows = await kagent_reads.list_tasks_for_session(conn, forked, user)
+    assert tasks[-1].id == task["id"] and rows[-1]["user_id"] == user and rows[-1]["protocol_version"] is None
+    assert tasks[-1].status.state.value == "completed" and tasks[-1].context_id == forked
+    shown = [p.root.text for t_ in tasks for m in t_.history or [] for p in m.parts if getattr(p.root, "text", None)]
+    assert list(dict.fromkeys(shown)) == [
+        q[0], f"Answer to: {q[0]}", q[1], "There are 3 pods.", new_question, f"Answer to: {new_question}"
+    ]  # fmt: skip
+    transcript = await api(adk, http, "GET", f"/api/sessions/{forked}/transcript", user)
+    assert [x["messages"][0]["text"] for x in transcript["turns"]] == [q[0], q[1], new_question]
+
+
+async def test_a_rewind_keeps_the_hidden_turns_from_the_model_until_it_is_undone(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"R1 {t}: hello", f"R2 {t}: list pods", f"R3 {t}: delete the old one", f"R4 {t}: done?"]
+    adk.model.model.on(q[1], call("lookup", query="pods"), say("Found 3 pods."))
+    session = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, session, user)
+    body = {"rewind_before_invocation_id": listed[2]["invocation_id"]}
+
+    # rewind, then undo before anything new: the next question is asked after all four turns
+    first = await api(adk, http, "POST", f"/api/sessions/{session}/rewind", user, json=body)
+    await api(adk, http, "POST", f"/api/sessions/{session}/rewinds/{first['rewind']['id']}/undo", user, json={})
+    after_undo = f"R5 {t}: what did we do?"
+    await chat(adk, http, user, session, after_undo)
+    sent = adk.model.model.requests_for(after_undo)[0]["messages"]
+    assert sent == [
+        *before_question(adk, q[3]), {"role": "user", "content": q[3]},
+        {"role": "assistant", "content": f"Answer to: {q[3]}"},
+        {"role": "user", "content": after_undo},
+    ]  # fmt: skip
+
+    # rewind before turn 3 again (turns 3 to 5 hidden): the hidden turns never reach the model
+    await api(adk, http, "POST", f"/api/sessions/{session}/rewind", user, json=body)
+    after_rewind = f"R6 {t}: start over from the pod list"
+    task = await chat(adk, http, user, session, after_rewind)
+    assert task["status"]["state"] == "completed"
+    sent = adk.model.model.requests_for(after_rewind)[0]["messages"]
+    assert sent == [*before_question(adk, q[2]), {"role": "user", "content": after_rewind}]
+    assert not any(x in json.dumps(sent) for x in (q[2], q[3], after_undo))
+    assert said(await adk_events(pool, session, user))[-2:] == [
+        ("user", after_rewind), ("adk_agent", f"Answer to: {after_rewind}")
+    ]  # fmt: skip
+
+
+async def job_done(rt: Runtime, http: httpx.AsyncClient, job_id: str, user: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while True:
+        job: dict[str, Any] = await api(rt, http, "GET", f"/api/whatif/{job_id}", user)
+        if job["status"] != "running":
+            return job
+        assert time.monotonic() < deadline, job
+        await asyncio.sleep(0.2)
+
+
+async def test_a_whatif_is_answered_by_the_runtime_from_the_kept_turns(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"W1 {t}: which cluster?", f"W2 {t}: count pods", f"W3 {t}: which is oldest?", f"W4 {t}: thanks"]
+    adk.model.model.on(q[1], call("lookup", query="pods"), say("7 pods."))
+    source = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, source, user)
+
+    started = await api(
+        adk, http, "POST", f"/api/sessions/{source}/whatif", user,
+        json={"rewind_before_invocation_id": listed[2]["invocation_id"], "agent_ref": AGENT_REF},
+    )  # fmt: skip
+    job = await job_done(adk, http, started["job"]["id"], user)
+    assert job["status"] == "completed", (job, adk.process.log_tail())
+    assert job["result"]["last_agent_text"] == f"Answer to: {q[2]}"
+
+    # the runtime's model got exactly the kept turns and the re-asked question: what the source's turn 3 got
+    asked = adk.model.model.requests_for(q[2])
+    assert len(asked) == 2 and asked[1]["messages"] == asked[0]["messages"]
+    forked = job["session_id"]
+    events = await adk_events(pool, forked, user)
+    assert said(events)[-2:] == [("user", q[2]), ("adk_agent", f"Answer to: {q[2]}")]
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+    assert tasks[-1].id == job["task_id"] and tasks[-1].status.state.value == "completed"
+
+
+async def test_a_fork_into_a_share_visitors_account_is_continued_as_theirs(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    owner, visitor, t = new_user(), new_user(), tag()
+    q = [f"S1 {t}: status?", f"S2 {t}: pods?", f"S3 {t}: logs?"]
+    source = await conversation(adk, http, owner, q)
+    listed = await turns(adk, http, source, owner)
+    async with pool.acquire() as conn:
+        token = await create_share(conn, session_id=source, owner=owner, read_only=True)
+
+    forked = await fork(adk, http, source, visitor, listed[2]["invocation_id"], headers={"X-Share-Token": token})
+    question = f"S4 {t}: my own follow-up"
+    task = await chat(adk, http, visitor, forked, question)
+    assert task["status"]["state"] == "completed", adk.process.log_tail()
+
+    # the runtime loaded and wrote the fork as the visitor's session, and its model saw the owner's kept turns
+    seen = adk.controller.controller.calls.seen
+    assert ("GET", f"/api/sessions/{forked}", visitor) in seen
+    assert {user for _, path, user in seen if forked in path} == {visitor}
+    sent = adk.model.model.requests_for(question)[0]["messages"]
+    assert sent == [*before_question(adk, q[2]), {"role": "user", "content": question}]
+    assert said(await adk_events(pool, forked, visitor))[-2:] == [
+        ("user", question), ("adk_agent", f"Answer to: {question}")
+    ]  # fmt: skip
+    async with pool.acquire() as conn:
+        assert await kagent_reads.list_events_for_session_asc(conn, forked, owner) == []
+        tasks = await kagent_reads.load_session_tasks(conn, forked, visitor, line="0.10.x")
+        assert await kagent_reads.get_task(conn, task["id"], owner) is None
+    assert tasks[-1].id == task["id"]
+
+
+async def pending_approval(rt: Runtime, http: httpx.AsyncClient, user: str, t: str) -> tuple[str, list[str], str]:
+    """A session whose turn 2 asks to approve delete_pod(web-<t>) and is left waiting while the user chats on
+    (turn 3). The turns' requests carry Authorization "Bearer before-<t>", then "Bearer later-<t>", which
+    the runtime keeps in the session state (a state_delta of the event that opens each turn) and passes to
+    the tool server (allowed_headers). Returns (session, questions, the waiting task's id)."""
+    q = [f"P1 {t}: hello", f"P2 {t}: delete pod web-{t}", f"P3 {t}: meanwhile, list pods"]
+    rt.model.model.on(q[1], call("delete_pod", name=f"web-{t}"), say(f"Deleted web-{t}."))
+    session = await new_session(http, rt.controller.url, user, AGENT_REF, "approval")
+    before, later = {"Authorization": f"Bearer before-{t}"}, {"Authorization": f"Bearer later-{t}"}
+    assert (await chat(rt, http, user, session, q[0], headers=before))["status"]["state"] == "completed"
+    waiting = await chat(rt, http, user, session, q[1], headers=before)
+    assert waiting["status"]["state"] == "input-required", rt.process.log_tail()
+    assert (await chat(rt, http, user, session, q[2], headers=later))["status"]["state"] == "completed"
+    assert all(c.args.get("name") != f"web-{t}" for c in rt.tools.calls.of("delete_pod"))  # nothing approved yet
+    return session, q, waiting["id"]
+
+
+async def test_an_approval_answered_in_a_fork_resumes_the_call_the_source_asked_for(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    source, q, _ = await pending_approval(adk, http, user, t)
+    forked = await fork(adk, http, source, user, None)
+    listed = await turns(adk, http, forked, user)
+    assert [x["user_text"] for x in listed] == q and listed[1]["state"] == "canceled"  # the copy of the waiting task
+
+    # the approval, sent in the fork: the runtime finds the pending request in the fork's events and runs the
+    # call the source's model asked for (its id and arguments), then gives the model its result
+    answer = await send(http, adk.controller.a2a_url, AGENT_REF, user=user,
+                        context_id=forked, parts=approval())  # fmt: skip
+    assert answer["status"]["state"] == "completed", adk.process.log_tail()
+    deleted = [c for c in adk.tools.calls.of("delete_pod") if c.args == {"name": f"web-{t}"}]
+    assert len(deleted) == 1
+    asked = adk.model.model.requests_for(q[1])
+    source_call = asked[0]["messages"] + [asked[1]["messages"][len(asked[0]["messages"])]]
+    resumed = asked[-1]["messages"]
+    assert shape(resumed[-2:]) == [
+        ("assistant", f'calls delete_pod({{"name": "web-{t}"}})'),
+        ("tool", f"pod web-{t} deleted"),
+    ]
+    assert resumed[-2] == source_call[-1] and resumed[-1]["tool_call_id"] == source_call[-1]["tool_calls"][0]["id"]
+    assert said(await adk_events(pool, forked, user))[-1] == ("adk_agent", f"Deleted web-{t}.")
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+    assert tasks[-1].id == answer["id"] and tasks[-1].status.state.value == "completed"
+    # nothing ran in the source: its request still waits there
+    async with pool.acquire() as conn:
+        assert (await kagent_reads.get_task(conn, listed[1]["task_id"], user)) is not None
+
+
+async def test_state_set_in_hidden_turns_is_not_in_the_state_the_runtime_builds(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    session, q, waiting = await pending_approval(adk, http, user, t)
+    listed = await turns(adk, http, session, user)
+    await api(adk, http, "POST", f"/api/sessions/{session}/rewind", user,
+              json={"rewind_before_invocation_id": listed[2]["invocation_id"]})  # fmt: skip
+
+    # the approval of the waiting task, as kagent's UI sends it: no header_update event is written for it, so
+    # the tool gets the headers of the session state the runtime rebuilt from the visible events
+    answer = await send(http, adk.controller.a2a_url, AGENT_REF, user=user,
+                        context_id=session, parts=approval(), task_id=waiting)  # fmt: skip
+    assert answer["status"]["state"] == "completed", adk.process.log_tail()
+    resumed = adk.model.model.requests_for(q[1])[-1]["messages"]
+    assert q[2] not in json.dumps(resumed)
+    deleted = [c for c in adk.tools.calls.of("delete_pod") if c.args == {"name": f"web-{t}"}]
+    assert [c.headers.get("authorization") for c in deleted] == [f"Bearer before-{t}"]
+
+
+def test_a_missing_runtime_environment_is_named_with_the_command_that_makes_it() -> None:
+    with pytest.raises(RuntimeUnavailable, match=r"\.venv-no-such-runtime is missing: run `scripts/runtime-venv"):
+        runtime_venv("no-such-runtime")

@@ -1,0 +1,231 @@
+"""The turn map (service/kagent/turn_map.py): every answer a boundary search, a listing page or a dry run
+gives is the same read from the map as read from kagent's rows; and a map that was deleted, corrupted or
+left behind by kagent's own writes (new events, task upserts, soft deletes) is found out by its guard and
+made true again, so that the answers stay exact. The service's rewinds and undos keep it true.
+
+Each test works in a database of its own, with the map made for every session (turn_map_min_tasks = 0)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from bench.generate import SessionSpec, insert_session
+from bench.kagent_writes import INSERT_EVENT, UPSERT_TASK
+from service.config import Settings
+from service.identity import Caller
+from service.kagent import turn_map
+from service.kagent.migrate import migrate
+from service.kagent.store import Store
+from service.operations import rewind
+from service.schemas import RewindRequest
+from service.services import Services
+from tests.conftest import create_database, drop_database
+from tests.helpers import new_user, seed
+from tests.support.conversations import build_conversation, insert_conversation
+from tests.test_invocation_index import _answers, _pages
+from tests.test_server_copy import ODDITIES, _oddity, copies, same_fork_both_ways
+
+
+@pytest.fixture
+async def own_db(server_url: str) -> AsyncIterator[str]:
+    url = await create_database(server_url)
+    try:
+        yield url
+    finally:
+        await drop_database(server_url, url)
+
+
+@pytest.fixture
+async def svc(own_db: str) -> AsyncIterator[Services]:
+    settings = Settings(database_url=own_db)
+    pool = await asyncpg.create_pool(own_db, min_size=1, max_size=6)
+    async with pool.acquire() as conn:
+        await migrate(conn, settings.service_schema)
+    store = Store(settings.service_schema)
+    store.turn_map_min_tasks = 0
+    try:
+        yield Services(settings=settings, store=store, pool=pool)
+    finally:
+        await pool.close()
+
+
+async def _exact(svc: Services, caller: Caller, session_id: str, invocations: list[str]) -> dict[str, Any]:
+    """The answers read from kagent's rows, the map left alone."""
+    svc.store.turn_map_min_tasks = None
+    try:
+        return await _answers(svc, caller, session_id, invocations)
+    finally:
+        svc.store.turn_map_min_tasks = 0
+
+
+async def _mapped(svc: Services, caller: Caller, session_id: str, invocations: list[str]) -> dict[str, Any]:
+    """The answers with the map, which must be trusted after the first of them made it true."""
+    answers = await _answers(svc, caller, session_id, invocations)
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.usable(svc.store, conn, session_id, caller.user_id)
+    return answers
+
+
+def _same(mapped: dict[str, Any], exact: dict[str, Any]) -> None:
+    assert mapped.keys() == exact.keys()
+    for key, answer in exact.items():
+        assert mapped[key] == answer, key
+
+
+async def _state(svc: Services, session_id: str, user_id: str) -> Any:
+    async with svc.pool.acquire() as conn:
+        return await svc.store.turn_maps.state(conn, session_id, user_id)
+
+
+async def test_every_answer_is_the_same_read_from_the_map(svc: Services) -> None:
+    convs = [
+        await seed(svc.pool, dialect="legacy", turns=4, tool_calls=True, approval_turn=1),
+        await seed(svc.pool, dialect="v1", turns=5, tool_calls=True, running_last_turn=True),
+        await seed(svc.pool, dialect="v1", turns=3, event_style="go", metadata_style="kagent"),
+        await seed(svc.pool, dialect="legacy", turns=3, runtime_events=True),
+    ]
+    for conv in convs:
+        caller = Caller(user_id=conv.user_id)
+        exact = await _exact(svc, caller, conv.session_id, conv.invocation_ids)
+        assert await _state(svc, conv.session_id, conv.user_id) is None  # the exact answers made no map
+        _same(await _mapped(svc, caller, conv.session_id, conv.invocation_ids), exact)
+
+
+async def test_a_long_session_lists_and_counts_the_same_from_the_map(svc: Services) -> None:
+    async with svc.pool.acquire() as conn:
+        s = await insert_session(conn, SessionSpec(turns=120))
+    caller = Caller(user_id=s.user_id)
+    svc.store.turn_map_min_tasks = None
+    exact = {limit: await _pages(svc, caller, s.session_id, limit) for limit in (7, 40, 120, 200)}
+    svc.store.turn_map_min_tasks = 0
+    for limit, pages in exact.items():
+        assert await _pages(svc, caller, s.session_id, limit) == pages, limit
+    state = await _state(svc, s.session_id, s.user_id)
+    assert (state.events, state.runs) == (1200, 120)
+
+
+async def _corruptions(conn: asyncpg.Connection, schema: str, session_id: str) -> list[str]:
+    return [
+        f"DELETE FROM {schema}.turn_map WHERE session_id = '{session_id}'",
+        f"DELETE FROM {schema}.turn_map_run WHERE session_id = '{session_id}'"
+        f" AND seq = (SELECT max(seq) FROM {schema}.turn_map_run WHERE session_id = '{session_id}')",
+        f"UPDATE {schema}.turn_map SET events = events + 1 WHERE session_id = '{session_id}'",
+        f"UPDATE {schema}.turn_map SET version = 0 WHERE session_id = '{session_id}'",
+        f"DELETE FROM {schema}.turn_map_run WHERE session_id = '{session_id}'",
+    ]
+
+
+async def test_a_deleted_or_corrupted_map_is_rebuilt(svc: Services) -> None:
+    conv = await seed(svc.pool, dialect="v1", turns=4, tool_calls=True)
+    caller = Caller(user_id=conv.user_id)
+    exact = await _exact(svc, caller, conv.session_id, conv.invocation_ids)
+    schema = svc.store.schema
+    async with svc.pool.acquire() as conn:
+        corruptions = await _corruptions(conn, schema, conv.session_id)
+    for corruption in corruptions:
+        await _mapped(svc, caller, conv.session_id, conv.invocation_ids)  # a true map
+        async with svc.pool.acquire() as conn:
+            await conn.execute(corruption)
+            assert not await turn_map.usable(svc.store, conn, conv.session_id, conv.user_id), corruption
+        _same(await _mapped(svc, caller, conv.session_id, conv.invocation_ids), exact)
+
+
+def _event(invocation_id: str, author: str, text: str) -> str:
+    return json.dumps({
+        "invocation_id": invocation_id, "author": author, "id": str(uuid.uuid4()), "timestamp": 1.0,
+        "content": {"role": "user" if author == "user" else "model", "parts": [{"text": text}]},
+    })  # fmt: skip
+
+
+async def test_kagent_writes_left_behind_are_found_and_mapped(svc: Services) -> None:
+    """kagent appends a turn (InsertEvent, UpsertTask twice: working, then completed), soft-deletes an
+    event and a task of its own: each time the answers read with the map are the exact ones."""
+    conv = await seed(svc.pool, dialect="v1", turns=3, tool_calls=True)
+    caller = Caller(user_id=conv.user_id)
+    sid, owner = conv.session_id, conv.user_id
+    await _mapped(svc, caller, sid, conv.invocation_ids)
+    new_turn = "e-" + str(uuid.uuid4())
+    task_id = str(uuid.uuid4())
+
+    def task(state: str) -> str:
+        return json.dumps({
+            "id": task_id, "contextId": sid, "status": {"state": state},
+            "history": [{"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "one more"}],
+                         "taskId": task_id, "contextId": sid}],
+            "metadata": {"adk_invocation_id": new_turn},
+        })  # fmt: skip
+
+    async with svc.pool.acquire() as conn:
+        writes = [
+            (UPSERT_TASK, (task_id, task("TASK_STATE_WORKING"), sid, "1.0", owner)),
+            (INSERT_EVENT, (str(uuid.uuid4()), owner, sid, _event(new_turn, "user", "one more"))),
+            (INSERT_EVENT, (str(uuid.uuid4()), owner, sid, _event(new_turn, "k8s_agent", "done"))),
+            (UPSERT_TASK, (task_id, task("TASK_STATE_COMPLETED"), sid, "1.0", owner)),
+            # kagent's SoftDeleteEvent and SoftDeleteTask (neither moves session.updated_at)
+            ("UPDATE event SET deleted_at = NOW() WHERE id = (SELECT id FROM event WHERE session_id = $1"
+             " AND deleted_at IS NULL ORDER BY created_at DESC LIMIT 1) AND deleted_at IS NULL", (sid,)),
+            ("UPDATE task SET deleted_at = NOW() WHERE id = $1 AND deleted_at IS NULL", (task_id,)),
+        ]  # fmt: skip
+    invocations = [*conv.invocation_ids, new_turn]
+    for statement, args in writes:
+        async with svc.pool.acquire() as conn:
+            await conn.execute(statement, *args)
+            assert not await turn_map.usable(svc.store, conn, sid, owner), statement
+        exact = await _exact(svc, caller, sid, invocations)
+        _same(await _mapped(svc, caller, sid, invocations), exact)
+
+
+@pytest.mark.parametrize("dialect", ["legacy", "v1"])
+async def test_rewinds_and_undos_keep_the_map_true(svc: Services, dialect: str) -> None:
+    """Two rewinds, then their undos newest first: after each, the map is still trusted (cut by the rewind,
+    extended by the undo, never rebuilt) and every answer is the exact one."""
+    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True)
+    caller = Caller(user_id=conv.user_id)
+    sid, invocations = conv.session_id, conv.invocation_ids
+    await _mapped(svc, caller, sid, invocations)
+    done = []
+    for keep in (4, 2):
+        answer = await rewind.rewind(svc, caller, sid, RewindRequest(rewind_before_invocation_id=invocations[keep]))
+        assert isinstance(answer, rewind.RewindResult) and answer.rewind.id is not None
+        done.append(answer.rewind.id)
+        async with svc.pool.acquire() as conn:
+            assert await turn_map.usable(svc.store, conn, sid, conv.user_id)  # cut by the rewind, not rebuilt
+        _same(await _mapped(svc, caller, sid, invocations[:keep]), await _exact(svc, caller, sid, invocations[:keep]))
+    for rewind_id, keep in zip(reversed(done), (4, 6), strict=True):
+        await rewind.undo(svc, caller, sid, rewind_id)
+        async with svc.pool.acquire() as conn:
+            assert await turn_map.usable(svc.store, conn, sid, conv.user_id)  # extended by the undo
+        _same(await _mapped(svc, caller, sid, invocations[:keep]), await _exact(svc, caller, sid, invocations[:keep]))
+
+
+@pytest.mark.parametrize("metadata_style", ["sample", "kagent"])
+async def test_a_mapped_large_fork_is_copied_by_postgresql_alone_and_writes_what_python_writes(
+    svc: Services, monkeypatch: pytest.MonkeyPatch, metadata_style: str
+) -> None:
+    """The map proves every kept task exact for PostgreSQL's text copy: the fork is the two INSERT ... SELECT
+    (path "map"), and writes the rows the Python rewrite writes."""
+    conv = await seed(svc.pool, dialect="v1", turns=6, tool_calls=True, metadata_style=metadata_style)
+    path, _ = await same_fork_both_ways(svc, svc.pool, monkeypatch, conv, task_layout="per_task")
+    assert path == "map"
+
+
+@pytest.mark.parametrize("oddity", ODDITIES)
+async def test_tasks_the_map_finds_the_text_copy_would_get_wrong_are_rewritten_at_once(
+    svc: Services, monkeypatch: pytest.MonkeyPatch, oddity: str
+) -> None:
+    """A kept task the text copy would get wrong: the map says so, and the fork is written by the Python
+    rewrite without trying PostgreSQL's copy first (path "python", one attempt)."""
+    conv = build_conversation(dialect="v1", turns=5, tool_calls=True, user_id=new_user())
+    _oddity(oddity, conv)
+    async with svc.pool.acquire() as conn:
+        await insert_conversation(conn, conv, schema_version_ok=False)
+    server_tries = copies("server")
+    path, rows = await same_fork_both_ways(svc, svc.pool, monkeypatch, conv)
+    assert path == "python" and copies("server") == server_tries
+    assert rows[1]["data"]["id"] == "<own id>"
