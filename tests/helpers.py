@@ -143,9 +143,15 @@ async def append_turns(
 
 
 def first_event_at(conv: Conversation, invocation_id: str) -> Any:
-    """When the first event of that invocation was written (a fork's or a rewind's event boundary)."""
-    return min(
-        e.created_at
-        for e in conv.events
-        if invocation_id in (json.loads(e.data).get("invocation_id"), json.loads(e.data).get("invocationId"))
-    )
+    """A fork's or a rewind's event boundary: when the first event of that invocation was written, or the
+    event just before it when that is the header_update that opens the turn (kagent-adk 0.10.x)."""
+
+    def invocation(data: str) -> Any:
+        doc = json.loads(data)
+        return doc.get("invocation_id", doc.get("invocationId"))
+
+    ordered = sorted(conv.events, key=lambda e: (e.created_at, e.id))
+    first = next(i for i, e in enumerate(ordered) if invocation(e.data) == invocation_id)
+    if first > 0 and invocation(ordered[first - 1].data) == "header_update":
+        return ordered[first - 1].created_at
+    return ordered[first].created_at

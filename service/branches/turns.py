@@ -232,7 +232,18 @@ async def _mapped_page(svc: Services, conn: Connection, source: SessionRow, limi
         if start is None or start.started_at is None:
             raise BadRequest(f"after names no turn of this session: {after}")
     rows = await maps.turn_page(conn, sid, owner, start, limit + 1)
-    return Page(items=[_item(_mapped(t)) for t in rows[:limit]], last=len(rows) <= limit)
+    page = {t.invocation_id: _mapped(t) for t in rows[:limit]}
+    # Each turn's tasks and chat marks, oldest task first, as with_tasks gathers them.
+    for task_id, marks in await maps.turn_tasks(conn, sid, owner, list(page)) if page else []:
+        for invocation_id, (message_ids, call_ids, response_ids, text_count) in msgspec.json.decode(marks).items():
+            turn = page.get(invocation_id)
+            if turn is not None and task_id not in turn.task_ids:
+                turn.task_ids.append(task_id)
+                turn.marks.message_ids += message_ids
+                turn.marks.call_ids += call_ids
+                turn.marks.response_ids += response_ids
+                turn.marks.text_count += text_count
+    return Page(items=[_item(t) for t in page.values()], last=len(rows) <= limit)
 
 
 def _mapped(t: MapTurn) -> TurnInfo:

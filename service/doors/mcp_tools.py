@@ -279,15 +279,27 @@ async def cancel_whatif(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolR
 
 async def start_experiment(
     ctx: Context[Any, Any, Any],
-    session_id: str,
-    rewind_before_invocation_id: str,
-    agents: list[str] | None = None,
-    turns: int | str = 1,
-    message_text: str | None = None,
-    repeats: int = 1,
-    on_approval: str = "stop",
-    name: str | None = None,
-    max_context_tokens: int | None = None,
+    session_id: SessionId,
+    rewind_before_invocation_id: InvocationId,
+    agents: Annotated[
+        list[str] | None,
+        Field(description='1 to 8 distinct agents, each "namespace/name" (default: the session\'s own agent).'),
+    ] = None,
+    turns: Annotated[
+        int | str, Field(description='How many of the session\'s turns to replay from that one on, or "all".')
+    ] = 1,
+    message_text: Annotated[
+        str | None, Field(description="Ask the first replayed turn with this text instead of the user's own.")
+    ] = None,
+    repeats: Annotated[int, Field(description="Branches per agent, 1 to 5 (agents x repeats at most 8).")] = 1,
+    on_approval: Annotated[
+        Literal["stop", "reject"],
+        Field(description='When an agent asks to approve a tool: "stop" the branch there, or "reject" the tool.'),
+    ] = "stop",
+    name: Annotated[str | None, Field(description="The branches' forks' name (default: agent, turn, repeat).")] = None,
+    max_context_tokens: Annotated[
+        int | None, Field(description="Refuse when every branch's turns' contexts add up to more (default 200,000).")
+    ] = None,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` on several agents at
     once and compare them with the source, turn by turn. Each of `agents` (1 to 8 "namespace/name", default:
@@ -355,7 +367,15 @@ async def list_sessions(
     return await _run(ctx, op)
 
 
-async def experiment_status(ctx: Context[Any, Any, Any], experiment_id: str, format: str = "json") -> CallToolResult:
+async def experiment_status(
+    ctx: Context[Any, Any, Any],
+    experiment_id: Annotated[
+        str, Field(description="An experiment id (start_experiment answers it: `experiment.id`).")
+    ],
+    format: Annotated[
+        Literal["json", "markdown"], Field(description='"json": the data; "markdown": a table to show a person.')
+    ] = "json",
+) -> CallToolResult:
     """An experiment started with start_experiment: its status (running until every branch ended) and the
     grid: the source's own turns and, for each agent's branch, each turn's question, answer, tool calls,
     model calls, tokens, duration and state, with totals. `format`: "json" (the data) or "markdown" (a

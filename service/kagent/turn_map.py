@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import asyncpg
+import msgspec
 
 from service.kagent import dialects
 from service.kagent.store import Store
@@ -176,7 +177,7 @@ def _digest(
         task = dialects.decode(data)
     except dialects.TaskFormatError:
         return MappedTask(task_id=task_id, created_at=created_at, updated_at=updated_at, state=None,
-                          invocation_ids=[], user_texts=[], figures=None)  # fmt: skip
+                          invocation_ids=[], user_texts=[], figures=None, marks="{}")  # fmt: skip
     dialect = dialects.TaskDialect.of(protocol_version)
     if dialect is None:
         raise Unmappable(f"task {task_id} has protocol_version {protocol_version!r}")
@@ -185,9 +186,15 @@ def _digest(
     for invocation_id in invocations:
         text = dialects.first_user_text(task, dialect, invocation_id)
         texts.append(text[:USER_TEXT_CHARS] if text else None)
+    chat = dialects.chat_marks(task, dialect)
+    marks = {
+        inv: [m.message_ids, m.call_ids, m.response_ids, m.text_count]
+        for inv in invocations
+        if (m := chat.get(inv)) is not None
+    }
     return MappedTask(
         task_id=task_id, created_at=created_at, updated_at=updated_at, state=dialects.state(task),
-        invocation_ids=invocations, user_texts=texts,
+        invocation_ids=invocations, user_texts=texts, marks=msgspec.json.encode(marks).decode(),
         figures=_figures(task, dialect, text=data, task_id=task_id, session_id=session_id, owner=owner),
     )  # fmt: skip
 

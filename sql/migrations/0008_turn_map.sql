@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS {schema}.turn_map_task (
     state          TEXT,
     invocation_ids TEXT[] NOT NULL,
     user_texts     TEXT[] NOT NULL,          -- parallel to invocation_ids (NULL: none)
+    -- by invocation, what of that turn survives on the messages kagent's chat renders from this task
+    -- (dialects.chat_marks): [message ids, call ids, response ids, text count]
+    marks          JSONB NOT NULL DEFAULT '{}',
     -- a per_task fork's figures for this task as a whole (NULL: the copier refuses it): history messages,
     -- bytes written with a new task and session id and an empty user id, places that hold the user id,
     -- and whether it is terminal (else its copy is closed as canceled, with a warning)

@@ -278,16 +278,16 @@ SELECT coalesce(array_agg(DISTINCT i), '{}') FROM dropped CROSS JOIN LATERAL unn
 
 -- name: map_turn
 -- One turn of the map, by invocation.
-SELECT invocation_id, event_first_at, task_id, task_created_at, started_at, has_messages, events, event_user_text,
-       task_user_text, task_state
+SELECT invocation_id, event_first_at, event_first_id, task_id, task_created_at, started_at, has_messages, events,
+       event_user_text, task_user_text, task_state
 FROM {schema}.turn_map_turn
 WHERE session_id = $1 AND user_id = $2 AND invocation_id = $3;
 
 -- name: map_turn_page
 -- Up to $5 turns in the listing's order (start, then invocation id) after the turn ($3, $4) (NULL: from
 -- the first).
-SELECT invocation_id, event_first_at, task_id, task_created_at, started_at, has_messages, events, event_user_text,
-       task_user_text, task_state
+SELECT invocation_id, event_first_at, event_first_id, task_id, task_created_at, started_at, has_messages, events,
+       event_user_text, task_user_text, task_state
 FROM {schema}.turn_map_turn
 WHERE session_id = $1 AND user_id = $2 AND started_at IS NOT NULL
   AND ($3::timestamptz IS NULL OR (started_at >= $3 AND (started_at, invocation_id) > ($3, $4)))
@@ -347,3 +347,19 @@ SELECT task_id, state, terminal
 FROM {schema}.turn_map_task
 WHERE session_id = $1 AND user_id = $2 AND created_at >= $3
 ORDER BY created_at, task_id;
+
+-- name: map_turn_tasks
+-- The mapped tasks carrying any of the invocations $3, oldest first, with their chat marks (a listing
+-- page completes its turns with them, as turns.with_tasks does).
+SELECT task_id, marks::text AS marks
+FROM {schema}.turn_map_task
+WHERE session_id = $1 AND user_id = $2 AND invocation_ids && $3::text[]
+ORDER BY created_at, task_id;
+
+-- name: map_opening
+-- The run before the one that starts at the event ($3, $4): its last event's time and its invocation (a
+-- turn begins at the header_update just before its first event, as boundary_event says).
+SELECT p.last_at, p.invocation_id
+FROM {schema}.turn_map_run AS r
+JOIN {schema}.turn_map_run AS p ON p.session_id = r.session_id AND p.user_id = r.user_id AND p.seq = r.seq - 1
+WHERE r.session_id = $1 AND r.user_id = $2 AND r.first_at = $3 AND r.first_id = $4;

@@ -206,14 +206,28 @@ test("share links: X-Share-Token as kagent forwards it", { skip: !READ_ONLY_SHAR
   failed(await forkSession(LEGACY, null, { shareToken: "not-a-share" }), /share/i);
 });
 
-// The service under test has no KAGENT_A2A_URL (no agents to ask): an experiment is refused with 503
-// before anything is written, and an unknown one is 404, as kagent's envelope says.
-test("startExperiment and getExperiment speak the experiment calls", async () => {
+// The service under test is the embedded demo, whose scripted agent answers over A2A: an experiment
+// replays the demo's later turns on it, and its grid is read back until every branch ended.
+test("startExperiment and getExperiment: a real experiment, read back as a grid", async () => {
   const turns = ok(await listInvocations(V1));
   const second = turns[1];
   assert.ok(second !== undefined);
-  const started = await startExperiment(V1, second.invocation_id, { agents: ["kagent/k8s-agent"], turns: "all" });
-  failed(started, /KAGENT_A2A_URL/);
+  const started = ok(await startExperiment(V1, second.invocation_id, { agents: ["kagent/k8s-agent"], turns: "all" }));
+  assert.equal(started.status, "running");
+  assert.equal(started.branches.length, 1);
+  let grid = started;
+  const deadline = Date.now() + 60_000;
+  while (grid.status === "running") {
+    assert.ok(Date.now() < deadline, `the experiment never ended: ${JSON.stringify(grid)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    grid = ok(await getExperiment(started.id));
+  }
+  const branch = grid.branches[0];
+  assert.ok(branch !== undefined);
+  assert.equal(grid.status, "completed", JSON.stringify(grid));
+  assert.equal(branch.turns.length, turns.length - 1);
+  assert.equal(grid.source.turns.length, turns.length - 1);
+  assert.deepEqual(branch.turns.map((t) => t.question), grid.source.turns.map((t) => t.question));
   failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
   failed(await startExperiment(V1, ""), /required/);
 });

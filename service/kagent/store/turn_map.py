@@ -46,6 +46,7 @@ class MapCounts:
 class MapTurn:
     invocation_id: str
     event_first_at: datetime | None
+    event_first_id: str | None
     task_id: str | None
     task_created_at: datetime | None
     started_at: datetime | None
@@ -76,6 +77,7 @@ class MappedTask:
     invocation_ids: list[str]
     user_texts: list[str | None]
     figures: TaskFigures | None  # None: the copier refuses the task
+    marks: str  # JSON: by invocation, [message ids, call ids, response ids, text count] (dialects.chat_marks)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,13 +122,14 @@ class StampedTask:
 
 _TASK_COLUMNS = [
     "session_id", "user_id", "task_id", "created_at", "updated_at", "state", "invocation_ids", "user_texts",
-    "messages", "bytes", "user_places", "terminal", "server_copy",
+    "messages", "bytes", "user_places", "terminal", "server_copy", "marks",
 ]  # fmt: skip
 
 
 def _turn(r: Any) -> MapTurn:
     return MapTurn(
-        invocation_id=r["invocation_id"], event_first_at=r["event_first_at"], task_id=r["task_id"],
+        invocation_id=r["invocation_id"], event_first_at=r["event_first_at"], event_first_id=r["event_first_id"],
+        task_id=r["task_id"],
         task_created_at=r["task_created_at"], started_at=r["started_at"], has_messages=r["has_messages"],
         events=int(r["events"]), event_user_text=r["event_user_text"], task_user_text=r["task_user_text"],
         task_state=r["task_state"],
@@ -292,6 +295,7 @@ class TurnMaps:
                         if (f := t.figures)
                         else (None,) * 5
                     ),
+                    t.marks,
                 )
                 for t in tasks
             ],
@@ -308,6 +312,18 @@ class TurnMaps:
     async def turn(self, conn: Connection, session_id: str, owner: str, invocation_id: str) -> MapTurn | None:
         r = await conn.fetchrow(self.q["map_turn"], session_id, owner, invocation_id)
         return None if r is None else _turn(r)
+
+    async def turn_tasks(self, conn: Connection, session_id: str, owner: str, ids: list[str]) -> list[tuple[str, str]]:
+        """(task id, chat marks as JSON) of the mapped tasks carrying any of `ids`, oldest first."""
+        rows = await conn.fetch(self.q["map_turn_tasks"], session_id, owner, ids)
+        return [(r["task_id"], r["marks"]) for r in rows]
+
+    async def opening(
+        self, conn: Connection, session_id: str, owner: str, first: tuple[datetime, str]
+    ) -> tuple[datetime, str | None] | None:
+        """(last event time, invocation) of the run before the one starting at `first`; None: none."""
+        r = await conn.fetchrow(self.q["map_opening"], session_id, owner, first[0], first[1])
+        return None if r is None else (r["last_at"], r["invocation_id"])
 
     async def turn_page(
         self, conn: Connection, session_id: str, owner: str, after: MapTurn | None, limit: int

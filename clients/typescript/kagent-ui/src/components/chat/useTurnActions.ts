@@ -49,11 +49,12 @@ export interface TurnMenuActions {
 }
 
 export function useTurnActions(options: TurnActionsOptions): TurnMenuActions {
-  const latest = useRef(options);
-  useEffect(() => {
-    latest.current = options;
-  });
   const router = useRouter();
+  // The callbacks read the latest options (and router) from here, so that they never change identity.
+  const latest = useRef({ ...options, router });
+  useEffect(() => {
+    latest.current = { ...options, router };
+  });
 
   const resolve = useCallback(async (message: Message): Promise<TurnActions | string> => {
     const { sessionId, shareToken } = latest.current;
@@ -64,7 +65,7 @@ export function useTurnActions(options: TurnActionsOptions): TurnMenuActions {
   }, []);
 
   const fork = useCallback(async (actions: TurnActions) => {
-    const { sessionId, shareToken, namespace, agentName } = latest.current;
+    const { sessionId, shareToken, namespace, agentName, router } = latest.current;
     if (!sessionId) return;
     const answer = await forkSessionAction(sessionId, actions.forkBefore, shareToken);
     if (answer.error !== undefined || !answer.data) {
@@ -77,7 +78,7 @@ export function useTurnActions(options: TurnActionsOptions): TurnMenuActions {
       detail: { agentRef: `${namespace}/${agentName}`, session },
     }));
     router.push(`/agents/${namespace}/${agentName}/chat/${session.id}`);
-  }, [router]);
+  }, []);
 
   const rewind = useCallback(async (actions: TurnActions) => {
     const { sessionId, shareToken } = latest.current;
