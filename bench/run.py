@@ -487,10 +487,12 @@ async def measure_transcript(b: Bench, s: GeneratedSession, label: str) -> None:
 
 
 async def measure_whatif(b: Bench, s: GeneratedSession, label: str) -> None:
-    """Time to the 202 of a what-if of the last turn (its dry run for the cost gate, the fork, the job row)
-    and the workers' peak RSS growth meanwhile. The service's KAGENT_A2A_URL names a port nothing listens
-    on: the job fails right after, and the 202 does not wait for the agent anyway."""
-    body = {"rewind_before_invocation_id": s.invocation_ids[-1], "agent_ref": "kagent/bench-agent"}
+    """Time to the 202 of a what-if of the last turn (the agent's card, its dry run for the cost gate, the fork,
+    the job row) and the workers' peak RSS growth meanwhile. Run beside the embedded demo's scripted agent
+    (bench.experiments): the job is waited for after each 202, so that it does not run into the next one."""
+    from bench.experiments import finished
+
+    body = {"rewind_before_invocation_id": s.invocation_ids[-1], "agent_ref": "kagent/k8s-agent"}
     took, growth = [], 0.0
     for _ in range(b.args.reps):
         await b.quiesce()
@@ -501,6 +503,7 @@ async def measure_whatif(b: Bench, s: GeneratedSession, label: str) -> None:
         if response.status_code != 202:
             raise RuntimeError(f"what-if answered {response.status_code}: {response.text[:300]}")
         growth = max(growth, max(_status_kb(pid, "VmHWM") - rss for pid, rss in base.items()) / 1024)
+        await finished(b, response.headers["Location"])
         await b.drop_copy(response.json()["data"]["session"]["id"])
     b.report.add(
         Row(
@@ -740,6 +743,7 @@ async def run(args: argparse.Namespace) -> Report:
 VARIANTS = ("plain", "map", "index")
 MEASURES = (
     "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz", "writes",
+    "experiments",
 )  # fmt: skip
 
 
@@ -820,8 +824,6 @@ async def measure_service(
         if "transcript" in want:
             await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
             await phase("transcript 100k", measure_transcript(b, s100k, "100,000 events"))
-        if "whatif" in want:
-            await phase("what-if 10k", measure_whatif(b, s10k, "10,000 events"))
         if "rewind" in want:
             await phase("(d) rewind 10% of 100k", measure_rewind(b, s100k))
         if "throughput" in want:
@@ -829,6 +831,8 @@ async def measure_service(
         if "naive" in want and variant == "plain":
             await phase("(h) kagent's design, 10k", measure_naive(b, s10k, "10,000 events", v1_10k))
             await phase("(h) kagent's design, 100k", measure_naive(b, s100k, "100,000 events", v1_100k))
+    if want & {"whatif", "experiments"}:
+        await measure_agents(args, dsn, conn, report, tmp, env, s10k, want)
     if "pglz" not in want or variant != "plain":
         return
     # The same forks with the task rows compressed by pglz, PostgreSQL's default, as an operator who set
@@ -840,6 +844,26 @@ async def measure_service(
         # ideal SQL fork measured about 2.0x with pglz.
         await phase("(b) fork 10k vs floor, pglz", measure_forks(b, s10k, "10,000 events", None))
         await phase("(c) fork 100k vs floor, pglz", measure_forks(b, s100k, "100,000 events", None))
+
+
+async def measure_agents(
+    args: argparse.Namespace, dsn: str, conn: asyncpg.Connection, report: Report, tmp: Path, env: dict[str, str],
+    s10k: GeneratedSession, want: set[str],
+) -> None:  # fmt: skip
+    """The what-if's and the experiments' rows: the service beside agents that answer (the embedded demo's
+    scripted agents; a what-if or an experiment asks for the agent's card before anything is written)."""
+    from bench import experiments
+    from service.embedded import scripted_agent
+
+    with scripted_agent.serving(dsn) as agents_url:
+        env = {**env, "KAGENT_A2A_URL": agents_url}
+        async with serving(args, dsn, conn, report, tmp / "service-experiments.log", env) as b:
+            await phase("warming up on 10k forks", warm_up(b, [s10k]))
+            if "whatif" in want:
+                await phase("what-if 10k", measure_whatif(b, s10k, "10,000 events"))
+            if "experiments" in want and report.index == args.variants[-1]:  # once: the rows do not depend on it
+                await phase("experiment of 4 branches: 202 vs 4 forks", experiments.measure_start(b, s10k))
+                await phase("experiment of 8 branches x 10 turns: RSS, GET", experiments.measure_run(b, s10k))
 
 
 @contextlib.asynccontextmanager

@@ -229,3 +229,51 @@ async def test_tasks_the_map_finds_the_text_copy_would_get_wrong_are_rewritten_a
     path, rows = await same_fork_both_ways(svc, svc.pool, monkeypatch, conv)
     assert path == "python" and copies("server") == server_tries
     assert rows[1]["data"]["id"] == "<own id>"
+
+
+async def _spans(svc: Services, caller: Caller, session_id: str, invocations: list[str]) -> dict[str, Any]:
+    """A what-if's and an experiment's span (whatif.span_of) of every turn, "all" turns: what each answers."""
+    from service.agents import whatif
+
+    out: dict[str, Any] = {}
+    for inv in invocations:
+        async with svc.pool.acquire() as conn:
+            try:
+                span = await whatif.span_of(svc, conn, caller, session_id, inv, "all")
+            except Exception as exc:  # the refusal itself must be the same
+                out[inv] = (type(exc).__name__, str(exc))
+                continue
+        turns = [(t.invocation_id, t.message, t.started_at) for t in span.turns]
+        out[inv] = (turns, span.tokens, span.position, span.dialect)
+    return out
+
+
+async def test_a_whatif_span_is_the_same_read_from_the_map(svc: Services) -> None:
+    """The cost gate's tokens, the turns re-asked and the turn's number: the same with and without the map."""
+    convs = [
+        await seed(svc.pool, dialect="legacy", turns=4, tool_calls=True, approval_turn=1),
+        await seed(svc.pool, dialect="v1", turns=5, tool_calls=True, running_last_turn=True),
+        await seed(svc.pool, dialect="legacy", turns=3, runtime_events=True),
+    ]
+    for conv in convs:
+        caller = Caller(user_id=conv.user_id)
+        svc.store.turn_map_min_tasks = None
+        exact = await _spans(svc, caller, conv.session_id, conv.invocation_ids)
+        svc.store.turn_map_min_tasks = 0
+        exact_reads: list[str] = []
+        event_turns = svc.store.events.event_turns
+
+        async def counted(*args: Any, reads: list[str] = exact_reads, read: Any = event_turns, **kwargs: Any) -> Any:
+            reads.append(args[1])
+            return await read(*args, **kwargs)
+
+        svc.store.events.event_turns = counted  # type: ignore[method-assign]
+        try:
+            mapped = await _spans(svc, caller, conv.session_id, conv.invocation_ids)
+        finally:
+            del svc.store.events.event_turns
+        assert exact_reads == [], "every span was read from the map"
+        async with svc.pool.acquire() as conn:
+            assert await turn_map.usable(svc.store, conn, conv.session_id, conv.user_id)
+        assert any(isinstance(answer[0], list) and len(answer[0]) > 1 for answer in exact.values())
+        _same(mapped, exact)

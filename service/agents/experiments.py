@@ -111,8 +111,8 @@ async def _checked_start(
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
-    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        span = await whatif.read_span(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
+    async with svc.connection() as conn:
+        span = await whatif.span_of(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
     agents = _agents(req, span.agent_ref)
     repeats = int(req.repeats)
     branches = [(ref, repeat) for ref in agents for repeat in range(1, repeats + 1)]

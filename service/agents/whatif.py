@@ -27,7 +27,7 @@ from service.agents import a2a_client
 from service.agents.runner import JobResult, Runner, headers
 from service.errors import BadRequest, Conflict, NotConfigured, NotFound, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects
+from service.kagent import dialects, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.sessions import SessionRow
@@ -190,17 +190,92 @@ async def _boundary_task(
     return found.row, dialect, message
 
 
-async def read_span(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: str, wanted: int | float | str
-) -> Span:
-    """The source turns from `boundary` on (`wanted` of them, or "all"), each with the user message to send
-    again and the estimated context before it. Needs a (repeatable read) transaction."""
-    source, _ = await visible_session(svc, conn, caller, session_id)
+@dataclass(frozen=True, kw_only=True)
+class _From:
+    """The boundary turn's task and message, and the turns the events show from it on (the listing's)."""
+
+    task: TaskRow
+    dialect: dialects.TaskDialect
+    first: dialects.JSON
+    later: list[tuple[str, datetime]]  # (invocation id, start): empty for a turn only its task knows
+    position: int | None
+
+
+async def _exact_from(svc: Services, conn: Connection, source: SessionRow, boundary: str) -> _From:
     task, dialect, first = await _boundary_task(svc, conn, source, boundary)
     listed = await svc.store.events.event_turns(conn, source.id, source.user_id)
     ids = [t.invocation_id for t in listed]
+    at = ids.index(boundary) if boundary in ids else None
+    later = [(t.invocation_id, t.started_at) for t in listed[at:]] if at is not None else []
+    return _From(task=task, dialect=dialect, first=first, later=later, position=None if at is None else at + 1)
+
+
+async def _mapped_from(svc: Services, conn: Connection, source: SessionRow, boundary: str) -> _From | None:
+    """_exact_from read from the source's turn map (trusted in this snapshot); None: the exact path answers
+    (a turn the map does not know, or whose task does not carry it as the reader sees it)."""
+    maps, sid, owner = svc.store.turn_maps, source.id, source.user_id
+    turn = await maps.turn(conn, sid, owner, boundary)
+    if turn is None or turn.task_id is None or turn.started_at is None:
+        return None
+    row = await svc.store.tasks.task_by_id(conn, turn.task_id, sid)
+    if row is None or plan.find_boundary_task([row], boundary) is None:
+        return None
+    dialect = plan.dialect_of(row)
+    first = dialects.user_message(dialects.decode(row.data), dialect, boundary)
+    if first is None:
+        raise Unprocessable(f"the turn {boundary} has no user message to send")
+    if not turn.has_messages:
+        return _From(task=row, dialect=dialect, first=first, later=[], position=None)
+    rest = await maps.turn_page(conn, sid, owner, turn, 1 << 30)
+    later = [(turn.invocation_id, turn.started_at)]
+    later += [(t.invocation_id, t.started_at) for t in rest if t.has_messages and t.started_at is not None]
+    position = await maps.event_turns_before(conn, sid, owner, turn) + 1
+    return _From(task=row, dialect=dialect, first=first, later=later, position=position)
+
+
+async def _tokens_before(
+    svc: Services, conn: Connection, source: SessionRow, times: list[datetime], mapped: bool
+) -> list[int]:
+    """The transcript's estimated_context_tokens before each time: the map's running sums, else the events."""
+    sid, owner = source.id, source.user_id
+    if mapped:
+        figures = [await svc.store.turn_maps.figures.figures_before(conn, sid, owner, at) for at in times]
+        if all(f is not None for f in figures):
+            return [math.ceil(f[2] / 4) for f in figures if f is not None]
+    chars = await svc.store.events.text_chars_before_each(conn, sid, owner, sorted(set(times)))
+    return [math.ceil(chars.get(at, 0) / 4) for at in times]
+
+
+async def span_of(
+    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: str, wanted: int | float | str
+) -> Span:
+    """read_span in a read-only snapshot of its own, the source's turn map made true first (outside it)."""
+    source, _ = await visible_session(svc, conn, caller, session_id)
+    mapped = await turn_map.prepare(svc.store, conn, source.id, source.user_id)
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        return await read_span(svc, conn, caller, session_id, boundary, wanted, mapped=mapped)
+
+
+async def read_span(
+    svc: Services,
+    conn: Connection,
+    caller: Caller,
+    session_id: str,
+    boundary: str,
+    wanted: int | float | str,
+    *,
+    mapped: bool = False,
+) -> Span:
+    """The source turns from `boundary` on (`wanted` of them, or "all"), each with the user message to send
+    again and the estimated context before it. Needs a (repeatable read) transaction; `mapped`: the
+    source's turn map was prepared before it (read if its guard holds here)."""
+    source, _ = await visible_session(svc, conn, caller, session_id)
+    mapped = mapped and await turn_map.usable(svc.store, conn, source.id, source.user_id)
+    found = await _mapped_from(svc, conn, source, boundary) if mapped else None
+    if found is None:
+        found = await _exact_from(svc, conn, source, boundary)
+    task, dialect, later = found.task, found.dialect, found.later
     # A turn only its task knows (no events) can be asked; nothing after it is known.
-    later = listed[ids.index(boundary) :] if boundary in ids else []
     available = max(len(later), 1)
     count = available if wanted == "all" else whole(float(wanted), "turns")
     if count < 1:
@@ -210,9 +285,9 @@ async def read_span(
             f"turns: the source holds {available} turn{'s' if available != 1 else ''} from {boundary} on, not {count}"
         )
     turns = [
-        SourceTurn(invocation_id=boundary, message=first, started_at=later[0].started_at if later else task.created_at)
+        SourceTurn(invocation_id=boundary, message=found.first, started_at=later[0][1] if later else task.created_at)
     ]
-    wanted_ids = {t.invocation_id: t for t in later[1:count]}
+    wanted_ids = dict(later[1:count])
     messages: dict[str, dialects.JSON] = {}
     if wanted_ids:
         async for row in svc.store.tasks.stream_tasks_from(conn, source.id, source.user_id, task.created_at):
@@ -222,22 +297,17 @@ async def read_span(
                 continue
             for inv in dialects.invocation_ids(data):
                 if inv in wanted_ids and inv not in messages:
-                    found = dialects.user_message(data, plan.dialect_of(row), inv)
-                    if found is not None:
-                        messages[inv] = found
-    for t in later[1:count]:
-        if t.invocation_id not in messages:
-            raise Unprocessable(f"the turn {t.invocation_id} has no user message to send")
-        turns.append(
-            SourceTurn(invocation_id=t.invocation_id, message=messages[t.invocation_id], started_at=t.started_at)
-        )
-    chars = await svc.store.events.text_chars_before_each(
-        conn, source.id, source.user_id, sorted({t.started_at for t in turns})
-    )
+                    message = dialects.user_message(data, plan.dialect_of(row), inv)
+                    if message is not None:
+                        messages[inv] = message
+    for inv, started_at in later[1:count]:
+        if inv not in messages:
+            raise Unprocessable(f"the turn {inv} has no user message to send")
+        turns.append(SourceTurn(invocation_id=inv, message=messages[inv], started_at=started_at))
+    tokens = await _tokens_before(svc, conn, source, [t.started_at for t in turns], mapped)
     return Span(
         source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None, dialect=dialect,
-        turns=turns, tokens=[math.ceil(chars.get(t.started_at, 0) / 4) for t in turns],
-        position=ids.index(boundary) + 1 if boundary in ids else None,
+        turns=turns, tokens=tokens, position=found.position,
     )  # fmt: skip
 
 
@@ -392,8 +462,8 @@ async def _checked_start(
     authorization: str | None,
 ) -> Started:
     """The refusals a fork does not make (the turns' messages, the agent, the cost gate), then the start."""
-    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        span = await read_span(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
+    async with svc.connection() as conn:
+        span = await span_of(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
     agent_ref = req.agent_ref or span.agent_ref
     if agent_ref is None:
         raise Unprocessable(

@@ -294,6 +294,14 @@ WHERE session_id = $1 AND user_id = $2 AND started_at IS NOT NULL
 ORDER BY started_at, invocation_id
 LIMIT $5;
 
+-- name: map_event_turns_before
+-- How many turns with a message (the turns the events show, event_turns) come before the turn ($3, $4)
+-- in the listing's order: a turn's number, less one.
+SELECT count(*)
+FROM {schema}.turn_map_turn
+WHERE session_id = $1 AND user_id = $2 AND has_messages AND started_at IS NOT NULL
+  AND (started_at, invocation_id) < ($3, $4);
+
 -- name: map_figures_before
 -- A dry run's event figures: the sums of the runs that end before $3 (NULL: all), if no run holds
 -- events on both sides of $3 (then straddles is true and the caller counts the events itself).
