@@ -321,6 +321,11 @@ async def test_readable_on_a_phone(browser: Browser, page_url: str, pool: asyncp
         width = await tab.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, width
         await shot(tab, "phone")
+        # the experiment form fits too
+        await tab.locator("#turns > li.turn").nth(0).get_by_role("button", name="Experiment").click()
+        await expect(tab.locator(".experiment-form")).to_be_visible()
+        width = await tab.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, width
     finally:
         await context.close()
 
