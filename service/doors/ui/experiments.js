@@ -3,11 +3,12 @@
 // it uses app.js's helpers (el, api, act, say, state, ...), which all scripts of the page share.
 "use strict";
 
-// The experiment whose grid is shown: opening another one (or another session) stops the follower.
-const shownExperiment = { id: null };
+// The grid being followed: showing one (again, or another one, or another session) stops the follower
+// of the one before, so one grid is polled at a time.
+const shownExperiment = { follower: null };
 
 function forgetExperiment() {
-  shownExperiment.id = null;
+  shownExperiment.follower = null;
   $("experiment").replaceChildren();
 }
 
@@ -103,10 +104,11 @@ async function showExperiments() {
 
 // Show an experiment's grid, read again every 700 ms while it runs.
 async function followExperiment(id) {
-  shownExperiment.id = id;
+  const follower = {};
+  shownExperiment.follower = follower;
   const epoch = state.epoch;
   const started = Date.now();
-  const mine = () => epoch === state.epoch && shownExperiment.id === id;
+  const mine = () => epoch === state.epoch && shownExperiment.follower === follower;
   for (let i = 0; i < 3600 && mine(); i++) {
     let x;
     try {
