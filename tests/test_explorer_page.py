@@ -18,7 +18,8 @@ from playwright.async_api import Browser, ConsoleMessage, Dialog, Page, async_pl
 
 from service.app import create_app
 from service.config import Settings
-from tests.helpers import new_user, seed
+from tests.helpers import new_user, seed, table_fingerprint
+from tests.support import kagent_reads
 from tests.support.a2a_agent import NAMESPACE, SLOW, V1, Seen, running_agents
 from tests.support.live_server import live_server
 
@@ -39,21 +40,27 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def served(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[tuple[str, Seen]]:
+def served(settings: Settings, database_url: str, pool: asyncpg.Pool) -> Iterator[tuple[str, Seen, Settings]]:
     with running_agents(database_url) as (a2a_url, seen):
         config = dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.5)
         with live_server(create_app(config, database_url)) as url:
-            yield url, seen
+            yield url, seen, config
 
 
 @pytest.fixture(scope="module")
-def page_url(served: tuple[str, Seen]) -> str:
+def page_url(served: tuple[str, Seen, Settings]) -> str:
     return served[0]
 
 
 @pytest.fixture(scope="module")
-def agents_seen(served: tuple[str, Seen]) -> Seen:
+def agents_seen(served: tuple[str, Seen, Settings]) -> Seen:
     return served[1]
+
+
+@pytest.fixture(scope="module")
+def page_settings(served: tuple[str, Seen, Settings]) -> Settings:
+    """The live service's settings (its agents' A2A address), for a second service with other limits."""
+    return served[2]
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +137,7 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
     await expect(beside).to_contain_text("It would leave behind 2 turns")
     assert '"dry_run"' not in await tab.locator("body").inner_text()
     # fork before the third turn: the page opens the fork (its own address), saying where it came from
-    await turns.nth(2).get_by_role("button", name="Fork here").click()
+    await turns.nth(2).get_by_role("button", name="Fork before this turn").click()
     await expect(tab.locator("#status")).to_contain_text("Forked: now showing the fork")
     async with pool.acquire() as conn:
         fork = await conn.fetchrow(
@@ -314,16 +321,25 @@ async def test_readable_on_a_phone(browser: Browser, page_url: str, pool: asyncp
         width = await tab.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, width
         await shot(tab, "phone")
+        # the experiment form fits too
+        await tab.locator("#turns > li.turn").nth(0).get_by_role("button", name="Experiment").click()
+        await expect(tab.locator(".experiment-form")).to_be_visible()
+        width = await tab.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, width
     finally:
         await context.close()
 
 
 def test_page_files_are_in_the_package() -> None:
-    files = {p.name for p in (ROOT / "service" / "doors" / "ui").iterdir()}
-    assert {"index.html", "app.js", "style.css"} <= files
-    html = (ROOT / "service" / "doors" / "ui" / "index.html").read_text()
+    ui = ROOT / "service" / "doors" / "ui"
+    files = {p.name for p in ui.iterdir()}
+    assert {"index.html", "app.js", "experiments.js", "style.css"} <= files
+    html = (ui / "index.html").read_text()
     assert "http" not in html.replace("https://", "").lower() or "http-equiv" in html  # no CDN, nothing from elsewhere
-    assert "innerHTML" not in (ROOT / "service" / "doors" / "ui" / "app.js").read_text()
+    for script in ui.glob("*.js"):
+        text = script.read_text()
+        assert "innerHTML" not in text and "insertAdjacentHTML" not in text, script.name
+        assert len(text.splitlines()) <= 600, f"{script.name} is past 600 lines: split it"
 
 
 async def test_served_page(client: Any) -> None:
@@ -332,5 +348,205 @@ async def test_served_page(client: Any) -> None:
     assert "default-src 'self'" in page.headers["content-security-policy"]
     script = await client.get("/ui/app.js")
     assert script.status_code == 200 and "textContent" in script.text
+    second = await client.get("/ui/experiments.js")
+    assert second.status_code == 200 and second.headers["content-type"].startswith("text/javascript")
     missing = await client.get("/ui/secrets.txt")
     assert missing.status_code == 404 and missing.json()["error"].startswith("no such file")
+
+
+async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool, agents_seen: Seen
+) -> None:
+    tab, problems = page
+    dialogs: list[str] = []
+    tab.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=4, tool_calls=True, user_id=user, name="Which agent does it best?")
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    turns = tab.locator("#turns > li.turn")
+    await expect(turns).to_have_count(4)
+    # the slow agent answers its first turn at once and holds its second until released: the grid is
+    # seen filling while the experiment runs
+    agents_seen.release.clear()
+    agents_seen.hold_on_turn = 2
+    try:
+        await turns.nth(1).get_by_role("button", name="Experiment").click()
+        form = turns.nth(1).locator(".experiment-form")
+        await expect(form.locator(".exp-turns")).to_have_value("all")  # every later turn by default
+        await form.locator(".exp-agents").fill(f"{NAMESPACE}/{V1}, {NAMESPACE}/{SLOW}")
+        await form.locator(".exp-message").fill("Ask it differently: how many pods run?")
+        await form.get_by_role("button", name="Start the experiment").click()
+        grid = tab.locator("#experiment table.experiment")
+        await expect(grid).to_be_visible(timeout=15_000)
+        assert "run their tools for real" in dialogs[-1]
+        rows = grid.locator("tbody tr")
+        await expect(rows).to_have_count(3)
+        await expect(grid.locator("thead th[data-col=b0]")).to_contain_text(f"{NAMESPACE}/{V1}")
+        await expect(grid.locator("thead th[data-col=b1]")).to_contain_text(f"{NAMESPACE}/{SLOW}")
+        # while it runs: the fast column done, the slow one at its second turn, the page saying so
+        cell = rows.nth(2).locator("td[data-col=b0]")
+        await expect(cell).to_have_attribute("data-state", "completed", timeout=20_000)
+        cell = rows.nth(1).locator("td[data-col=b1]")
+        await expect(cell).to_have_attribute("data-state", "working", timeout=20_000)
+        await expect(rows.nth(0).locator("td[data-col=b1]")).to_have_attribute("data-state", "completed")
+        await expect(tab.locator("#status")).to_contain_text("Experiment running: 1 of 2 branches ended")
+        await expect(tab.locator("#experiment")).to_contain_text("Cancel the experiment")
+        agents_seen.release.set()
+        await expect(tab.locator("#status")).to_have_text("Experiment completed", timeout=30_000)
+    finally:
+        agents_seen.hold_on_turn = 0
+        agents_seen.release.set()
+    await expect(tab.locator("#experiment p[data-status=completed]")).to_have_count(1)
+    # the source column: the source's own turns over the same span, its questions as asked then
+    for i, turn in enumerate(conv.turns[1:]):
+        await expect(rows.nth(i).locator("td[data-col=source]")).to_contain_text(turn.user_text)
+        await expect(rows.nth(i).locator("th")).to_have_text(f"Turn {i + 2}")
+    # each branch: the edited first question, then the source's own; figures per turn and the totals
+    for col in ("b0", "b1"):
+        await expect(rows.nth(0).locator(f"td[data-col={col}] .msg.user")).to_have_text(
+            "Ask it differently: how many pods run?"
+        )
+        await expect(rows.nth(2).locator(f"td[data-col={col}] .msg.user")).to_have_text(conv.turns[3].user_text)
+        await expect(rows.nth(0).locator(f"td[data-col={col}]")).to_contain_text("tools: lookup · 2 model calls")
+        await expect(grid.locator(f"tfoot td[data-col={col}]")).to_contain_text(
+            "3 turns3 tool calls, 6 model calls, 864 tokens"
+        )
+    await expect(grid.locator("tfoot td[data-col=source]")).to_contain_text("3 turns")
+    await expect(tab.locator("#experiment")).not_to_contain_text("Cancel the experiment")
+    # what was shown is what the service holds, and the edited question reached each agent, in its fork
+    async with pool.acquire() as conn:
+        branches = await conn.fetch(
+            "SELECT j.session_id, j.agent_ref FROM kagent_fork.whatif_job j JOIN kagent_fork.experiment x "
+            "ON x.id = j.experiment_id WHERE x.source_session_id = $1 ORDER BY j.agent_ref",
+            conv.session_id,
+        )  # fmt: skip
+    assert sorted(b["agent_ref"] for b in branches) == [f"{NAMESPACE}/{SLOW}", f"{NAMESPACE}/{V1}"]
+    for branch in branches:
+        got = [m for m in agents_seen.messages if m.context_id == branch["session_id"]]
+        asked = [[p.text for p in m.parts if p.HasField("text")] for m in got]
+        questions = ["Ask it differently: how many pods run?", conv.turns[2].user_text, conv.turns[3].user_text]
+        assert asked == [[q] for q in questions]
+    # the session's list of experiments shows it; its grid opens from there
+    listed = tab.locator("#experiments li[data-status=completed]")
+    await expect(listed).to_have_count(1)
+    await expect(listed).to_contain_text(f"from Turn 2 “{conv.turns[1].user_text[:40]}")
+    await tab.evaluate("window.scrollTo(0, 0)")
+    if SHOTS:
+        await tab.screenshot(path=str(ROOT / "docs" / "explorer-experiment.png"), full_page=True)
+    # a fresh page on the session's address: the list, and the grid opened from it
+    await tab.reload()
+    await expect(tab.locator("#session-title")).to_have_text("Which agent does it best?")
+    await tab.get_by_role("button", name="Experiments").click()
+    await expect(tab.locator("#experiment")).to_be_empty()
+    await listed.get_by_role("button", name="Show the grid").click()
+    await expect(tab.locator("#experiment tbody tr")).to_have_count(3)
+    text = await tab.locator("body").inner_text()
+    assert "__NS__" not in text and "TASK_STATE_" not in text and "undefined" not in text and "null" not in text
+    assert problems == []
+
+
+async def test_an_experiment_can_be_cancelled_from_its_grid(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool, agents_seen: Seen
+) -> None:
+    tab, problems = page
+    user = new_user()
+    await seed(pool, dialect="v1", turns=2, user_id=user, name="Cancel me")
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    agents_seen.release.clear()
+    agents_seen.hold_on_turn = 0
+    try:
+        await tab.locator("#turns > li.turn").nth(1).get_by_role("button", name="Experiment").click()
+        form = tab.locator(".experiment-form")
+        await form.locator(".exp-agents").fill(f"{NAMESPACE}/{SLOW}")
+        await form.get_by_role("button", name="Start the experiment").click()
+        await expect(tab.locator("#status")).to_contain_text("Experiment running", timeout=15_000)
+        await tab.get_by_role("button", name="Cancel the experiment").click()
+        await expect(tab.locator("#experiment p[data-status=cancelled]")).to_have_count(1, timeout=15_000)
+    finally:
+        agents_seen.release.set()
+    async with pool.acquire() as conn:
+        status = await conn.fetchval(
+            "SELECT x.status FROM kagent_fork.experiment x JOIN session s ON s.id = x.source_session_id "
+            "WHERE s.user_id = $1",
+            user,
+        )  # fmt: skip
+    assert status == "cancelled"
+    assert problems == []
+
+
+async def test_a_refused_experiment_shows_the_services_reason_and_writes_nothing(
+    page: tuple[Page, list[str]], page_settings: Settings, database_url: str, pool: asyncpg.Pool
+) -> None:
+    tab, problems = page
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=3, user_id=user, name="Too dear")
+    # a service whose cost gate is low: every experiment on this conversation is over it
+    config = dataclasses.replace(page_settings, whatif_max_context_tokens=20)
+    before = await table_fingerprint(pool)
+    with live_server(create_app(config, database_url)) as url:
+        await open_as(tab, url, user)
+        await tab.locator("#sessions li").first.click()
+        turn = tab.locator("#turns > li.turn").nth(1)
+        await turn.get_by_role("button", name="Experiment").click()
+        await turn.locator(".exp-agents").fill(f"{NAMESPACE}/{V1}")
+        await turn.get_by_role("button", name="Start the experiment").click()
+        refusal = turn.locator(".exp-refusal")
+        await expect(refusal).to_contain_text("Not started: the contexts of every branch's turns are about")
+        await expect(refusal).to_contain_text("over the limit of 20 (max_context_tokens")
+        await expect(tab.locator("#status")).to_contain_text("Starting the experiment failed: the contexts")
+        await expect(tab.locator("#status")).to_have_class("error")
+    assert await table_fingerprint(pool) == before
+    async with pool.acquire() as conn:
+        assert await conn.fetchval(
+            "SELECT count(*) FROM kagent_fork.experiment WHERE source_session_id = $1", conv.session_id
+        ) == 0  # fmt: skip
+    assert all("422" in p for p in problems)  # the browser logs the refused request itself
+
+
+async def test_fork_before_and_after_a_turn_make_the_forks_they_say(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    tab, problems = page
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user, name="Where to fork")
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    turns = tab.locator("#turns > li.turn")
+    await expect(turns).to_have_count(3)
+
+    async def forked(label: str, turn: int) -> tuple[str | None, list[str | None]]:
+        """Click `label` on a turn (from 0) of the source; the fork's boundary and its events' turns, as
+        kagent's readers read the fork's events."""
+        await tab.locator(f"#sessions li[data-id='{conv.session_id}']").click()
+        await expect(tab.locator("#session-title")).to_have_text("Where to fork")
+        await turns.nth(turn).get_by_role("button", name=label).click()
+        await expect(tab.locator("#status")).to_contain_text("Forked: now showing the fork")
+        fork_id = tab.url.split("session=")[1].split("&")[0]
+        async with pool.acquire() as conn:
+            boundary = await conn.fetchval(
+                "SELECT rewind_before_invocation_id FROM kagent_fork.fork WHERE session_id = $1", fork_id
+            )
+            events = await kagent_reads.list_events_for_session_asc(conn, fork_id, user)
+        return boundary, [kagent_reads.parse_event(e["data"]).invocation_id for e in events]
+
+    ids = conv.invocation_ids
+    # after the first reply: the chat ends with that reply (the fork before turn 2)
+    boundary, invocations = await forked("Fork after this reply", 0)
+    assert boundary == ids[1] and set(invocations) == {ids[0]}
+    assert len(invocations) == len(conv.turns[0].event_ids)
+    await expect(tab.locator("#notice")).to_contain_text("after turn 1's reply into this session")
+    await expect(turns).to_have_count(1)
+    # after the last reply: the whole chat
+    boundary, invocations = await forked("Fork after this reply", 2)
+    assert boundary is None and len(invocations) == len(conv.events)
+    await expect(turns).to_have_count(3)
+    # before turn 2: the same as after the first reply
+    boundary, invocations = await forked("Fork before this turn", 1)
+    assert boundary == ids[1] and set(invocations) == {ids[0]}
+    # before turn 1: an empty chat
+    boundary, invocations = await forked("Fork before this turn", 0)
+    assert boundary == ids[0] and invocations == []
+    await expect(tab.locator("#turns")).to_contain_text("No turns.")
+    assert problems == []

@@ -36,14 +36,15 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
         "service/sql/migrations/0001_lineage.sql",
         "service/sql/kagent/schema.sql",
     ]
-    page = {"service/doors/ui/index.html", "service/doors/ui/app.js", "service/doors/ui/style.css"}
+    page = {f"service/doors/ui/{name}" for name in ("index.html", "app.js", "experiments.js", "style.css")}
     assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     probe = (
         "import service.kagent.store, service.kagent.store.base, service.doors.api, service.kagent.migrate;"
         "import service.doors.explorer;"
         "print(service.kagent.store.base.sql_dir()); print(service.doors.api.openapi_path());"
-        "service.kagent.store.Store('kagent_fork'); service.doors.explorer.page_file('app.js')"
+        "service.kagent.store.Store('kagent_fork'); service.doors.explorer.page_file('app.js');"
+        "service.doors.explorer.page_file('experiments.js')"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     out = subprocess.run(

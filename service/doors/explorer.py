@@ -15,7 +15,12 @@ from service.services import Services
 MAX_SESSIONS = 500
 UI_DIR = Path(__file__).resolve().parent / "ui"
 # Litestar adds "; charset=utf-8" to every text/* type itself (naming it here too said it twice).
-FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+FILES = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "experiments.js": "text/javascript",
+    "style.css": "text/css",
+}
 
 
 class Whoami(msgspec.Struct, frozen=True, kw_only=True):

@@ -500,6 +500,79 @@ function asArray(value: unknown): readonly unknown[] {
   return Array.isArray(value) ? value : [];
 }
 
+// --- compare and the fork tree ------------------------------------------------------------------
+
+/** One side of a comparison: its turns after the common part and what they cost. */
+export interface CompareSide {
+  session_id: string;
+  name: string | null;
+  turns_after: number;
+  tool_calls: Record<string, number>;
+  total_tokens: number;
+  duration_seconds: number;
+  first_user_text: string | null;
+  last_agent_text: string | null;
+}
+
+/** One turn after the common part: its question, its answer and what it cost. */
+export interface CompareTurn {
+  invocation_id: string;
+  question: string | null;
+  answer: string | null;
+  tool_calls: Record<string, number>;
+  total_tokens: number;
+  duration_seconds: number;
+}
+
+/** Two sessions after their common turns (GET /api/sessions/{id}/compare/{other}). */
+export interface Comparison {
+  common_turns: number;
+  left: CompareSide;
+  right: CompareSide;
+  /** The turns after the common part lined up by position (null where a side has no turn there), so a
+   * regenerated turn sits next to the turn it replaces. */
+  aligned: { left: CompareTurn | null; right: CompareTurn | null }[];
+}
+
+/** A fork's lineage record in the tree: what it copied, and when. */
+export interface LineageRecord extends ForkInfo {
+  created_at: string;
+}
+
+/** A session of the fork tree (GET /api/sessions/{id}/tree), its forks below it. */
+export interface TreeNode {
+  session_id: string;
+  name: string | null;
+  /** ok, or deleted / missing for a session that is gone (its forks are still shown). */
+  status: "ok" | "deleted" | "missing";
+  forks: TreeNode[];
+  /** Where and how this session was forked from its parent; null for the root. */
+  fork: LineageRecord | null;
+  agent_id: string | null;
+  /** Live events and turns, counted when the tree is read (null for a session that is gone). */
+  events: number | null;
+  turns: number | null;
+  /** The position (from 1) of the fork's boundary among its parent's turns now, and that turn's user
+   * text: null for a whole-chat fork, or when the parent no longer shows that turn. */
+  fork_turn: number | null;
+  fork_question: string | null;
+}
+
+/** Two sessions side by side after their common turns (each must be visible to the caller). */
+export async function compareSessions(
+  sessionId: string,
+  otherSessionId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<Comparison>> {
+  const path = otherSessionId ? sessionPath(sessionId, `compare/${encodeURIComponent(otherSessionId)}`) : "";
+  return call<Comparison>(options, "GET", path, undefined, {}, [sessionId, otherSessionId]);
+}
+
+/** The fork tree a session belongs to, from its root. */
+export async function getForkTree(sessionId: string, options: ClientOptions = {}): Promise<BaseResponse<TreeNode>> {
+  return call<TreeNode>(options, "GET", sessionPath(sessionId, "tree"), undefined, {}, [sessionId]);
+}
+
 // --- experiments ---------------------------------------------------------------------------------
 
 /** One turn of an experiment's column (kagent-fork's TurnFigures). */

@@ -7,11 +7,14 @@ import { test } from "node:test";
 
 import {
   type BaseResponse,
+  compareSessions,
   forkSession,
+  getForkTree,
   getExperiment,
   startExperiment,
   type Invocation,
   listInvocations,
+  type TreeNode,
   rewindSession,
   turnActions,
   undoRewind,
@@ -230,4 +233,67 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.deepEqual(branch.turns.map((t) => t.question), grid.source.turns.map((t) => t.question));
   failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
   failed(await startExperiment(V1, ""), /required/);
+});
+
+test("compareSessions: the turns after the common part, aligned by position", async () => {
+  const [, second] = await turns(V1);
+  assert.ok(second !== undefined);
+  const fork = ok(await forkSession(V1, second.invocation_id, { name: "compare me" }));
+  const c = ok(await compareSessions(V1, fork.id));
+  assert.equal(c.common_turns, 1);
+  assert.equal(c.left.session_id, V1);
+  assert.equal(c.right.session_id, fork.id);
+  assert.equal(c.left.turns_after, 2);
+  assert.equal(c.right.turns_after, 0);
+  assert.deepEqual(
+    c.aligned.map((row) => [row.left?.question ?? null, row.right]),
+    [
+      ["And in Berlin?", null],
+      ["Which city is warmer?", null],
+    ],
+  );
+  const first = c.aligned[0]?.left;
+  assert.ok(first !== null && first !== undefined);
+  assert.equal(first.invocation_id, second.invocation_id);
+  assert.equal(typeof first.answer, "string");
+  assert.equal(typeof first.total_tokens, "number");
+  // the other way round: the fork on the left
+  const back = ok(await compareSessions(fork.id, V1));
+  assert.equal(back.aligned[0]?.left, null);
+  assert.equal(back.aligned[0]?.right?.question, "And in Berlin?");
+  failed(await compareSessions(V1, "no-such-session"), /not found/);
+  failed(await compareSessions(V1, ""), /required/);
+});
+
+test("getForkTree: each session's agent, its turns now, and the turn each fork was made at", async () => {
+  const [, second] = await turns(V1);
+  assert.ok(second !== undefined);
+  const fork = ok(await forkSession(V1, second.invocation_id, { name: "tree me" }));
+  const whole = ok(await forkSession(V1, null, { name: "tree me whole" }));
+  const root = ok(await getForkTree(fork.id));
+  assert.equal(root.session_id, V1);
+  assert.equal(root.status, "ok");
+  assert.equal(root.fork, null);
+  assert.equal(root.fork_turn, null);
+  assert.equal(root.turns, 3);
+  assert.equal(typeof root.agent_id, "string");
+  const find = (id: string): TreeNode => {
+    const node = root.forks.find((n) => n.session_id === id);
+    assert.ok(node !== undefined, `${id} is not under the root`);
+    return node;
+  };
+  const mine = find(fork.id);
+  assert.equal(mine.name, "tree me");
+  assert.equal(mine.turns, 1);
+  assert.equal(mine.events, fork.fork.events_copied);
+  assert.equal(mine.fork_turn, 2);
+  assert.equal(mine.fork_question, "And in Berlin?");
+  assert.equal(mine.fork?.rewind_before_invocation_id, second.invocation_id);
+  assert.equal(typeof mine.fork?.created_at, "string");
+  assert.equal(mine.agent_id, root.agent_id);
+  const copy = find(whole.id);
+  assert.equal(copy.turns, 3);
+  assert.equal(copy.fork_turn, null);
+  assert.equal(copy.fork_question, null);
+  failed(await getForkTree("no-such-session"), /not found/);
 });

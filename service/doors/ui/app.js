@@ -129,7 +129,7 @@ function setUser(user) {
   state.sessions = [];
   $("session-pane").hidden = true;
   $("sessions").replaceChildren();
-  for (const id of ["turns", "tree", "rewinds", "comparison", "whatifs"]) $(id).replaceChildren();
+  for (const id of ["turns", "tree", "rewinds", "comparison", "whatifs", "experiments", "experiment"]) $(id).replaceChildren();
   notice(null);
 }
 
@@ -182,6 +182,7 @@ async function openSession(id, { keepNotice = false } = {}) {
   $("session-link").setAttribute("href", link(id));
   $("session-link").title = id;
   if (!keepNotice) notice(null);
+  forgetExperiment();
   renderTurns(transcript.data);
   showTab("transcript");
   say(`${plural(transcript.data.turns.length, "turn")}, about ${plural(transcript.data.estimated_context_tokens, "context token")}`
@@ -214,19 +215,32 @@ function renderTurns(t) {
     const number = turn.index + 1;
     const actions = inv ? el("span", { class: "actions" },
       el("button", { type: "button", onclick: () => dryRun(inv, number), text: "Dry run" }),
-      el("button", { type: "button", class: "primary", onclick: () => forkAt(inv, number), text: "Fork here" }),
+      el("button", { type: "button", class: "primary", onclick: () => forkAt(inv, `before turn ${number}`), text: "Fork before this turn" }),
       el("button", { type: "button", class: "danger", onclick: () => rewindAt(inv, number), text: "Rewind here" }),
-      el("button", { type: "button", onclick: () => whatifAt(inv, number), text: "What-if" })) : null;
+      el("button", { type: "button", onclick: () => whatifAt(inv, number), text: "What-if" }),
+      el("button", { type: "button", onclick: () => experimentAt(inv, number), text: "Experiment" })) : null;
     return el("li", { class: "turn", "data-invocation": inv || "" },
       el("div", { class: "turn-head" },
         el("b", { text: `Turn ${number}` }),
         el("span", { class: "muted", text: `${stateName(turn.state)} · ${plural(turn.usage.total_tokens, "token")} · ${when(turn.started_at)}` }),
         actions),
       ...messages,
+      afterReply(t, turn),
       el("div", { class: "turn-result", hidden: "" }));
   });
   $("turns").replaceChildren(...items);
   if (!items.length) $("turns").replaceChildren(el("li", { class: "muted", text: "No turns." }));
+}
+
+// A reply offers a fork that ends with it, as kagent's own UI recipe does (docs/ui-integration.md): the
+// fork before the next turn, or on the last turn the whole session.
+function afterReply(t, turn) {
+  const replied = turn.messages.some((m) => m.role === "agent" && m.kind === "text");
+  const next = t.turns[turn.index + 1];
+  if (!replied || (next && !next.invocation_id)) return null;
+  const words = `after turn ${turn.index + 1}'s reply`;
+  return el("div", { class: "reply-actions" },
+    el("button", { type: "button", onclick: () => forkAt(next ? next.invocation_id : null, words), text: "Fork after this reply" }));
 }
 
 // What came of an action at a turn, shown beside that turn.
@@ -260,16 +274,17 @@ async function dryRun(inv, number) {
   say(`Dry run of a fork before turn ${number}: nothing was written`);
 }
 
-async function forkAt(inv, number) {
+// A fork before the turn `inv` (null: of the whole session), `words` saying where ("before turn 3").
+async function forkAt(inv, words) {
   notice(null);
   const source = state.session;
-  const answer = await act("Forking", () => api("POST", `/api/sessions/${enc(current())}/fork`,
-    { rewind_before_invocation_id: inv, if_boundary_missing: "error" }));
+  const body = inv ? { rewind_before_invocation_id: inv, if_boundary_missing: "error" } : {};
+  const answer = await act("Forking", () => api("POST", `/api/sessions/${enc(current())}/fork`, body));
   if (!answer) return;
   const f = answer.data;
   await loadSessions();
   await go(f.id);
-  notice(`Forked “${source.name || source.session_id}” before turn ${number} into this session: ${plural(f.fork.events_copied, "event")} and ${plural(f.fork.tasks_copied, "task")} copied.`,
+  notice(`Forked “${source.name || source.session_id}” ${words} into this session: ${plural(f.fork.events_copied, "event")} and ${plural(f.fork.tasks_copied, "task")} copied.`,
     el("button", { type: "button", onclick: () => go(source.session_id), text: "Back to the source" }));
   say(`Forked: now showing the fork “${f.name}”`);
 }
@@ -490,7 +505,8 @@ async function start() {
     if (await loadSessions() && !state.session && location.hash) history.pushState(null, "", location.pathname);
   });
   $("user").addEventListener("change", () => setUser($("user").value.trim()));
-  const tabs = { transcript: null, tree: showTree, rewinds: showRewinds, compare: () => fillCompareChoices(), whatifs: showWhatifs };
+  const tabs = { transcript: null, tree: showTree, rewinds: showRewinds, compare: () => fillCompareChoices(), whatifs: showWhatifs,
+    experiments: showExperiments };
   for (const button of document.querySelectorAll(".tabs button")) {
     button.addEventListener("click", async () => {
       showTab(button.dataset.tab);

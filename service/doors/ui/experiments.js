@@ -1,0 +1,204 @@
+// kagent-fork explorer, experiments: start one from a turn, its grid (a column per branch beside the
+// source's own turns) followed while it runs, and a session's list. A classic script loaded after app.js:
+// it uses app.js's helpers (el, api, act, say, state, ...), which all scripts of the page share.
+"use strict";
+
+// The grid being followed: showing one (again, or another one, or another session) stops the follower
+// of the one before, so one grid is polled at a time.
+const shownExperiment = { follower: null };
+
+function forgetExperiment() {
+  shownExperiment.follower = null;
+  $("experiment").replaceChildren();
+}
+
+function firstQuestion(turn) {
+  const question = turn.messages.find((m) => m.role === "user" && m.kind === "text");
+  return question ? question.text : "";
+}
+
+function choice(value, text, selected = false) {
+  const option = el("option", { value, text });
+  if (selected) option.selected = true;
+  return option;
+}
+
+// The form to start an experiment from turn `number`, shown beside that turn. The agents are chosen as
+// for a what-if (namespace/name), several at once.
+function experimentAt(inv, number) {
+  notice(null);
+  const t = state.session;
+  const left = t.turns.length - (number - 1);
+  const listed = state.sessions.find((s) => s.id === t.session_id);
+  const agents = el("input", { class: "exp-agents", autocomplete: "off", placeholder: "namespace/name, namespace/name",
+    value: $("whatif-agent").value.trim() || (listed && listed.agent_id ? agentName(listed.agent_id) : "") });
+  const turns = el("select", { class: "exp-turns" },
+    ...Array.from({ length: left - 1 }, (_, i) => choice(String(i + 1), i === 0 ? "this turn only" : `${i + 1} turns`)),
+    choice("all", `all ${plural(left, "turn")} from here`, true));
+  const message = el("textarea", { class: "exp-message", rows: "2", placeholder: firstQuestion(t.turns[number - 1]) });
+  const repeats = el("input", { class: "exp-repeats", type: "number", min: "1", max: "5", value: "1" });
+  const onApproval = el("select", { class: "exp-approval" },
+    choice("stop", "stop the branch there (answer it in the fork)", true),
+    choice("reject", "reject it as kagent's Reject button does, and go on"));
+  const refusal = el("div", { class: "error exp-refusal" });
+  const form = el("form", { class: "experiment-form" },
+    el("b", { text: `Experiment from turn ${number}: the same questions, re-asked turn by turn, on each agent` }),
+    el("label", {}, "Agents", agents),
+    el("label", {}, "Turns", turns),
+    el("label", {}, `Ask turn ${number} differently (empty: the source's own question)`, message),
+    el("label", {}, "Repeats of each agent", repeats),
+    el("label", {}, "When an agent asks to approve a tool", onApproval),
+    refusal,
+    el("span", { class: "actions" },
+      el("button", { type: "submit", class: "primary", text: "Start the experiment" }),
+      el("button", { type: "button", onclick: () => { box.hidden = true; }, text: "Close" })));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const body = { rewind_before_invocation_id: inv, turns: turns.value === "all" ? "all" : Number(turns.value),
+      repeats: Number(repeats.value), on_approval: onApproval.value };
+    const names = agents.value.split(/[\s,]+/).filter(Boolean);
+    if (names.length) body.agents = names;
+    if (message.value.trim()) body.message = { text: message.value };
+    startExperiment(body, number, refusal);
+  });
+  const box = besideTurn(inv, form);
+}
+
+function experimentWarning(body, number) {
+  const who = body.agents ? body.agents.join(", ") : "this session's own agent";
+  return `Experiment: ${who} will answer turn ${number}${body.turns === 1 ? "" : " and the turns after it"} again, `
+    + `each in a new fork of this session${body.repeats > 1 ? `, ${body.repeats} times each` : ""}.\n\n`
+    + "The agents run their tools for real: against the real cluster, with their real credentials. "
+    + "A tool that changes something changes it. Start the experiment?";
+}
+
+async function startExperiment(body, number, refusal) {
+  refusal.textContent = "";
+  if (!window.confirm(experimentWarning(body, number))) return;
+  let failure = "";
+  const answer = await act("Starting the experiment", () => api("POST", `/api/sessions/${enc(current())}/experiments`, body)
+    .catch((error) => { failure = error.message; throw error; }));
+  if (!answer) {
+    refusal.textContent = `Not started: ${failure}`;
+    return;
+  }
+  await loadSessions();
+  showTab("experiments");
+  await showExperiments();
+  await followExperiment(answer.data.experiment.id);
+}
+
+// --- a session's experiments ---------------------------------------------------------------------------
+
+async function showExperiments() {
+  const answer = await act("Listing experiments", () => api("GET", `/api/sessions/${enc(current())}/experiments`));
+  if (!answer) return;
+  const items = answer.data.map((x) => el("li", { class: "turn", "data-id": x.id, "data-status": x.status },
+    el("b", { text: `Experiment ${x.status}: from ${turnLabel(x.rewind_before_invocation_id)}, ${plural(x.turns, "turn")}` }),
+    el("div", { class: "muted", text: `${x.repeats > 1 ? `${x.repeats} repeats of each agent · ` : ""}on approval: ${x.on_approval} · started ${when(x.created_at)}${x.finished_at ? `, ended ${when(x.finished_at)}` : ""}` }),
+    el("button", { type: "button", onclick: () => followExperiment(x.id), text: "Show the grid" })));
+  $("experiments").replaceChildren(...items);
+  if (!items.length) $("experiments").replaceChildren(el("li", { class: "muted", text: "No experiments from this session." }));
+  say(plural(answer.data.length, "experiment"));
+}
+
+// Show an experiment's grid, read again every 700 ms while it runs.
+async function followExperiment(id) {
+  const follower = {};
+  shownExperiment.follower = follower;
+  const epoch = state.epoch;
+  const started = Date.now();
+  const mine = () => epoch === state.epoch && shownExperiment.follower === follower;
+  for (let i = 0; i < 3600 && mine(); i++) {
+    let x;
+    try {
+      x = (await api("GET", `/api/experiments/${enc(id)}`)).data;
+    } catch (error) {
+      if (mine()) say(`Reading the experiment failed: ${error.message}`, true);
+      return;
+    }
+    if (!mine()) return;
+    $("experiment").replaceChildren(...experimentGrid(x));
+    if (x.status !== "running") {
+      await showExperiments();  // the list says how it ended too
+      if (mine()) say(`Experiment ${x.status}`, x.status === "failed");
+      return;
+    }
+    const ended = x.branches.filter((b) => b.status !== "running").length;
+    say(`Experiment running: ${ended} of ${plural(x.branches.length, "branch", "branches")} ended (${Math.round((Date.now() - started) / 1000)} s)...`);
+    await new Promise((resolve) => setTimeout(resolve, 700));
+  }
+}
+
+async function cancelExperiment(id) {
+  const answer = await act("Cancelling the experiment", () => api("POST", `/api/experiments/${enc(id)}/cancel`, {}));
+  if (!answer) return;
+  $("experiment").replaceChildren(...experimentGrid(answer.data));
+  say("Experiment cancelled");
+}
+
+// --- the grid --------------------------------------------------------------------------------------------
+
+function figures(f) {
+  const parts = [toolList(f.tool_calls)];
+  if (f.rejected_tool_calls) parts.push(`${plural(f.rejected_tool_calls, "tool call")} rejected`);
+  parts.push(plural(f.model_calls, "model call"), plural(f.total_tokens, "token"), `${f.duration_seconds.toFixed(1)} s`);
+  return parts;
+}
+
+function gridCell(turn, col) {
+  if (!turn) return el("td", { "data-col": col, class: "muted", text: "(not played)" });
+  return el("td", { "data-col": col, "data-state": turn.state || "" },
+    el("div", { class: "msg user", text: turn.question || "(no question)" }),
+    el("div", { class: "msg agent", text: turn.answer || (turn.state === "pending" || turn.state === "working" ? "…" : "(no answer)") }),
+    el("div", { class: "muted", text: [...figures(turn), stateName(turn.state)].join(" · ") }));
+}
+
+function columnHead(c, col, repeats) {
+  const title = col === "source" ? "Source: this session's own turns" : `${c.agent_ref}${repeats > 1 ? ` #${c.repeat}` : ""}`;
+  return el("th", { "data-col": col },
+    el("div", { text: title }),
+    col === "source" ? null : el("div", { class: `muted status-${c.status}`, text: c.status }),
+    c.agent_card ? el("div", { class: "muted", text: `card: ${c.agent_card.name} ${c.agent_card.version}` }) : null,
+    c.error ? el("div", { class: "error", text: c.error }) : null,
+    c.stopped_at ? el("div", { class: "warning", text: `stopped at ${turnLabel(c.stopped_at)}: it waits for an answer in the fork` }) : null,
+    col === "source" ? null : el("button", { type: "button", onclick: () => go(c.session_id), text: "Open the fork" }));
+}
+
+function totalCell(c, col) {
+  const t = c.totals;
+  return el("td", { "data-col": col },
+    el("b", { text: plural(t.turns, "turn") }),
+    el("div", { class: "muted", text: `${plural(t.tool_calls, "tool call")}${t.rejected_tool_calls ? ` (${t.rejected_tool_calls} rejected)` : ""}, ${plural(t.model_calls, "model call")}, ${plural(t.total_tokens, "token")}, ${t.duration_seconds.toFixed(1)} s` }));
+}
+
+function spread(s, digits = 0) {
+  return s.min === s.max ? s.mean.toFixed(digits) : `${s.mean.toFixed(digits)} (${s.min.toFixed(digits)} to ${s.max.toFixed(digits)})`;
+}
+
+function experimentGrid(x) {
+  const columns = [["source", x.source], ...x.branches.map((b, i) => [`b${i}`, b])];
+  const rows = Math.max(...columns.map(([, c]) => c.turns.length));
+  const first = turnNumber(x.rewind_before_invocation_id);
+  const body = Array.from({ length: rows }, (_, i) => el("tr", {},
+    el("th", { class: "turn-no", text: first ? `Turn ${first + i}` : `Turn +${i}` }),
+    ...columns.map(([col, c]) => gridCell(c.turns[i], col))));
+  const span = x.turns_requested === "all" ? "every later turn" : plural(x.turns_requested, "turn");
+  const parts = [
+    el("p", { "data-status": x.status },
+      el("b", { text: `Experiment ${x.status}: ` }),
+      `from ${turnLabel(x.rewind_before_invocation_id)}, ${span}, ${plural(x.branches.length, "branch", "branches")}, on approval: ${x.on_approval}, started ${when(x.created_at)}`),
+    x.message ? el("p", { class: "muted", text: `The first question asked differently: ${quoted(x.message.text, 200)}` }) : null,
+    x.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelExperiment(x.id), text: "Cancel the experiment" }) : null,
+    el("div", { class: "grid-scroll" }, el("table", { class: "compare experiment" },
+      el("thead", {}, el("tr", {}, el("th", {}), ...columns.map(([col, c]) => columnHead(c, col, x.repeats)))),
+      el("tbody", {}, ...body),
+      el("tfoot", {}, el("tr", {}, el("th", { text: "Total" }), ...columns.map(([col, c]) => totalCell(c, col)))))),
+  ];
+  if (x.by_agent) {
+    parts.push(el("ul", { class: "by-agent" }, ...x.by_agent.map((a) => el("li", {},
+      el("b", { text: `${a.agent_ref} over ${x.repeats} repeats: ` }),
+      `${spread(a.totals.turns)} turns, ${spread(a.totals.tool_calls)} tool calls, ${spread(a.totals.model_calls)} model calls, ${spread(a.totals.total_tokens)} tokens, ${spread(a.totals.duration_seconds, 1)} s`))));
+  }
+  return parts.filter((p) => p != null);
+}
