@@ -83,21 +83,22 @@ class _Server(FastMCP):
             raise
 
 
-def _runner(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
+def services_of(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
     server = ctx.fastmcp
     assert isinstance(server, _Server)
     return server.runner
 
 
-async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
-    request = ctx.request_context.request
-    if request is None:
-        return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
-    svc = _runner(ctx)().svc
+_runner = services_of
+
+
+async def answer(
+    svc: Services, caller: Callable[[], Caller], operation: Operation, *, raw: bool = False
+) -> CallToolResult:
+    """Run one operation as the caller and answer it as a tool result: a refusal is a tool error whose
+    text is the HTTP error's message (shared by the tools and the apps' tools)."""
     try:
-        query = {name: request.query_params.getlist(name) for name in request.query_params}
-        caller = resolve_caller(svc.settings, scope_headers(request.scope), query)
-        result = await operation(svc, caller)
+        result = await operation(svc, caller())
     except ServiceError as exc:
         return _text(exc.message, error=True)
     except msgspec.ValidationError as exc:
@@ -109,6 +110,19 @@ async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool =
         assert isinstance(result, str)
         return _text(result)
     return _text(_encoder.encode(result).decode())
+
+
+async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
+    request = ctx.request_context.request
+    if request is None:
+        return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
+    svc = _runner(ctx)().svc
+
+    def caller() -> Caller:
+        query = {name: request.query_params.getlist(name) for name in request.query_params}
+        return resolve_caller(svc.settings, scope_headers(request.scope), query)
+
+    return await answer(svc, caller, operation, raw=raw)
 
 
 async def list_turns(
