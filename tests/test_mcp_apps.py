@@ -25,7 +25,7 @@ from service.app import create_app
 from service.config import Settings
 from service.doors import mcp_apps
 from tests.helpers import new_user, seed, table_fingerprint
-from tests.support.a2a_agent import V1, Seen, running_agents
+from tests.support.a2a_agent import SLOW, V1, Seen, running_agents
 from tests.support.live_server import live_server
 from tests.test_explorer_page import HOSTILE, chromium
 from tests.test_mcp_tools import mcp_session, ok
@@ -107,7 +107,7 @@ class Chat:
             result = await mcp.call_tool(name, arguments)
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
-    async def agent_calls(self, user: str, tool: str, arguments: dict[str, Any]) -> Any:
+    async def agent_calls(self, user: str, tool: str, arguments: dict[str, Any], theme: str = "light") -> Any:
         """The agent's own call (the user's headers forwarded), then the app in the chat, as kagent shows it."""
         async with mcp_session(self.service, {"X-User-Id": user}) as mcp:
             result = await mcp.call_tool(tool, arguments)
@@ -115,7 +115,7 @@ class Chat:
         assert not result.isError, result
         config = {
             "toolName": tool, "resourceUri": (meta or {})["ui"]["resourceUri"], "toolInput": arguments,
-            "toolResult": result.model_dump(by_alias=True, mode="json", exclude_none=True),
+            "toolResult": result.model_dump(by_alias=True, mode="json", exclude_none=True), "theme": theme,
         }  # fmt: skip
         await self.page.evaluate("config => window.renderApp(config)", config)
         return result
@@ -244,11 +244,17 @@ async def test_bad_input_shows_the_service_message_and_changes_nothing(chat: Cha
         refused = await mcp.call_tool("show_branches", {"session_id": foreign.session_id})
         assert refused.isError and "not found" in refused.content[0].text  # type: ignore[union-attr]
         view = ok(await mcp.call_tool("show_branches", {"session_id": conv.session_id}))
+        # No session named: the user's newest (kagent moves updated_at on every event of the chat they type in).
+        newest = await seed(pool, dialect="v1", turns=1, user_id=user)
+        async with pool.acquire() as conn:
+            touch = "UPDATE session SET updated_at = now() + interval '1 minute' WHERE id = $1 AND user_id = $2"
+            await conn.execute(touch, newest.session_id, user)
+        assert ok(await mcp.call_tool("show_branches", {}))["session_id"] == newest.session_id
 
     # The app asked with a foreign session id, a missing one, a forged token: the service's message.
     for arguments, says in (
         ({"session_id": foreign.session_id, "app_token": view["app_token"]}, "not found"),
-        ({"session_id": "", "app_token": view["app_token"]}, "session"),
+        ({"session_id": "", "app_token": view["app_token"]}, "session id must be 1 to 256 characters"),
         ({"session_id": conv.session_id, "app_token": "forged.token"}, "app_token is not valid"),
     ):
         before = await table_fingerprint(pool)
@@ -279,26 +285,48 @@ async def test_bad_input_shows_the_service_message_and_changes_nothing(chat: Cha
     await chat.clean()
 
 
-async def test_an_experiment_from_a_turn_fills_its_grid(chat: Chat, pool: asyncpg.Pool) -> None:
+async def test_an_experiment_from_a_turn_fills_its_grid(
+    chat: Chat, served: tuple[str, Seen], pool: asyncpg.Pool
+) -> None:
+    seen = served[1]
     user = new_user()
     conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, metadata_style="kagent", user_id=user)
-    await chat.agent_calls(user, "show_experiment", {"session_id": conv.session_id})
+    await chat.agent_calls(user, "show_experiment", {"session_id": conv.session_id}, theme="dark")
     app = chat.app()
     await expect(app.locator("#form")).to_be_visible()
+    await expect(app.locator("html")).to_have_attribute("data-theme", "dark")  # the host's theme, handed over
     await app.locator("#turn").select_option(conv.invocation_ids[1])
     await expect(app.locator("#question")).to_have_value(conv.turns[1].user_text)
     await app.locator("#question").fill("Ask it differently: how many pods run?")
-    await app.locator("#agents").fill(f"kagent/{V1}")
     await app.locator("#turns").fill("all")
-    await shot(chat, "experiment-form")
+
+    # An agent the service refuses: its message, nothing written.
+    await app.locator("#agents").fill("Not An Agent")
+    before = await table_fingerprint(pool)
     await app.locator("#start").click()
-    grid = app.locator("#grid")
+    await expect(app.locator("#status")).to_contain_text("namespace/name")
+    assert await table_fingerprint(pool) == before
+
+    # Two agents; the slow one holds its second turn until the test lets it go: the grid fills as they answer.
+    seen.release.clear()
+    seen.hold_on_turn = 2
+    try:
+        await app.locator("#agents").fill(f"kagent/{V1}, kagent/{SLOW}")
+        await shot(chat, "experiment-form")
+        await app.locator("#start").click()
+        grid = app.locator("#grid")
+        rows = grid.locator("tr[data-row]")
+        await expect(rows).to_have_count(2, timeout=30_000)
+        await expect(grid).to_have_attribute("data-status", "running")
+        await expect(rows.nth(1).locator("td").nth(2)).to_contain_text("by the other agent", timeout=30_000)
+        await expect(rows.nth(1).locator("td").nth(3)).to_have_text("answering…")  # the slow agent's 2nd turn
+    finally:
+        seen.release.set()
+        seen.hold_on_turn = 0
     await expect(grid).to_have_attribute("data-status", "completed", timeout=60_000)
-    rows = grid.locator("tr[data-row]")
-    await expect(rows).to_have_count(2)
+    await expect(rows.nth(1).locator("td").nth(3)).to_contain_text("by slow agent")
     await expect(rows.first).to_contain_text("Ask it differently: how many pods run?")
-    await expect(grid.locator("th")).to_have_count(3)  # turn, source, the branch
-    assert "(no answer)" not in await rows.first.inner_text()
+    await expect(grid.locator("th")).to_have_count(4)  # turn, source, the two branches
     await shot(chat, "experiment-grid")
-    assert set(chat.app_calls) >= {"app_branches", "app_start_experiment", "app_experiment"}
+    assert chat.app_calls.count("app_experiment") >= 2  # read again while it ran
     await chat.clean()

@@ -60,6 +60,7 @@ const ExperimentView = (() => {
 
   function cell(turn) {
     if (!turn) return el("td", { class: "muted" }, "…");
+    if (!turn.answer && /working|submitted/i.test(turn.state || "")) return el("td", { class: "muted" }, "answering…");
     return el("td", {}, el("div", {}, short(turn.answer, 300) || "(no answer)"),
       el("div", { class: "muted" }, turn.total_tokens + " tokens · " + (turn.state || "")));
   }
