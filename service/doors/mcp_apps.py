@@ -42,6 +42,10 @@ _APP_ONLY = {"ui": {"visibility": ["app"]}}
 
 AppToken = Annotated[str, Field(description="The view's app_token (show_branches or show_experiment answers it).")]
 Turn = Annotated[str, Field(description="A turn, named by its invocation id.")]
+ViewSession = Annotated[
+    str | None,
+    Field(description="The conversation (a kagent session id); default: the user's newest, the chat being typed in."),
+]
 
 
 class _Grant(msgspec.Struct, frozen=True):
@@ -132,7 +136,7 @@ async def _view(svc: Services, caller: Caller, session_id: str | None, **more: o
     return {"session_id": sid, "app_token": make_token(svc, caller), **more}
 
 
-async def show_branches(ctx: Context[Any, Any, Any], session_id: SessionId | None = None) -> CallToolResult:
+async def show_branches(ctx: Context[Any, Any, Any], session_id: ViewSession = None) -> CallToolResult:
     """Show this conversation's branches in the chat: its turns (fork before a turn, rewind to here, undo),
     its fork tree and a compare of two branches. `session_id`: the conversation (default: the user's
     newest)."""
@@ -145,7 +149,7 @@ async def show_branches(ctx: Context[Any, Any, Any], session_id: SessionId | Non
 
 async def show_experiment(
     ctx: Context[Any, Any, Any],
-    session_id: SessionId | None = None,
+    session_id: ViewSession = None,
     experiment_id: Annotated[str | None, Field(description="Show this experiment's grid.")] = None,
 ) -> CallToolResult:
     """Show an experiment in the chat: a form to start one from a turn of the conversation (agents, how
