@@ -6,6 +6,7 @@ controller does: with the RemoteMCPServer's own headers only (none here), never 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import http.server
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ from playwright.async_api import Browser, ConsoleMessage, Frame, FrameLocator, P
 from service.app import create_app
 from service.config import Settings
 from service.doors import mcp_apps
+from service.errors import Unauthorized
+from service.identity import Caller
+from service.services import Services
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support.a2a_agent import SLOW, V1, Seen, running_agents
 from tests.support.live_server import live_server
@@ -171,6 +176,27 @@ async def test_the_server_declares_the_views_as_kagent_reads_them(served: tuple[
         assert page.mimeType == mcp_apps.MIME and page.meta and "csp" in page.meta["ui"]
         text = getattr(page, "text", "")
         assert "<script>" in text and "http" not in text.split("<body>")[0].replace("http-equiv", "")
+
+
+def test_the_app_token_names_its_caller_and_nothing_else(services: Services) -> None:
+    caller = Caller(user_id="zoë@example.com", share_token="share-1")
+    token = mcp_apps.make_token(services, caller)
+    assert mcp_apps.token_caller(services, token) == caller
+    body, _, signature = token.partition(".")
+    other = dataclasses.replace(
+        services, settings=dataclasses.replace(services.settings, database_url="postgresql://x")
+    )
+    forged = base64.urlsafe_b64encode(b'{"u":"admin@kagent.dev","s":null,"e":9999999999}').decode().rstrip("=")
+    for bad in (
+        f"{forged}.{signature}",  # another user under this token's signature
+        token[:-2] + ("AA" if token[-2:] != "AA" else "BB"),  # a changed signature
+        "not a token", "", f"{body}.",
+        mcp_apps.make_token(services, caller, now=time.time() - mcp_apps.TOKEN_SECONDS - 1),  # expired
+    ):  # fmt: skip
+        with pytest.raises(Unauthorized, match="app_token is not valid"):
+            mcp_apps.token_caller(services, bad)
+    with pytest.raises(Unauthorized):  # a key of another database (another kagent)
+        mcp_apps.token_caller(other, token)
 
 
 async def test_fork_rewind_undo_and_compare_inside_the_chat(chat: Chat, pool: asyncpg.Pool) -> None:
@@ -329,4 +355,13 @@ async def test_an_experiment_from_a_turn_fills_its_grid(
     await expect(grid.locator("th")).to_have_count(4)  # turn, source, the two branches
     await shot(chat, "experiment-grid")
     assert chat.app_calls.count("app_experiment") >= 2  # read again while it ran
+
+    # The agent shows that experiment again by its id: the grid, no form.
+    async with pool.acquire() as conn:
+        (row,) = await conn.fetch("SELECT id FROM kagent_fork.experiment WHERE source_session_id = $1", conv.session_id)
+    await chat.agent_calls(user, "show_experiment", {"experiment_id": row["id"]})
+    again = chat.app(1)
+    await expect(again.locator("#grid")).to_have_attribute("data-status", "completed")
+    await expect(again.locator("#grid tr[data-row]")).to_have_count(2)
+    await expect(again.locator("#form")).to_be_hidden()
     await chat.clean()

@@ -27,7 +27,7 @@ from pydantic import Field
 from service.agents import experiments, whatif
 from service.branches import compare, lineage, turns
 from service.doors import explorer
-from service.doors.mcp_tools import Operation, SessionId, answer, services_of
+from service.doors.mcp_tools import Operation, SessionId, answer, runner_of
 from service.errors import NotFound, Unauthorized
 from service.identity import Caller, resolve_caller, scope_headers
 from service.operations import forking, rewind
@@ -108,7 +108,7 @@ def _find(node: lineage.TreeNode, session_id: str) -> lineage.TreeNode | None:
 async def _as_agent_caller(ctx: Context[Any, Any, Any], operation: Operation) -> CallToolResult:
     """An agent's call: the caller from the request's headers, as every MCP tool."""
     request = ctx.request_context.request
-    svc = services_of(ctx)().svc
+    svc = runner_of(ctx)().svc
 
     def caller() -> Caller:
         if request is None:
@@ -121,7 +121,7 @@ async def _as_agent_caller(ctx: Context[Any, Any, Any], operation: Operation) ->
 
 async def _as_app(ctx: Context[Any, Any, Any], token: str, operation: Operation) -> CallToolResult:
     """An app's call (through kagent's bridge): the caller the view's token names."""
-    svc = services_of(ctx)().svc
+    svc = runner_of(ctx)().svc
     return await answer(svc, lambda: token_caller(svc, token), operation)
 
 
@@ -254,7 +254,7 @@ async def app_start_experiment(
         if message_text:
             fields["message"] = {"text": message_text}
         req = msgspec.convert(fields, experiments.ExperimentRequest)
-        started, _ = await experiments.start(svc, services_of(ctx)(), caller, checked_id(session_id), req)
+        started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
 
     return await _as_app(ctx, app_token, op)

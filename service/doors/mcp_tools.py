@@ -83,13 +83,11 @@ class _Server(FastMCP):
             raise
 
 
-def services_of(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
+def runner_of(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
+    """The app's what-if runner (and through it the app's services), for a tool of this server."""
     server = ctx.fastmcp
     assert isinstance(server, _Server)
     return server.runner
-
-
-_runner = services_of
 
 
 async def answer(
@@ -116,7 +114,7 @@ async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool =
     request = ctx.request_context.request
     if request is None:
         return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
-    svc = _runner(ctx)().svc
+    svc = runner_of(ctx)().svc
 
     def caller() -> Caller:
         query = {name: request.query_params.getlist(name) for name in request.query_params}
@@ -267,7 +265,7 @@ async def start_whatif(
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agent_ref": agent_ref,
                   "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
-        started, _ = await whatif.start(svc, _runner(ctx)(), caller, checked_id(session_id), req)
+        started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
 
     return await _run(ctx, op)
@@ -330,7 +328,7 @@ async def start_experiment(
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
-        started, _ = await experiments.start(svc, _runner(ctx)(), caller, checked_id(session_id), req)
+        started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
 
     return await _run(ctx, op)
