@@ -95,6 +95,7 @@ class Chat:
         self.page, self.service = page, service
         self.problems: list[str] = []
         self.app_calls: list[str] = []
+        self.bridge_down = False  # kagent's controller failing to reach the server, as it answers then
 
     async def read_resource(self, uri: str) -> Any:
         async with mcp_session(self.service, {}) as mcp:
@@ -104,6 +105,8 @@ class Chat:
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         self.app_calls.append(name)
+        if self.bridge_down:
+            raise RuntimeError("Failed to connect to MCP server")
         async with mcp_session(self.service, {}) as mcp:
             tools = {t.name: t for t in (await mcp.list_tools()).tools}
             visibility = ((tools[name].meta or {}).get("ui") or {}).get("visibility") or ["model", "app"]
@@ -306,6 +309,12 @@ async def test_bad_input_shows_the_service_message_and_changes_nothing(chat: Cha
     await app.locator("#turns li").nth(2).get_by_role("button", name="Fork before this turn").click()
     await expect(app.locator("#status")).to_have_class("status error")
     await expect(app.locator("#status")).to_contain_text(conv.invocation_ids[2])
+    assert await table_fingerprint(pool) == before
+
+    # kagent's bridge itself fails: its message, and the host sees no unhandled error.
+    chat.bridge_down = True
+    await app.locator("#turns li").first.get_by_role("button", name="Rewind to here").click()
+    await expect(app.locator("#status")).to_contain_text("Failed to connect to MCP server")
     assert await table_fingerprint(pool) == before
     assert await chat.messages() == []
     await chat.clean()
