@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import msgspec
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from service.agents import experiments, whatif
@@ -116,7 +116,14 @@ async def _as_agent_caller(ctx: Context[Any, Any, Any], operation: Operation) ->
         query = {name: request.query_params.getlist(name) for name in request.query_params}
         return resolve_caller(svc.settings, scope_headers(request.scope), query)
 
-    return await answer(svc, caller, operation)
+    result = await answer(svc, caller, operation)
+    if not result.isError:
+        # Also as structured content: kagent's Go runtime hands the chat only a result's structured content
+        # (`{"output": ...}`), and kagent's UI merges the call's arguments into it for the page.
+        text = result.content[0]
+        assert isinstance(text, TextContent)
+        result.structuredContent = msgspec.json.decode(text.text)
+    return result
 
 
 async def _as_app(ctx: Context[Any, Any, Any], token: str, operation: Operation) -> CallToolResult:

@@ -99,7 +99,11 @@ function short(text, length) {
   return text.length > length ? text.slice(0, length - 1) + "…" : text;
 }
 
+// The agent's call's result, as the host hands it over: kagent puts the view's data in structuredContent
+// (merged with the call's arguments), and the same JSON is the result's text.
 function resultData(params) {
+  const structured = params && params.structuredContent;
+  if (structured && typeof structured.app_token === "string") return structured;
   const text = ((params && params.content) || []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
   if (params && params.isError) throw new Error(text || "the tool failed");
   return JSON.parse(text);

@@ -70,8 +70,16 @@ function App({ config }) {
   );
 }
 
+// What kagent's chat hands the app of a tool call (ui/src/lib/mcpAppToolResult.ts): the stored result, with
+// the call's arguments merged under its structured content.
+function asKagentShows(result, args) {
+  if (!result || Object.keys(args || {}).length === 0) return result;
+  return { ...result, structuredContent: { ...args, ...(result.structuredContent || {}) } };
+}
+
 // One agent message holding one app, as kagent's chat shows a tool call with a UI resource.
-window.renderApp = (config) => {
+window.renderApp = (given) => {
+  const config = { ...given, toolResult: asKagentShows(given.toolResult, given.toolInput) };
   const chat = document.getElementById("chat");
   const bubble = document.createElement("div");
   bubble.className = "message agent app";
