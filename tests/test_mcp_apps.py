@@ -273,7 +273,7 @@ async def test_bad_input_shows_the_service_message_and_changes_nothing(chat: Cha
         refused = await mcp.call_tool("show_branches", {"session_id": foreign.session_id})
         assert refused.isError and "not found" in refused.content[0].text  # type: ignore[union-attr]
         shown = await mcp.call_tool("show_branches", {"session_id": conv.session_id})
-        view = ok(shown)  # and the same as structured content, which is all kagent's Go runtime passes on
+        view = ok(shown)  # and the same as structured content (all kagent passes on from an ADK `output`)
         assert shown.structuredContent == view and set(view) == {"session_id", "app_token"}
         # No session named: the user's newest (kagent moves updated_at on every event of the chat they type in).
         newest = await seed(pool, dialect="v1", turns=1, user_id=user)

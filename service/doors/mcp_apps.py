@@ -118,8 +118,8 @@ async def _as_agent_caller(ctx: Context[Any, Any, Any], operation: Operation) ->
 
     result = await answer(svc, caller, operation)
     if not result.isError:
-        # Also as structured content: kagent's Go runtime hands the chat only a result's structured content
-        # (`{"output": ...}`), and kagent's UI merges the call's arguments into it for the page.
+        # Also as structured content: from an ADK tool's `{"output": ...}` kagent's UI passes the page only
+        # the structured content, and it merges the call's arguments into it.
         text = result.content[0]
         assert isinstance(text, TextContent)
         result.structuredContent = msgspec.json.decode(text.text)
