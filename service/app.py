@@ -16,7 +16,7 @@ from litestar.types import Receive, Scope, Send
 
 from service.agents import whatif
 from service.config import Settings
-from service.doors import api, experiments_http, mcp_tools
+from service.doors import api, experiments_http, mcp_apps, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import invocation_index
 from service.kagent.migrate import check_kagent_schema, migrate
@@ -186,6 +186,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
 
     runners: list[whatif.Runner] = []
     tools = mcp_tools.mcp_server(lambda: runners[0])
+    mcp_apps.register(tools)
     tools_app = tools.streamable_http_app()
 
     @asgi("/mcp", is_mount=True, copy_scope=True)

@@ -397,8 +397,10 @@ def test_httproute_sends_exactly_the_kagent_fork_calls_to_kagent_fork() -> None:
 
 def test_mcp_server_and_agent_name_the_served_tools() -> None:
     """The RemoteMCPServer reaches the service's /mcp, and the example Agent asks for tools the service
-    serves, with the identity headers forwarded (kagent's RemoteMCPServer/Agent v1alpha2 fields)."""
-    from service.doors import mcp_tools
+    serves, with the identity headers forwarded (kagent's RemoteMCPServer/Agent v1alpha2 fields): every tool
+    the agent may call, the two views (MCP Apps) among them, and none of the app-only tools (kagent lets
+    the views call those, never the agent)."""
+    from service.doors import mcp_apps, mcp_tools
 
     server = one("RemoteMCPServer", "kagent-fork")
     assert server["apiVersion"] == "kagent.dev/v1alpha2" and server["spec"]["protocol"] == "STREAMABLE_HTTP"
@@ -412,8 +414,11 @@ def test_mcp_server_and_agent_name_the_served_tools() -> None:
     (tool,) = agent["spec"]["declarative"]["tools"]
     assert tool["type"] == "McpServer" and tool["mcpServer"]["kind"] == "RemoteMCPServer"
     assert tool["mcpServer"]["name"] == server["metadata"]["name"]
-    served = {t.name for t in asyncio.run(mcp_tools.mcp_server(lambda: None).list_tools())}  # type: ignore[arg-type,return-value]
-    assert set(tool["mcpServer"]["toolNames"]) == served
+    mcp = mcp_tools.mcp_server(lambda: None)  # type: ignore[arg-type,return-value]
+    mcp_apps.register(mcp)
+    listed = asyncio.run(mcp.list_tools())
+    served = {t.name for t in listed if (t.meta or {}).get("ui", {}).get("visibility") != ["app"]}
+    assert set(tool["mcpServer"]["toolNames"]) == served and {"show_branches", "show_experiment"} <= served
     assert {h.lower() for h in tool["mcpServer"]["allowedHeaders"]} == {"x-user-id", "authorization"}
 
 

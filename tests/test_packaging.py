@@ -37,14 +37,16 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
         "service/sql/kagent/schema.sql",
     ]
     page = {f"service/doors/ui/{name}" for name in ("index.html", "app.js", "experiments.js", "style.css")}
+    page |= {f"service/doors/apps/{f}" for f in ("app.css", "bridge.js", "branches.html", "experiment.js")}
     assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     probe = (
         "import service.kagent.store, service.kagent.store.base, service.doors.api, service.kagent.migrate;"
-        "import service.doors.explorer;"
+        "import service.doors.explorer, service.doors.mcp_apps;"
         "print(service.kagent.store.base.sql_dir()); print(service.doors.api.openapi_path());"
         "service.kagent.store.Store('kagent_fork'); service.doors.explorer.page_file('app.js');"
-        "service.doors.explorer.page_file('experiments.js')"
+        "service.doors.explorer.page_file('experiments.js');"
+        "assert 'Bridge' in service.doors.mcp_apps.page('experiment')"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     out = subprocess.run(

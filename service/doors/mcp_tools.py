@@ -83,21 +83,20 @@ class _Server(FastMCP):
             raise
 
 
-def _runner(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
+def runner_of(ctx: Context[Any, Any, Any]) -> Callable[[], whatif.Runner]:
+    """The app's what-if runner (and through it the app's services), for a tool of this server."""
     server = ctx.fastmcp
     assert isinstance(server, _Server)
     return server.runner
 
 
-async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
-    request = ctx.request_context.request
-    if request is None:
-        return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
-    svc = _runner(ctx)().svc
+async def answer(
+    svc: Services, caller: Callable[[], Caller], operation: Operation, *, raw: bool = False
+) -> CallToolResult:
+    """Run one operation as the caller and answer it as a tool result: a refusal is a tool error whose
+    text is the HTTP error's message (shared by the tools and the apps' tools)."""
     try:
-        query = {name: request.query_params.getlist(name) for name in request.query_params}
-        caller = resolve_caller(svc.settings, scope_headers(request.scope), query)
-        result = await operation(svc, caller)
+        result = await operation(svc, caller())
     except ServiceError as exc:
         return _text(exc.message, error=True)
     except msgspec.ValidationError as exc:
@@ -109,6 +108,19 @@ async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool =
         assert isinstance(result, str)
         return _text(result)
     return _text(_encoder.encode(result).decode())
+
+
+async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool = False) -> CallToolResult:
+    request = ctx.request_context.request
+    if request is None:
+        return _text("this tool needs an HTTP request (identity comes from its headers)", error=True)
+    svc = runner_of(ctx)().svc
+
+    def caller() -> Caller:
+        query = {name: request.query_params.getlist(name) for name in request.query_params}
+        return resolve_caller(svc.settings, scope_headers(request.scope), query)
+
+    return await answer(svc, caller, operation, raw=raw)
 
 
 async def list_turns(
@@ -253,7 +265,7 @@ async def start_whatif(
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agent_ref": agent_ref,
                   "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
-        started, _ = await whatif.start(svc, _runner(ctx)(), caller, checked_id(session_id), req)
+        started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
 
     return await _run(ctx, op)
@@ -316,7 +328,7 @@ async def start_experiment(
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
-        started, _ = await experiments.start(svc, _runner(ctx)(), caller, checked_id(session_id), req)
+        started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
 
     return await _run(ctx, op)
