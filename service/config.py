@@ -53,6 +53,8 @@ class Settings:
     whatif_timeout_seconds: int = 600
     whatif_heartbeat_seconds: float = 5.0
     whatif_max_parallel: int = 4  # A2A turns with agents at once per replica (the rest wait)
+    # The key of the MCP Apps' app tokens (docs/mcp-apps.md); required for them in trusted-proxy mode.
+    mcp_app_secret: str | None = None
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -92,6 +94,9 @@ def from_env(env: Mapping[str, str]) -> Settings:
         public_key_algorithm(jwt_public_key)
     if env.get("JWT_AUDIENCE") and not (jwt_secret or jwt_public_key):
         raise ConfigError("JWT_AUDIENCE is checked only in verified tokens: set JWT_SECRET or JWT_PUBLIC_KEY too")
+    mcp_app_secret = env.get("MCP_APP_SECRET") or None
+    if mcp_app_secret is not None and len(mcp_app_secret.encode()) < 32:
+        raise ConfigError("MCP_APP_SECRET must be at least 32 bytes (the HMAC key of the MCP Apps' app tokens)")
     tracing = (env.get("OTEL_TRACING_ENABLED") or "false").strip().lower()
     if tracing not in ("true", "false"):
         raise ConfigError(f"OTEL_TRACING_ENABLED must be 'true' or 'false', got {tracing!r}")
@@ -120,6 +125,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         whatif_max_context_tokens=_int(env, "WHATIF_MAX_CONTEXT_TOKENS", 200_000, minimum=1, maximum=1 << 31),
         whatif_timeout_seconds=_int(env, "WHATIF_TIMEOUT_SECONDS", 600, minimum=1, maximum=7 * 24 * 3600),
         whatif_max_parallel=_int(env, "WHATIF_MAX_PARALLEL", 4, minimum=1, maximum=1000),
+        mcp_app_secret=mcp_app_secret,
     )
 
 

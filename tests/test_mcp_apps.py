@@ -24,9 +24,9 @@ import pytest
 from playwright.async_api import Browser, ConsoleMessage, Frame, FrameLocator, Page, async_playwright, expect
 
 from service.app import create_app
-from service.config import Settings
+from service.config import ConfigError, Settings, from_env
 from service.doors import mcp_apps
-from service.errors import Unauthorized
+from service.errors import NotConfigured, Unauthorized
 from service.identity import Caller
 from service.services import Services
 from tests.helpers import new_user, seed, table_fingerprint
@@ -200,6 +200,23 @@ def test_the_app_token_names_its_caller_and_nothing_else(services: Services) -> 
             mcp_apps.token_caller(services, bad)
     with pytest.raises(Unauthorized):  # a key of another database (another kagent)
         mcp_apps.token_caller(other, token)
+
+
+def test_in_trusted_proxy_mode_the_app_token_needs_a_real_secret(services: Services) -> None:
+    """A token stands for a verified user there: a key anyone who knows the database URL could make is
+    refused (503 without MCP_APP_SECRET), and tokens of the URL's key are not accepted with the secret."""
+    caller = Caller(user_id="zoë@example.com")
+    proxied = dataclasses.replace(services, settings=dataclasses.replace(services.settings, auth_mode="trusted-proxy"))
+    with pytest.raises(NotConfigured, match="MCP_APP_SECRET"):
+        mcp_apps.make_token(proxied, caller)
+    secret = "s" * 32
+    keyed = dataclasses.replace(proxied, settings=dataclasses.replace(proxied.settings, mcp_app_secret=secret))
+    assert mcp_apps.token_caller(keyed, mcp_apps.make_token(keyed, caller)) == caller
+    with pytest.raises(Unauthorized):
+        mcp_apps.token_caller(keyed, mcp_apps.make_token(services, caller))
+    with pytest.raises(ConfigError, match="MCP_APP_SECRET"):
+        from_env({"MCP_APP_SECRET": "short"})
+    assert from_env({"MCP_APP_SECRET": secret}).mcp_app_secret == secret
 
 
 async def test_fork_rewind_undo_and_compare_inside_the_chat(chat: Chat, pool: asyncpg.Pool) -> None:

@@ -28,7 +28,7 @@ from service.agents import experiments, whatif
 from service.branches import compare, lineage, turns
 from service.doors import explorer
 from service.doors.mcp_tools import Operation, SessionId, answer, runner_of
-from service.errors import NotFound, Unauthorized
+from service.errors import NotConfigured, NotFound, Unauthorized
 from service.identity import Caller, resolve_caller, scope_headers
 from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest, checked_id
@@ -60,12 +60,20 @@ def _process_key() -> bytes:
 
 
 def _key(svc: Services) -> bytes:
-    """Every replica holds the same database URL (a secret): the key is derived from it, so a token made
-    by one replica is read by the other. Without one (the embedded database) the service is one process."""
-    url = svc.settings.database_url
-    if url is None:
+    """The app tokens' key, the same on every replica so that a token made by one is read by the other:
+    MCP_APP_SECRET when set. Without it, in unsecure mode, a key derived from the database URL (there a
+    forged token grants nothing an X-User-Id header does not) or, on the embedded database, one of this
+    process. In trusted-proxy mode a token stands for a verified user, so only a real secret will do."""
+    settings = svc.settings
+    if settings.mcp_app_secret is not None:
+        return hashlib.sha256(b"kagent-fork mcp app token\0" + settings.mcp_app_secret.encode()).digest()
+    if settings.auth_mode == "trusted-proxy":
+        raise NotConfigured(
+            "kagent-fork's views in kagent's chat need MCP_APP_SECRET (32 bytes or more) in trusted-proxy mode"
+        )
+    if settings.database_url is None:
         return _process_key()
-    return hashlib.sha256(b"kagent-fork mcp app token\0" + url.encode()).digest()
+    return hashlib.sha256(b"kagent-fork mcp app token\0" + settings.database_url.encode()).digest()
 
 
 def _b64(raw: bytes) -> str:
