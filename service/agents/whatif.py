@@ -229,7 +229,7 @@ async def _mapped_from(svc: Services, conn: Connection, source: SessionRow, boun
     rest = await maps.turn_page(conn, sid, owner, turn, 1 << 30)
     later = [(turn.invocation_id, turn.started_at)]
     later += [(t.invocation_id, t.started_at) for t in rest if t.has_messages and t.started_at is not None]
-    position = await maps.event_turns_before(conn, sid, owner, turn) + 1
+    position = await maps.figures.event_turns_before(conn, sid, owner, turn) + 1
     return _From(task=row, dialect=dialect, first=first, later=later, position=position)
 
 

@@ -331,19 +331,19 @@ class TurnMaps:
         at, inv = (after.started_at, after.invocation_id) if after is not None else (None, None)
         return [_turn(r) for r in await conn.fetch(self.q["map_turn_page"], session_id, owner, at, inv, limit)]
 
-    async def event_turns_before(self, conn: Connection, session_id: str, owner: str, turn: MapTurn) -> int:
-        """The turns with a message before `turn` in the listing's order."""
-        count = await conn.fetchval(
-            self.q["map_event_turns_before"], session_id, owner, turn.started_at, turn.invocation_id
-        )
-        return int(count)
-
 
 class MapFigures:
     """What the map adds up for an operation: a dry run's event and task figures, a summary, a rewind's tasks."""
 
     def __init__(self, q: Queries) -> None:
         self.q = q
+
+    async def event_turns_before(self, conn: Connection, session_id: str, owner: str, turn: MapTurn) -> int:
+        """The turns with a message before `turn` in the listing's order."""
+        count = await conn.fetchval(
+            self.q["map_event_turns_before"], session_id, owner, turn.started_at, turn.invocation_id
+        )
+        return int(count)
 
     async def figures_before(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
