@@ -45,6 +45,32 @@ async def table_fingerprint(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
     return out
 
 
+async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tuple[int, str]]:
+    """Row count and checksum of every row requests by these users may write (its sessions, their events and
+    tasks, its forks, rewinds, keys, what-if jobs and experiments): to prove a request wrote nothing where
+    other tests' agents may still be saving their own tasks meanwhile (they lift updated_at)."""
+    owned = "user_id = ANY($1) OR session_id IN (SELECT id FROM session WHERE user_id = ANY($1))"
+    tables = {
+        "session": "SELECT * FROM session WHERE user_id = ANY($1)",
+        "event": f"SELECT * FROM event WHERE {owned}",
+        "task": f"SELECT * FROM task WHERE {owned}",
+        "fork": "SELECT * FROM kagent_fork.fork WHERE user_id = ANY($1) OR parent_user_id = ANY($1)",
+        "idempotency": "SELECT * FROM kagent_fork.idempotency WHERE user_id = ANY($1)",
+        "rewind": "SELECT * FROM kagent_fork.rewind WHERE user_id = ANY($1)",
+        "whatif_job": "SELECT * FROM kagent_fork.whatif_job WHERE user_id = ANY($1)",
+        "experiment": "SELECT * FROM kagent_fork.experiment WHERE user_id = ANY($1)",
+    }
+    out = {}
+    async with pool.acquire() as conn:
+        for name, query in tables.items():
+            row = await conn.fetchrow(
+                f"SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM ({query}) t", list(user_ids)
+            )
+            assert row is not None
+            out[name] = (row["count"], row["md5"] or "")
+    return out
+
+
 async def session_rows(pool: asyncpg.Pool, session_id: str, user_id: str) -> dict[str, list[dict[str, Any]]]:
     """Every live row of a session, in kagent's order."""
     async with pool.acquire() as conn:

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from service.config import Settings
-from tests.helpers import new_user, seed, table_fingerprint
+from tests.helpers import caller_fingerprint, new_user, seed
 from tests.support import kagent_reads
 from tests.support.a2a_agent import (
     APPROVAL_LEGACY,
@@ -195,7 +195,8 @@ async def test_an_agent_that_asks_for_an_approval_mid_replay(
 async def test_refusals_write_nothing(eclient: Any, client: Any, pool: asyncpg.Pool, agents: tuple[str, Seen]) -> None:
     conv = await seed(pool, dialect="v1", turns=3, tool_calls=True)
     body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(V1)]}
-    before = await table_fingerprint(pool)
+    stranger = new_user()
+    before = await caller_fingerprint(pool, conv.user_id, stranger)  # other tests' agents may still save tasks
 
     async def refused(status: int, change: dict[str, Any], says: str, on: Any = eclient) -> None:
         r = await start(on, conv.session_id, conv.user_id, {**body, **change})
@@ -217,8 +218,8 @@ async def test_refusals_write_nothing(eclient: Any, client: Any, pool: asyncpg.P
     await refused(422, {"agents": [ref(V1), ref(LEGACY), ref(SLOW)], "repeats": 3}, "over 8")
     await refused(404, {"rewind_before_invocation_id": "e-typo"}, "not found")
     await refused(503, {}, "KAGENT_A2A_URL", on=client)
-    assert (await start(eclient, conv.session_id, new_user(), body)).status_code == 404
-    assert await table_fingerprint(pool) == before
+    assert (await start(eclient, conv.session_id, stranger, body)).status_code == 404
+    assert await caller_fingerprint(pool, conv.user_id, stranger) == before
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM kagent_fork.experiment WHERE source_session_id = $1",
                                    conv.session_id) == 0  # fmt: skip
@@ -228,7 +229,7 @@ async def test_refusals_write_nothing(eclient: Any, client: Any, pool: asyncpg.P
         json={"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": ref("no-such-agent")},
     )  # fmt: skip
     assert r.status_code == 422 and "kagent/no-such-agent" in r.json()["error"]
-    assert await table_fingerprint(pool) == before
+    assert await caller_fingerprint(pool, conv.user_id, stranger) == before
 
 
 async def test_a_failing_or_hanging_branch_ends_alone(

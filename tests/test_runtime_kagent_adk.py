@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import secrets
 import time
@@ -26,7 +27,7 @@ import pytest
 from service.app import create_app
 from service.config import Settings
 from tests.helpers import new_user
-from tests.support import kagent_reads
+from tests.support import kagent_reads, ui_transcript
 from tests.support.conversations import create_share
 from tests.support.kagent_chat import approval, new_session, send, text
 from tests.support.kagent_controller import RunningController, register_agent, running_controller
@@ -38,6 +39,8 @@ from tests.support.tool_server import RunningTools, running_tools
 AGENT_REF = "kagent/adk-agent"
 AGENT_ID = "kagent__NS__adk_agent"
 INSTRUCTION = "You are kagent-fork's test agent. Answer briefly."
+AGENT_B_REF = "kagent/adk-agent-b"
+INSTRUCTION_B = "You are kagent-fork's other agent. Answer in a word."
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,20 @@ async def adk(
         service = stack.enter_context(live_server(create_app(service_settings, database_url)))
         print(f"kagent-adk answered after {process.started_in:.1f} s")
         yield Runtime(stand_in, scripted_model, tool_server, process, service)
+
+
+@pytest.fixture(scope="session")
+async def adk_b(adk: Runtime, pool: asyncpg.Pool) -> AsyncIterator[str]:
+    """A second kagent-adk agent (another name, another instruction: another system prompt for the model),
+    on the same stand-in, model and tools; started only for the tests that compare two agents."""
+    config = {**agent_config(adk.model, adk.tools), "instruction": INSTRUCTION_B}
+    async with pool.acquire() as conn:
+        await register_agent(conn, AGENT_B_REF, config)
+    spec = kagent_adk(AGENT_B_REF, kagent_url=adk.controller.url, config=config)
+    with ExitStack() as stack:
+        process = await asyncio.to_thread(stack.enter_context, running_runtime(spec))
+        adk.controller.register(AGENT_B_REF, process.url)
+        yield AGENT_B_REF
 
 
 @pytest.fixture
@@ -321,6 +338,194 @@ async def test_a_whatif_is_answered_by_the_runtime_from_the_kept_turns(
     assert tasks[-1].id == job["task_id"] and tasks[-1].status.state.value == "completed"
 
 
+async def test_a_whatif_of_every_later_turn_replays_them_in_order_from_the_kept_turns(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"T1 {t}: which cluster?", f"T2 {t}: count pods", f"T3 {t}: which is oldest?", f"T4 {t}: restart it"]
+    adk.model.model.on(q[1], call("lookup", query="pods"), say("7 pods."))
+    source = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, source, user)
+    seen_before = len(adk.model.model.requests)
+
+    started = await api(
+        adk, http, "POST", f"/api/sessions/{source}/whatif", user,
+        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agent_ref": AGENT_REF, "turns": "all"},
+    )  # fmt: skip
+    job = await job_done(adk, http, started["job"]["id"], user)
+    assert job["status"] == "completed", (job, adk.process.log_tail())
+    assert (job["turns_done"], job["turns_total"]) == (3, 3)
+    assert job["result"]["last_agent_text"] == f"Answer to: {q[3]}"
+
+    # the model got turn 1 as the source holds it, then each re-asked question in order, each after the
+    # replayed turns before it: the same conversation the source's own turns 2-4 were sent
+    replay = adk.model.model.requests[seen_before:]
+    source_requests = [r for r in adk.model.model.requests[:seen_before] if any(x in json.dumps(r) for x in q)]
+    assert [shape(r["messages"]) for r in replay] == [shape(r["messages"]) for r in source_requests[1:]]
+    assert [turn_of(r) for r in replay] == [q[1], q[1], q[2], q[3]]  # turn 2's tool call, then its answer
+    kept = before_question(adk, q[1])
+    assert all(r["messages"][: len(kept)] == kept for r in replay)  # turn 1 exactly as the source sent it
+    assert replay[1]["messages"][-2]["tool_calls"][0]["function"] == {
+        "name": "lookup",
+        "arguments": '{"query": "pods"}',
+    }
+
+    # the fork holds turn 1 then the replayed turns, read back with kagent's readers; the runtime worked as
+    # the caller
+    forked = job["session_id"]
+    assert said(await adk_events(pool, forked, user)) == [
+        ("user", q[0]), ("adk_agent", f"Answer to: {q[0]}"), ("user", q[1]), ("adk_agent", "7 pods."),
+        ("user", q[2]), ("adk_agent", f"Answer to: {q[2]}"), ("user", q[3]), ("adk_agent", f"Answer to: {q[3]}"),
+    ]  # fmt: skip
+    assert {u for _, path, u in adk.controller.controller.calls.seen if forked in path} == {user}
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+    assert [t_.status.state.value for t_ in tasks][-3:] == ["completed"] * 3
+    assert tasks[-1].id == job["task_id"]
+
+
+def turn_of(request: dict[str, Any]) -> str:
+    """The question of the turn a model request belongs to."""
+    return next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user" and m.get("content"))
+
+
+async def experiment_done(rt: Runtime, http: httpx.AsyncClient, experiment_id: str, user: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 180
+    while True:
+        found: dict[str, Any] = await api(rt, http, "GET", f"/api/experiments/{experiment_id}", user)
+        if found["status"] != "running":
+            return found
+        assert time.monotonic() < deadline, found
+        await asyncio.sleep(0.2)
+
+
+def system_of(request: dict[str, Any]) -> str:
+    return str(request["messages"][0].get("content"))
+
+
+async def test_an_experiment_on_two_kagent_adk_agents_replays_every_later_turn_in_each_fork(
+    adk: Runtime, adk_b: str, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"E1 {t}: which cluster?", f"E2 {t}: count pods", f"E3 {t}: list the pods", f"E4 {t}: the oldest?"]
+    adk.model.model.on(q[2], call("lookup", query="pods"), say("web, api, db."))
+    source = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, source, user)
+    kept = before_question(adk, q[1])  # turn 1, as the source's agent was sent it
+    seen_before = len(adk.model.model.requests)
+
+    edited = f"E2 {t}, asked again: how many pods run?"
+    started = await api(
+        adk, http, "POST", f"/api/sessions/{source}/experiments", user,
+        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF, adk_b],
+              "turns": "all", "message": {"text": edited}},
+    )  # fmt: skip
+    done = await experiment_done(adk, http, started["experiment"]["id"], user)
+    assert done["status"] == "completed", (done, adk.process.log_tail())
+    asked = [edited, q[2], q[3]]
+    assert [x["question"] for x in done["source"]["turns"]] == q[1:]
+
+    replay = adk.model.model.requests[seen_before:]
+    by_agent = {b["agent_ref"]: b for b in done["branches"]}
+    assert len(by_agent) == 2
+    for ref, system, author in ((AGENT_REF, INSTRUCTION, "adk_agent"), (adk_b, INSTRUCTION_B, "adk_agent_b")):
+        branch = by_agent[ref]
+        assert branch["status"] == "completed" and branch["stopped_at"] is None, branch
+        assert [x["question"] for x in branch["turns"]] == asked
+        assert [x["state"] for x in branch["turns"]] == ["completed"] * 3
+        assert branch["turns"][1]["tool_calls"] == {"lookup": 1}
+
+        # the model behind this branch's agent got the questions in order (turn 3's twice: its tool call,
+        # then its answer), each request the previous one plus that turn's answer and the next question
+        mine = [r for r in replay if system in system_of(r)]
+        assert [turn_of(r) for r in mine] == [edited, q[2], q[2], q[3]], [shape(r["messages"]) for r in mine]
+        for earlier, later in itertools.pairwise(mine):
+            assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+        first = mine[0]["messages"]
+        if ref == AGENT_REF:  # the source's agent: turn 1 exactly as the source's model got it
+            assert first == [*kept, {"role": "user", "content": edited}]
+        else:  # another agent: google-adk hands it the source agent's answer as context, not as its own
+            assert first[0]["role"] == "system" and first[0]["content"].startswith(INSTRUCTION_B)
+            assert first[1:] == [
+                {"role": "user", "content": q[0]},
+                {"role": "user", "content": f"For context:\n[adk_agent] said: Answer to: {q[0]}"},
+                {"role": "user", "content": edited},
+            ]
+        assert not any(q[1] in json.dumps(r) for r in mine)  # the edited question replaced the source's
+
+        # the fork holds turn 1, then the replayed turns, read back with kagent's readers, all as the caller
+        forked = branch["session_id"]
+        assert said(await adk_events(pool, forked, user)) == [
+            ("user", q[0]), ("adk_agent", f"Answer to: {q[0]}"),
+            ("user", edited), (author, f"Answer to: {edited}"),
+            ("user", q[2]), (author, "web, api, db."),
+            ("user", q[3]), (author, f"Answer to: {q[3]}"),
+        ]  # fmt: skip
+        assert {u for _, path, u in adk.controller.controller.calls.seen if forked in path} == {user}
+        async with pool.acquire() as conn:
+            tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+        assert [t_.status.state.value for t_ in tasks] == ["completed"] * 4
+        assert all(t_.context_id == forked for t_ in tasks)
+    assert len(replay) == 8  # nothing else was sent: 4 model calls per branch
+
+
+@pytest.mark.parametrize("on_approval", ["stop", "reject"])
+async def test_an_approval_asked_mid_replay_stops_the_branch_or_is_rejected_as_kagents_ui_rejects_it(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool, on_approval: str
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"X1 {t}: hello", f"X2 {t}: clean up pod web-{t}", f"X3 {t}: list pods"]
+    source = await conversation(adk, http, user, q)  # the source's agent answered X2 without a tool
+    listed = await turns(adk, http, source, user)
+    # replayed, the same question makes the model ask for delete_pod, which needs an approval
+    adk.model.model.on(q[1], call("delete_pod", name=f"web-{t}"), say(f"I did not delete web-{t}."))
+
+    started = await api(
+        adk, http, "POST", f"/api/sessions/{source}/experiments", user,
+        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF], "turns": "all",
+              "on_approval": on_approval},
+    )  # fmt: skip
+    done = await experiment_done(adk, http, started["experiment"]["id"], user)
+    branch = done["branches"][0]
+    forked = branch["session_id"]
+    assert not [c for c in adk.tools.calls.of("delete_pod") if c.args == {"name": f"web-{t}"}]  # never run
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+
+    if on_approval == "stop":
+        # the branch ends at that turn, saying where and why; the fork waits there for a person
+        assert branch["status"] == "completed" and branch["stopped_at"] == listed[1]["invocation_id"], branch
+        assert [x["state"] for x in branch["turns"]] == ["input-required"]
+        assert len(adk.model.model.requests_for(q[2])) == 1  # the source's: turn 3 was never sent
+        assert tasks[-1].status.state.value == "input-required"
+        table = await http.get(f"{adk.service}/api/experiments/{done['id']}?format=markdown",
+                               headers={"X-User-Id": user})  # fmt: skip
+        assert f"stopped at turn 1 ({listed[1]['invocation_id']}): the agent waits for input" in table.text
+        return
+
+    assert branch["status"] == "completed" and branch["stopped_at"] is None, (branch, adk.process.log_tail())
+    first, second = branch["turns"]
+    assert (first["state"], first["rejected_tool_calls"], first["answer"]) == (
+        "completed", 1, f"I did not delete web-{t}."
+    )  # fmt: skip
+    assert second["state"] == "completed" and second["question"] == q[2]
+    # the rejection went to the waiting task as kagent 0.10.x's Reject button sends it
+    history = [m for t_ in tasks for m in t_.history or []]
+    rejection = [m for m in history if any(getattr(p.root, "data", None) == {"decision_type": "reject"}
+                                           for p in m.parts)]  # fmt: skip
+    assert len(rejection) == 1 and rejection[0].task_id == tasks[-2].id and rejection[0].role.value == "user"
+    assert tasks[-2].status.state.value == "completed"
+    assert [getattr(p.root, "text", None) for p in rejection[0].parts] == [None, "Rejected"]
+    # the runtime told the model the call was refused, without running it, and went on
+    resumed = adk.model.model.requests_for(q[1])[-1]["messages"]
+    assert shape(resumed[-2:-1]) == [("assistant", f'calls delete_pod({{"name": "web-{t}"}})')]
+    assert resumed[-1] == {
+        "role": "tool", "tool_call_id": resumed[-2]["tool_calls"][0]["id"], "content": "Tool call was rejected by user."
+    }  # fmt: skip
+    later = adk.model.model.requests_for(q[2])[-1]["messages"]
+    assert later[: len(resumed)] == resumed and later[-1] == {"role": "user", "content": q[2]}
+
+
 async def test_a_fork_into_a_share_visitors_account_is_continued_as_theirs(
     adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
@@ -400,6 +605,48 @@ async def test_an_approval_answered_in_a_fork_resumes_the_call_the_source_asked_
     # nothing ran in the source: its request still waits there
     async with pool.acquire() as conn:
         assert (await kagent_reads.get_task(conn, listed[1]["task_id"], user)) is not None
+
+
+async def test_a_fork_before_the_turn_after_a_waiting_approval_keeps_it_waiting_and_answerable_in_the_fork(
+    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    source, q, waiting = await pending_approval(adk, http, user, t)
+    listed = await turns(adk, http, source, user)
+    made = await api(adk, http, "POST", f"/api/sessions/{source}/fork", user,
+                     json={"rewind_before_invocation_id": listed[2]["invocation_id"]})  # fmt: skip
+    forked = made["id"]
+    assert made["fork"]["task_layout"] == "per_task"  # merged, the waiting task would be one completed task
+    assert any("waits for input" in w for w in made["fork"]["warnings"])
+
+    # kagent 0.10.x's UI shows the fork waiting on the approval card of turn 2, as the source was then
+    async with pool.acquire() as conn:
+        rows = await kagent_reads.list_tasks_for_session(conn, forked, user)
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+    assert [t_.status.state.value for t_ in tasks] == ["completed", "input-required"]
+    copy = tasks[-1]
+    assert copy.id != waiting and copy.context_id == forked
+    shown = ui_transcript.transcript_v010([r["data"] for r in rows])
+    assert ui_transcript.Entry.tool("delete_pod", {"name": f"web-{t}"}, "pending_approval") in shown
+    assert ui_transcript.load_status_v010([r["data"] for r in rows]) == "input_required"
+
+    # the card's Approve, as the UI sends it (the waiting task's id): the runtime resumes the call in the fork
+    answer = await send(http, adk.controller.a2a_url, AGENT_REF, user=user, context_id=forked,
+                        parts=approval(), task_id=copy.id)  # fmt: skip
+    assert answer["status"]["state"] == "completed" and answer["id"] == copy.id, adk.process.log_tail()
+    deleted = [c for c in adk.tools.calls.of("delete_pod") if c.args == {"name": f"web-{t}"}]
+    assert [c.headers.get("authorization") for c in deleted] == [f"Bearer before-{t}"]  # turn 2's request
+    resumed = adk.model.model.requests_for(q[1])[-1]["messages"]
+    assert shape(resumed[-2:]) == [
+        ("assistant", f'calls delete_pod({{"name": "web-{t}"}})'), ("tool", f"pod web-{t} deleted")
+    ]  # fmt: skip
+    assert q[2] not in json.dumps(resumed)  # turn 3 is not in the fork
+    assert said(await adk_events(pool, forked, user))[-1] == ("adk_agent", f"Deleted web-{t}.")
+    async with pool.acquire() as conn:
+        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
+        source_task = await kagent_reads.get_task(conn, waiting, user)
+    assert [t_.status.state.value for t_ in tasks] == ["completed", "completed"]
+    assert source_task is not None and json.loads(source_task["data"])["status"]["state"] == "input-required"
 
 
 async def test_state_set_in_hidden_turns_is_not_in_the_state_the_runtime_builds(

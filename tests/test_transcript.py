@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -19,6 +19,11 @@ STYLES = ["python", "python_compact", "go"]
 
 async def get_transcript(client: Any, session_id: str, user: str, **params: str) -> Any:
     return await client.get(f"/api/sessions/{session_id}/transcript", params=params, headers={"X-User-Id": user})
+
+
+def at(text: str) -> datetime:
+    """An RFC 3339 timestamp of the API as a time."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def oracle_tokens(conv: Conversation, event_ids: tuple[str, ...]) -> int:
@@ -67,8 +72,10 @@ async def test_transcript_is_the_conversation_turn_by_turn(
             assert "adk_request_confirmation" in {c["tool_name"] for c in calls}
         assert turn["usage"]["total_tokens"] == oracle_tokens(conv, want.event_ids) > 0
         assert turn["usage"]["prompt_tokens"] > 0 and turn["usage"]["completion_tokens"] > 0
-        assert turn["started_at"] <= turn["ended_at"]
-        assert all(turn["started_at"] <= m["at"] <= turn["ended_at"] for m in turn["messages"])
+        # RFC 3339 strings trim trailing zeros ("09.37Z" is before "09.374Z" but sorts after it): compare times
+        started, ended = at(turn["started_at"]), at(turn["ended_at"])
+        assert started <= ended
+        assert all(started <= at(m["at"]) <= ended for m in turn["messages"])
 
     # the token estimate is the one a fork's dry run of the whole conversation answers
     dry = await client.post(

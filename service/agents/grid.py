@@ -278,6 +278,14 @@ def markdown(e: Experiment) -> str:
     failed = [c for c in e.branches if c.error]
     if failed:
         lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]
+    stopped = [c for c in e.branches if c.stopped_at]
+    if stopped:
+        # Why a column ends early although it completed: its agent waits for a person in the fork.
+        lines += ["", *[
+            f"- {c.agent_ref} #{c.repeat}: stopped at turn {len(c.turns)} ({c.stopped_at}): the agent waits for "
+            f"input (a tool approval or a question); answer it in the fork {c.session_id}"
+            for c in stopped
+        ]]  # fmt: skip
     if e.by_agent:
         lines += ["", "| agent | " + " | ".join(FIGURES) + " |", "|---|" + "---|" * len(FIGURES)]
         for a in e.by_agent:
