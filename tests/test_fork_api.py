@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.helpers import append_turns, digest, expected_summary, new_user, seed, session_rows, table_fingerprint
+from tests.helpers import digest, expected_summary, new_user, seed, session_rows, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.conversations import Conversation, build_conversation, insert_conversation
 from tests.support.ui_transcript import transcript_main, transcript_v010
@@ -163,33 +163,6 @@ async def test_a_still_running_last_turn_is_left_out(
     assert transcript(dialect, copied) == transcript(dialect, conv.task_data()[:2])
     states = {t["status"]["state"] for t in copied}
     assert states <= {"completed", "TASK_STATE_COMPLETED"}
-
-
-@pytest.mark.parametrize("dialect", LINES)
-@pytest.mark.parametrize("layout", ["auto", "per_task", "merged"])
-async def test_a_turn_waiting_for_an_approval_kept_last_waits_in_the_fork(
-    client: Any, pool: asyncpg.Pool, dialect: str, layout: str
-) -> None:
-    # turn 3 waits for an approval while the user asked turn 4; a fork before turn 4 ends on the waiting turn
-    conv = await seed(pool, dialect=dialect, turns=3, awaiting_approval_last_turn=True)
-    later = await append_turns(pool, conv.session_id, conv.user_id, dialect=dialect, turns=1)
-    r = await fork(client, conv, {"rewind_before_invocation_id": later.invocation_ids[0], "task_layout": layout})
-    assert r.status_code == 201, r.text
-    info = r.json()["data"]["fork"]
-    view = await kagent_view(pool, r.json()["data"]["id"], conv.user_id, dialect)
-    copied = [json.loads(t["data"]) for t in view["tasks"]]
-    waiting = "input-required" if dialect == "legacy" else "TASK_STATE_INPUT_REQUIRED"
-    assert any("waits for input" in w for w in info["warnings"])
-    if layout == "merged":  # asked for: one completed task, as before, with the warning
-        assert info["task_layout"] == "merged" and len(copied) == 1 and copied[0]["status"]["state"] != waiting
-        assert any("shows no approval card" in w for w in info["warnings"]), info["warnings"]
-        return
-    assert not any("canceled" in w for w in info["warnings"])
-    # copied as it is: kagent's UI shows the same approval card as the source's, answered in the fork
-    assert info["task_layout"] == "per_task" and [t["status"]["state"] for t in copied][-1] == waiting
-    assert copied[-1]["status"]["message"]["parts"] == conv.task_data()[2]["status"]["message"]["parts"]
-    assert transcript(dialect, copied) == transcript(dialect, conv.task_data())
-    assert view["events"][-1]["data"] == conv.events[-1].data  # the request's event is kept
 
 
 @pytest.mark.parametrize("event_style", ["go", "python_compact", "openai"])

@@ -27,7 +27,7 @@ import pytest
 from service.app import create_app
 from service.config import Settings
 from tests.helpers import new_user
-from tests.support import kagent_reads, ui_transcript
+from tests.support import kagent_reads
 from tests.support.conversations import create_share
 from tests.support.kagent_chat import approval, new_session, send, text
 from tests.support.kagent_controller import RunningController, register_agent, running_controller
@@ -605,48 +605,6 @@ async def test_an_approval_answered_in_a_fork_resumes_the_call_the_source_asked_
     # nothing ran in the source: its request still waits there
     async with pool.acquire() as conn:
         assert (await kagent_reads.get_task(conn, listed[1]["task_id"], user)) is not None
-
-
-async def test_a_fork_before_the_turn_after_a_waiting_approval_keeps_it_waiting_and_answerable_in_the_fork(
-    adk: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
-) -> None:
-    user, t = new_user(), tag()
-    source, q, waiting = await pending_approval(adk, http, user, t)
-    listed = await turns(adk, http, source, user)
-    made = await api(adk, http, "POST", f"/api/sessions/{source}/fork", user,
-                     json={"rewind_before_invocation_id": listed[2]["invocation_id"]})  # fmt: skip
-    forked = made["id"]
-    assert made["fork"]["task_layout"] == "per_task"  # merged, the waiting task would be one completed task
-    assert any("waits for input" in w for w in made["fork"]["warnings"])
-
-    # kagent 0.10.x's UI shows the fork waiting on the approval card of turn 2, as the source was then
-    async with pool.acquire() as conn:
-        rows = await kagent_reads.list_tasks_for_session(conn, forked, user)
-        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
-    assert [t_.status.state.value for t_ in tasks] == ["completed", "input-required"]
-    copy = tasks[-1]
-    assert copy.id != waiting and copy.context_id == forked
-    shown = ui_transcript.transcript_v010([r["data"] for r in rows])
-    assert ui_transcript.Entry.tool("delete_pod", {"name": f"web-{t}"}, "pending_approval") in shown
-    assert ui_transcript.load_status_v010([r["data"] for r in rows]) == "input_required"
-
-    # the card's Approve, as the UI sends it (the waiting task's id): the runtime resumes the call in the fork
-    answer = await send(http, adk.controller.a2a_url, AGENT_REF, user=user, context_id=forked,
-                        parts=approval(), task_id=copy.id)  # fmt: skip
-    assert answer["status"]["state"] == "completed" and answer["id"] == copy.id, adk.process.log_tail()
-    deleted = [c for c in adk.tools.calls.of("delete_pod") if c.args == {"name": f"web-{t}"}]
-    assert [c.headers.get("authorization") for c in deleted] == [f"Bearer before-{t}"]  # turn 2's request
-    resumed = adk.model.model.requests_for(q[1])[-1]["messages"]
-    assert shape(resumed[-2:]) == [
-        ("assistant", f'calls delete_pod({{"name": "web-{t}"}})'), ("tool", f"pod web-{t} deleted")
-    ]  # fmt: skip
-    assert q[2] not in json.dumps(resumed)  # turn 3 is not in the fork
-    assert said(await adk_events(pool, forked, user))[-1] == ("adk_agent", f"Deleted web-{t}.")
-    async with pool.acquire() as conn:
-        tasks = await kagent_reads.load_session_tasks(conn, forked, user, line="0.10.x")
-        source_task = await kagent_reads.get_task(conn, waiting, user)
-    assert [t_.status.state.value for t_ in tasks] == ["completed", "completed"]
-    assert source_task is not None and json.loads(source_task["data"])["status"]["state"] == "input-required"
 
 
 async def test_state_set_in_hidden_turns_is_not_in_the_state_the_runtime_builds(

@@ -42,7 +42,6 @@ _TERMINAL = {
 }
 _COMPLETED = {TaskDialect.LEGACY: "completed", TaskDialect.V1: "TASK_STATE_COMPLETED"}
 _CANCELED = {TaskDialect.LEGACY: "canceled", TaskDialect.V1: "TASK_STATE_CANCELED"}
-_INPUT_REQUIRED = {TaskDialect.LEGACY: "input-required", TaskDialect.V1: "TASK_STATE_INPUT_REQUIRED"}
 _USER_ROLE = {TaskDialect.LEGACY: "user", TaskDialect.V1: "ROLE_USER"}
 
 # kagent readers look for adk_<key> first, then kagent_<key>.
@@ -227,12 +226,6 @@ def state(task: JSON) -> str | None:
 
 def is_terminal(task: JSON, dialect: TaskDialect) -> bool:
     return is_terminal_state(state(task), dialect)
-
-
-def waits_for_input(task: JSON, dialect: TaskDialect) -> bool:
-    """The agent's run ended and the task waits for the user (a tool approval, a question): nobody runs it,
-    and kagent's UIs of both lines show its request instead of resubscribing to it."""
-    return state(task) == _INPUT_REQUIRED[dialect]
 
 
 def _is_user(message: JSON, dialect: TaskDialect) -> bool:

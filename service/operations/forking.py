@@ -166,44 +166,6 @@ def _running_turn(last: TaskRow | None, before: datetime | None) -> tuple[str | 
     return (invocations[0] if invocations else None), last, dialects.state(data)
 
 
-async def _waiting_task(svc: Services, conn: Connection, source: SessionRow, cut: Cut) -> str | None:
-    """The fork's last kept task, when the agent ended its run there and waits for the user (input-required:
-    a tool approval, a question). It is copied as it is, so that kagent's UI shows the request in the fork
-    and the answer resumes it there (docs/design.md, "Running turns"). None otherwise. The source's own last
-    task is the running-turn rule's (_running_turn, as the contract says): when the fork keeps every task,
-    none waits."""
-    if cut.partial is not None or cut.tasks_before is None:
-        return None  # a cut task ends before a later turn; every task kept: the running-turn rule decided
-    row = await svc.store.tasks.last_task_before(conn, source.id, source.user_id, cut.tasks_before)
-    if row is None:
-        return None
-    try:
-        data = dialects.decode(row.data)
-    except dialects.TaskFormatError:
-        return None
-    return row.id if dialects.waits_for_input(data, plan.dialect_of(row)) else None
-
-
-def _layout_for_waiting(
-    layout: plan.Layout, waiting: str | None, req: ForkRequest, warnings: list[str]
-) -> tuple[plan.Layout, str | None]:
-    """The layout and the task to copy as it is, given the kept task that waits for input (if any): merged
-    tasks become one completed task, which kagent's UI shows without an approval card, so `auto` copies
-    them one by one; an explicit `merged` is written as asked, saying so."""
-    if waiting is None:
-        return layout, None
-    if layout == "merged" and req.task_layout == "merged":
-        warnings.append(
-            f"task_layout merged: task {waiting} waits for input (input-required), merged into one completed "
-            "task: kagent's UI shows no approval card in the fork"
-        )
-        return layout, None
-    warnings.append(f"task {waiting} waits for input (input-required): its copy waits too, to answer in the fork")
-    if layout == "merged":
-        warnings.append(f"the tasks are copied one by one (task_layout per_task), not merged: task {waiting} waits")
-    return "per_task", waiting
-
-
 async def _lineage_parent(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, str, int]:
     """(root session, root owner, depth of the new fork)."""
     parent = await svc.store.lineage.lineage_of(conn, source.id, source.user_id)
@@ -446,10 +408,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     versions = await store.tasks.task_versions_before(conn, sid, owner, cut.tasks_before)
     kept_dialects = _dialects(versions, cut)
     layout = plan.choose_layout(req.task_layout, kept_dialects)
-    warnings = list(cut.warnings)
-    layout, waiting = _layout_for_waiting(layout, await _waiting_task(svc, conn, source, cut), req, warnings)
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
+    warnings = list(cut.warnings)
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
@@ -461,10 +422,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         warnings += notes
     now = await store.database.now(conn)
     new_id = str(uuid.uuid4())
-    copier = plan.TaskCopier(
-        layout=layout, session_id=new_id, user_id=caller.user_id, now=now,
-        waiting_id=waiting,
-    )  # fmt: skip
+    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
 
     if req.dry_run:
         figures = (
@@ -554,9 +512,7 @@ async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout:
         if kept.refused == 0:  # else the rows are read, and the copier refuses the first with its 422
             copier.written += kept.tasks
             copier.messages += kept.messages
-            copier.warnings += [
-                plan.closed_warning(task_id, state) for task_id, state in kept.open if task_id != copier.waiting_id
-            ]
+            copier.warnings += [plan.closed_warning(task_id, state) for task_id, state in kept.open]
             new = copier.add(cut.partial.row, cut.partial.cut) if cut.partial is not None else None
             return kept.bytes + (len(new.data.encode()) if new is not None else 0)
     task_bytes = 0

@@ -167,8 +167,6 @@ class TaskCopier:
     messages: int = 0
     written: int = 0
     warnings: list[str] = field(default_factory=list)
-    # The fork's last kept task when it waits for the user: copied as it is, not closed (forking._waiting_task).
-    waiting_id: str | None = None
     _merger: dialects.Merger | None = None
     _merge_created_at: datetime | None = None
     _merge_version: str | None = None
@@ -186,9 +184,7 @@ class TaskCopier:
             raise Unprocessable(f"task {row.id} cannot be copied: {exc}") from None
         if cut is not None:
             return dialects.cut(data, dialect, cut)
-        if not dialects.is_terminal(data, dialect) and not (
-            row.id == self.waiting_id and dialects.waits_for_input(data, dialect)
-        ):
+        if not dialects.is_terminal(data, dialect):
             # A turn that never finished (its agent gone): copying it live would make kagent's UI
             # resubscribe to a task nobody runs, so its copy is closed as canceled.
             self.warnings.append(closed_warning(row.id, dialects.state(data)))
