@@ -200,7 +200,7 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
   failed(await startWhatif(V1, ""), /required/);
 });
 
-test("cancelWhatif: a running job is cancelled, an ended one is refused", async () => {
+test("cancelWhatif: a running job is cancelled, an ended one is refused", async (t) => {
   const source = await legacyCopy();
   const first = ok(await listInvocations(source))[0]!.invocation_id;
   const started = ok(await startWhatif(source, first, { turns: "all" }));
@@ -208,6 +208,7 @@ test("cancelWhatif: a running job is cancelled, an ended one is refused", async 
   // The scripted agent is quick: the job may have ended before the cancel arrived, and the service says so.
   if (answer.error !== undefined) {
     failed(answer, new RegExp(`^what-if job ${started.job.id} already ended \\((completed|failed)\\)$`));
+    t.diagnostic("the job ended before the cancel arrived: only the refusal was checked");
     return;
   }
   const cancelled = ok(answer);
@@ -218,7 +219,7 @@ test("cancelWhatif: a running job is cancelled, an ended one is refused", async 
   failed(await cancelWhatif(started.job.id), `what-if job ${started.job.id} already ended (cancelled)`);
 });
 
-test("listExperiments, getExperiment as Markdown, cancelExperiment", async () => {
+test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) => {
   const source = await legacyCopy();
   const listed = ok(await listInvocations(source));
   const second = listed[1]!.invocation_id;
@@ -270,6 +271,7 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async () =>
   const cancel = await cancelExperiment(running.id);
   if (cancel.error !== undefined) {
     failed(cancel, new RegExp(`^experiment ${running.id} already ended \\((completed|failed)\\)$`));
+    t.diagnostic("the experiment ended before the cancel arrived: only the refusal was checked");
     return;
   }
   const cancelled = ok(cancel);
