@@ -351,6 +351,10 @@ export function getTranscript(
   sessionId: string,
   options?: TranscriptOptions & { format?: "json" },
 ): Promise<BaseResponse<Transcript>>;
+export function getTranscript(
+  sessionId: string,
+  options?: TranscriptOptions,
+): Promise<BaseResponse<Transcript> | BaseResponse<string>>;
 export async function getTranscript(
   sessionId: string,
   options: TranscriptOptions = {},
@@ -897,6 +901,10 @@ export function getExperiment(
   experimentId: string,
   options?: ExperimentReadOptions & { format?: "json" },
 ): Promise<BaseResponse<Experiment>>;
+export function getExperiment(
+  experimentId: string,
+  options?: ExperimentReadOptions,
+): Promise<BaseResponse<Experiment> | BaseResponse<string>>;
 export async function getExperiment(
   experimentId: string,
   options: ExperimentReadOptions = {},

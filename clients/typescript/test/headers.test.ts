@@ -163,6 +163,10 @@ test("format markdown: the document's text as data, a refusal as kagent's envelo
   assert.equal(doc.sent[0]!.headers.accept, "text/markdown, application/json");
   await getTranscript("s", { baseUrl: "http://h", fetch: doc.fetch, format: "markdown", before: "e-2" });
   assert.equal(doc.sent[1]!.url, "http://h/api/sessions/s/transcript?before=e-2&format=markdown");
+  // A format chosen at run time: the answer is either type, told apart by `typeof data`.
+  const format = ["json", "markdown"][1] as "json" | "markdown";
+  const either = await getTranscript("s", { baseUrl: "http://h", fetch: doc.fetch, format });
+  assert.equal(typeof either.data, "string");
   const refused = recorder(404, { error: "Session not found" });
   const answer = await getTranscript("s", { baseUrl: "http://h", fetch: refused.fetch, format: "markdown" });
   assert.deepEqual(answer, { message: "Session not found", error: "Session not found" });
