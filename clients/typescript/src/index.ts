@@ -268,6 +268,111 @@ export async function listInvocations(
   return failure(`more than ${MAX_PAGES} pages of turns`);
 }
 
+// --- the transcript and the rewinds list ---------------------------------------------------------
+
+/** One message of a transcript: a text, a tool call or a tool's result. */
+export interface TranscriptMessage {
+  /** The event's author (`user` or the agent's name). */
+  author: string;
+  role: "user" | "agent";
+  kind: "text" | "tool_call" | "tool_result";
+  /** The event's created_at. */
+  at: string;
+  text?: string;
+  tool_name?: string;
+  tool_call_id?: string;
+  /** A call's arguments; over 2,000 characters of JSON, a string holding the first 2,000 and saying so. */
+  args?: unknown;
+  /** A tool's response, cut as `args` is. */
+  response?: unknown;
+}
+
+/** The tokens a turn's events report. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** One turn of a transcript. */
+export interface TranscriptTurn {
+  index: number;
+  /** null for an event that carries no invocation id (a turn of its own). */
+  invocation_id: string | null;
+  task_id: string | null;
+  state: string | null;
+  started_at: string;
+  ended_at: string;
+  messages: TranscriptMessage[];
+  usage: Usage;
+}
+
+/** The conversation as the agent sees it (GET /api/sessions/{id}/transcript). */
+export interface Transcript {
+  session_id: string;
+  name: string | null;
+  turns: TranscriptTurn[];
+  /** The messages' text, about 4 characters a token (as a fork's dry run counts it). */
+  estimated_context_tokens: number;
+  /** Rows left out (not a JSON object), counted. */
+  warnings: string[];
+}
+
+export interface TranscriptOptions extends ClientOptions {
+  /** Only the turns before this invocation: what the agent would see after a fork there. */
+  before?: string;
+  /** `json` (default): a `Transcript`; `markdown`: the same as a Markdown document, in `data` as text. */
+  format?: "json" | "markdown";
+}
+
+/** A rewind in the session's list; `undoable` says whether `undoRewind` by this caller would succeed now. */
+export interface RewindEntry {
+  id: string;
+  rewind_before_invocation_id: string;
+  events_removed: number;
+  tasks_removed: number;
+  created_at: string;
+  /** The user who asked for the rewind (the owner, or a read-write share's visitor). */
+  requested_by: string;
+  undone_at: string | null;
+  undoable: boolean;
+  summary: BranchSummary | null;
+}
+
+/**
+ * The conversation as the agent sees it, turn by turn (its visible events only), or with
+ * `format: "markdown"` the same as a Markdown document in `data`.
+ */
+export function getTranscript(
+  sessionId: string,
+  options: TranscriptOptions & { format: "markdown" },
+): Promise<BaseResponse<string>>;
+export function getTranscript(
+  sessionId: string,
+  options?: TranscriptOptions & { format?: "json" },
+): Promise<BaseResponse<Transcript>>;
+export function getTranscript(
+  sessionId: string,
+  options?: TranscriptOptions,
+): Promise<BaseResponse<Transcript> | BaseResponse<string>>;
+export async function getTranscript(
+  sessionId: string,
+  options: TranscriptOptions = {},
+): Promise<BaseResponse<Transcript> | BaseResponse<string>> {
+  const query = new URLSearchParams();
+  if (options.before !== undefined) query.set("before", options.before);
+  if (options.format !== undefined) query.set("format", options.format);
+  const search = query.toString();
+  const path = sessionPath(sessionId, search ? `transcript?${search}` : "transcript");
+  if (options.format === "markdown") return callText(options, path, [sessionId]);
+  return call<Transcript>(options, "GET", path, undefined, {}, [sessionId]);
+}
+
+/** The session's rewinds, newest first (undone ones too). */
+export async function listRewinds(sessionId: string, options: ClientOptions = {}): Promise<BaseResponse<RewindEntry[]>> {
+  return call<RewindEntry[]>(options, "GET", sessionPath(sessionId, "rewinds"), undefined, {}, [sessionId]);
+}
+
 /**
  * The headers kagent's server actions forward, read from an incoming request's headers (for
  * callers outside kagent's UI; inside it, pass `await getAuthHeadersFromContext()` as `headers`):
@@ -573,6 +678,100 @@ export async function getForkTree(sessionId: string, options: ClientOptions = {}
   return call<TreeNode>(options, "GET", sessionPath(sessionId, "tree"), undefined, {}, [sessionId]);
 }
 
+// --- what-if jobs ------------------------------------------------------------------------------
+
+/** What the agent wrote into the what-if's fork since the job began. */
+export interface WhatifResult {
+  last_agent_text: string | null;
+  tool_calls: Record<string, number>;
+  total_tokens: number;
+}
+
+/** A what-if job (GET /api/whatif/{id}): a fork that an agent answers in over A2A. */
+export interface WhatifJob {
+  id: string;
+  status: "running" | "completed" | "failed" | "cancelled";
+  /** The fork the agent answers in. */
+  session_id: string;
+  parent_session_id: string;
+  rewind_before_invocation_id: string;
+  agent_ref: string;
+  /** The agent's A2A task, once it answered. */
+  task_id: string | null;
+  error: string | null;
+  created_at: string;
+  finished_at: string | null;
+  /** null while running. */
+  result: WhatifResult | null;
+  /** Turns whose task ended, of the `turns_total` the job re-asks. */
+  turns_done: number;
+  turns_total: number;
+  /** The source turn where the agent asked for a person (the job ended there). */
+  stopped_at: string | null;
+  experiment_id: string | null;
+}
+
+/** A what-if as it starts: the job (running) and its fork, as `forkSession` answers it. */
+export interface WhatifStarted {
+  job: WhatifJob;
+  session: ForkedSession;
+}
+
+export interface WhatifOptions extends ClientOptions {
+  /** namespace/name of the kagent agent to answer (default: the source's own agent). */
+  agentRef?: string;
+  /** The fork's name. */
+  name?: string;
+  /** How many source turns to re-ask from the boundary on, or "all" (default 1). */
+  turns?: number | "all";
+  /** Ask the first re-asked turn with this text instead (its other parts are kept). */
+  messageText?: string;
+  /** Refuse (422) when the turn's context is estimated over this many tokens (default: the service's). */
+  maxContextTokens?: number;
+  /** A retry with the same key and request answers the first job instead of starting a second one. */
+  idempotencyKey?: string;
+}
+
+/**
+ * "What would another agent have answered here?": fork before `rewindBeforeInvocationId` and re-ask that
+ * turn (and with `turns`, the ones after it) over A2A. `data.job` is running; follow it with `getWhatif`.
+ * The agent runs its tools for real.
+ */
+export async function startWhatif(
+  sessionId: string,
+  rewindBeforeInvocationId: string,
+  options: WhatifOptions = {},
+): Promise<BaseResponse<WhatifStarted>> {
+  const body: Record<string, unknown> = { rewind_before_invocation_id: rewindBeforeInvocationId };
+  if (options.agentRef !== undefined) body.agent_ref = options.agentRef;
+  if (options.name !== undefined) body.name = options.name;
+  if (options.turns !== undefined) body.turns = options.turns;
+  if (options.messageText !== undefined) body.message = { text: options.messageText };
+  if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  return call<WhatifStarted>(options, "POST", sessionPath(sessionId, "whatif"), body, extra, [
+    sessionId,
+    rewindBeforeInvocationId,
+  ]);
+}
+
+/** A what-if job (its creator only). */
+export async function getWhatif(jobId: string, options: ClientOptions = {}): Promise<BaseResponse<WhatifJob>> {
+  const path = jobId ? `/whatif/${encodeURIComponent(jobId)}` : "";
+  return call<WhatifJob>(options, "GET", path, undefined, {}, [jobId]);
+}
+
+/** Cancel a running what-if (refused once it ended); the agent is asked to cancel its A2A task. */
+export async function cancelWhatif(jobId: string, options: ClientOptions = {}): Promise<BaseResponse<WhatifJob>> {
+  const path = jobId ? `/whatif/${encodeURIComponent(jobId)}/cancel` : "";
+  return call<WhatifJob>(options, "POST", path, {}, {}, [jobId]);
+}
+
+/** The what-if jobs the caller started from a session, newest first. */
+export async function listWhatifs(sessionId: string, options: ClientOptions = {}): Promise<BaseResponse<WhatifJob[]>> {
+  return call<WhatifJob[]>(options, "GET", sessionPath(sessionId, "whatifs"), undefined, {}, [sessionId]);
+}
+
 // --- experiments ---------------------------------------------------------------------------------
 
 /** One turn of an experiment's column (kagent-fork's TurnFigures). */
@@ -675,10 +874,62 @@ export async function startExperiment(
   return { message: answer.message, data: answer.data.experiment };
 }
 
-/** An experiment as a grid: the source's turns and each branch's, with totals. */
-export async function getExperiment(experimentId: string, options: ClientOptions = {}): Promise<BaseResponse<Experiment>> {
+/** An experiment in its source's list (`getExperiment` for its grid). */
+export interface ExperimentListed {
+  id: string;
+  status: "running" | "completed" | "failed" | "cancelled";
+  rewind_before_invocation_id: string;
+  turns_requested: number | string;
+  turns: number;
+  repeats: number;
+  on_approval: "stop" | "reject";
+  created_at: string;
+  finished_at: string | null;
+}
+
+export interface ExperimentReadOptions extends ClientOptions {
+  /** `json` (default): an `Experiment`; `markdown`: the grid as a Markdown table, in `data` as text. */
+  format?: "json" | "markdown";
+}
+
+/** An experiment as a grid: the source's turns and each branch's, with totals (or as a Markdown table). */
+export function getExperiment(
+  experimentId: string,
+  options: ExperimentReadOptions & { format: "markdown" },
+): Promise<BaseResponse<string>>;
+export function getExperiment(
+  experimentId: string,
+  options?: ExperimentReadOptions & { format?: "json" },
+): Promise<BaseResponse<Experiment>>;
+export function getExperiment(
+  experimentId: string,
+  options?: ExperimentReadOptions,
+): Promise<BaseResponse<Experiment> | BaseResponse<string>>;
+export async function getExperiment(
+  experimentId: string,
+  options: ExperimentReadOptions = {},
+): Promise<BaseResponse<Experiment> | BaseResponse<string>> {
   const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}` : "";
-  return call<Experiment>(options, "GET", path, undefined, {}, [experimentId]);
+  if (options.format === "markdown") return callText(options, path && `${path}?format=markdown`, [experimentId]);
+  const query = options.format !== undefined ? `?format=${options.format}` : "";
+  return call<Experiment>(options, "GET", path && path + query, undefined, {}, [experimentId]);
+}
+
+/** Cancel every running branch of an experiment (refused once it ended); `data` is the grid then. */
+export async function cancelExperiment(
+  experimentId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/cancel` : "";
+  return call<Experiment>(options, "POST", path, {}, {}, [experimentId]);
+}
+
+/** The experiments the caller started from a session, newest first. */
+export async function listExperiments(
+  sessionId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<ExperimentListed[]>> {
+  return call<ExperimentListed[]>(options, "GET", sessionPath(sessionId, "experiments"), undefined, {}, [sessionId]);
 }
 
 // --- internals ---------------------------------------------------------------------------------
@@ -735,45 +986,72 @@ async function call<T>(
   extra: Record<string, string>,
   required: string[],
 ): Promise<BaseResponse<T>> {
+  const got = await send(options, method, path, body, extra, required, false);
+  if (typeof got === "string") return failure(got);
+  const envelope = parse(got.text);
+  if (envelope === undefined || !("data" in envelope)) {
+    return failure(`kagent-fork answered ${got.status} without kagent's JSON envelope (${method} ${got.url})`);
+  }
+  const message = typeof envelope.message === "string" ? envelope.message : "OK";
+  return { message, data: envelope.data as T };
+}
+
+/** A GET answered as a document (`format=markdown`): `data` is its text; a refusal is kagent's envelope. */
+async function callText(options: ClientOptions, path: string, required: string[]): Promise<BaseResponse<string>> {
+  const got = await send(options, "GET", path, undefined, {}, required, true);
+  if (typeof got === "string") return failure(got);
+  if (!(got.contentType ?? "").toLowerCase().startsWith("text/markdown")) {
+    return failure(`kagent-fork answered ${got.status} without a Markdown document (GET ${got.url})`);
+  }
+  return { message: "OK", data: got.text };
+}
+
+/** One request: its successful answer's text, or the error text to fail with. */
+async function send(
+  options: ClientOptions,
+  method: "GET" | "POST",
+  path: string,
+  body: Record<string, unknown> | undefined,
+  extra: Record<string, string>,
+  required: string[],
+  markdown: boolean,
+): Promise<{ status: number; url: string; text: string; contentType: string | null } | string> {
   if (required.some((value) => typeof value !== "string" || value.length === 0) || !path) {
-    return failure("a session id (and, to rewind or undo, an invocation or rewind id) is required");
+    return "a session id (and, to rewind or undo, an invocation or rewind id) is required";
   }
   const base = baseUrl(options);
-  if (base === undefined) return failure("kagent-fork's URL is not set: pass baseUrl or set KAGENT_FORK_URL");
+  if (base === undefined) return "kagent-fork's URL is not set: pass baseUrl or set KAGENT_FORK_URL";
   const url = base + path;
   const doFetch: FetchLike = options.fetch ?? (fetch as unknown as FetchLike);
+  const headers = requestHeaders(options, extra, body !== undefined);
+  // A refusal is JSON whatever was asked for.
+  if (markdown) headers.accept = "text/markdown, application/json";
   let response: ResponseLike;
   try {
     response = await doFetch(url, {
       method,
-      headers: requestHeaders(options, extra, body !== undefined),
+      headers,
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       signal: signalFor(options),
       cache: "no-store",
     });
   } catch (error) {
-    return failure(transportError(error, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS));
+    return transportError(error, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
   }
   let text: string;
   try {
     text = await response.text();
   } catch (error) {
-    return failure(transportError(error, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS));
+    return transportError(error, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
   }
-  const envelope = parse(text);
   if (!response.ok) {
+    const envelope = parse(text);
     const said = envelope?.error ?? envelope?.message;
-    return failure(
-      typeof said === "string" && said
-        ? said
-        : `kagent-fork answered ${response.status} ${response.statusText}`.trim() + ` (${method} ${url})`,
-    );
+    return typeof said === "string" && said
+      ? said
+      : `kagent-fork answered ${response.status} ${response.statusText}`.trim() + ` (${method} ${url})`;
   }
-  if (envelope === undefined || !("data" in envelope)) {
-    return failure(`kagent-fork answered ${response.status} without kagent's JSON envelope (${method} ${url})`);
-  }
-  const message = typeof envelope.message === "string" ? envelope.message : "OK";
-  return { message, data: envelope.data as T };
+  return { status: response.status, url, text, contentType: response.headers.get("content-type") };
 }
 
 function parse(text: string): Record<string, unknown> | undefined {

@@ -4,7 +4,23 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { type FetchLike, forkSession, forwardedHeaders, listInvocations, rewindSession, undoRewind } from "../src/index.js";
+import {
+  cancelExperiment,
+  cancelWhatif,
+  type FetchLike,
+  forkSession,
+  forwardedHeaders,
+  getExperiment,
+  getTranscript,
+  getWhatif,
+  listExperiments,
+  listInvocations,
+  listRewinds,
+  listWhatifs,
+  rewindSession,
+  startWhatif,
+  undoRewind,
+} from "../src/index.js";
 
 interface Sent {
   url: string;
@@ -13,7 +29,7 @@ interface Sent {
   body: unknown;
 }
 
-function recorder(status = 200, answer: unknown = { error: false, data: {}, message: "ok" }) {
+function recorder(status = 200, answer: unknown = { error: false, data: {}, message: "ok" }, type = "application/json") {
   const sent: Sent[] = [];
   const fetch: FetchLike = async (url, init) => {
     sent.push({ url, method: init.method, headers: init.headers, body: init.body && JSON.parse(init.body) });
@@ -22,7 +38,7 @@ function recorder(status = 200, answer: unknown = { error: false, data: {}, mess
       ok: status >= 200 && status < 300,
       status,
       statusText: status === 200 ? "OK" : "Error",
-      headers: { get: () => "application/json" },
+      headers: { get: (name: string) => (name.toLowerCase() === "content-type" ? type : null) },
       text: async () => text,
     };
   };
@@ -96,6 +112,68 @@ test("forkSession without a turn sends an empty body; GET sends no body", async 
   assert.equal(list.sent[0]!.method, "GET");
   assert.equal(list.sent[0]!.body, undefined);
   assert.equal(list.sent[0]!.headers["content-type"], undefined);
+});
+
+test("what-if, experiments, transcript and rewinds: paths, query, bodies and the idempotency key", async () => {
+  const { fetch, sent } = recorder(202, { error: false, data: { job: { id: "j" } }, message: "What-if started" });
+  const o = { baseUrl: "http://h", fetch, userId: "alice" };
+  const started = await startWhatif("s/1", "e-2", {
+    ...o, agentRef: "kagent/other", name: "n", turns: "all", messageText: "again?", maxContextTokens: 5000, idempotencyKey: "k",
+  });
+  assert.deepEqual(started, { message: "What-if started", data: { job: { id: "j" } } });
+  assert.equal(sent[0]!.url, "http://h/api/sessions/s%2F1/whatif");
+  assert.deepEqual(sent[0]!.body, {
+    rewind_before_invocation_id: "e-2", agent_ref: "kagent/other", name: "n", turns: "all",
+    message: { text: "again?" }, max_context_tokens: 5000,
+  });
+  assert.equal(sent[0]!.headers["idempotency-key"], "k");
+  assert.equal(sent[0]!.headers["x-user-id"], "alice");
+  await startWhatif("s", "e-1", { baseUrl: "http://h", fetch });
+  assert.deepEqual(sent[1]!.body, { rewind_before_invocation_id: "e-1" });
+  assert.equal(sent[1]!.headers["idempotency-key"], undefined);
+  await getWhatif("j/1", o);
+  await cancelWhatif("j/1", o);
+  await listWhatifs("s", o);
+  await cancelExperiment("x/1", o);
+  await listExperiments("s", o);
+  await getExperiment("x/1", { ...o, format: "json" });
+  await listRewinds("s", o);
+  await getTranscript("s", { ...o, before: "e 3&x" });
+  assert.deepEqual(
+    sent.slice(2).map((r) => [r.method, r.url.slice("http://h/api".length), r.body]),
+    [
+      ["GET", "/whatif/j%2F1", undefined],
+      ["POST", "/whatif/j%2F1/cancel", {}],
+      ["GET", "/sessions/s/whatifs", undefined],
+      ["POST", "/experiments/x%2F1/cancel", {}],
+      ["GET", "/sessions/s/experiments", undefined],
+      ["GET", "/experiments/x%2F1?format=json", undefined],
+      ["GET", "/sessions/s/rewinds", undefined],
+      ["GET", "/sessions/s/transcript?before=e+3%26x", undefined],
+    ],
+  );
+  assert.ok(sent.slice(2).every((r) => r.headers["x-user-id"] === "alice"));
+});
+
+test("format markdown: the document's text as data, a refusal as kagent's envelope", async () => {
+  const doc = recorder(200, "# Experiment x: completed\n", "text/markdown; charset=utf-8");
+  const grid = await getExperiment("x", { baseUrl: "http://h", fetch: doc.fetch, format: "markdown" });
+  assert.deepEqual(grid, { message: "OK", data: "# Experiment x: completed\n" });
+  assert.equal(doc.sent[0]!.url, "http://h/api/experiments/x?format=markdown");
+  assert.equal(doc.sent[0]!.headers.accept, "text/markdown, application/json");
+  await getTranscript("s", { baseUrl: "http://h", fetch: doc.fetch, format: "markdown", before: "e-2" });
+  assert.equal(doc.sent[1]!.url, "http://h/api/sessions/s/transcript?before=e-2&format=markdown");
+  // A format chosen at run time: the answer is either type, told apart by `typeof data`.
+  const format = ["json", "markdown"][1] as "json" | "markdown";
+  const either = await getTranscript("s", { baseUrl: "http://h", fetch: doc.fetch, format });
+  assert.equal(typeof either.data, "string");
+  const refused = recorder(404, { error: "Session not found" });
+  const answer = await getTranscript("s", { baseUrl: "http://h", fetch: refused.fetch, format: "markdown" });
+  assert.deepEqual(answer, { message: "Session not found", error: "Session not found" });
+  // A 200 that is not Markdown (a proxy's page, say) is not handed over as the document.
+  const html = recorder(200, "<html></html>", "text/html");
+  const wrong = await getTranscript("s", { baseUrl: "http://h", fetch: html.fetch, format: "markdown" });
+  assert.match(wrong.error!, /without a Markdown document/);
 });
 
 test("a failure that is not kagent's envelope still answers an error text", async () => {

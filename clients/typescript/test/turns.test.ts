@@ -138,9 +138,12 @@ test("the built package loads through require() (CommonJS: kagent's jest) and im
   const require = createRequire(import.meta.url);
   const cjs = require("@kagent-fork/client") as typeof import("../src/index.js");
   const esm = await import("@kagent-fork/client");
+  const src = await import("../src/index.js");
+  const functions = (mod: object) =>
+    Object.entries(mod).filter(([, value]) => typeof value === "function").map(([name]) => name).sort();
+  assert.ok(functions(src).includes("getTranscript") && functions(src).includes("cancelExperiment"));
   for (const mod of [cjs, esm]) {
-    assert.equal(typeof mod.forkSession, "function");
-    assert.equal(typeof mod.turnOfMessage, "function");
+    assert.deepEqual(functions(mod), functions(src), "every function is in both builds");
   }
   assert.notEqual(cjs.turnOfMessage, esm.turnOfMessage); // two builds, not one re-exported
 });
