@@ -206,14 +206,19 @@ async def cancel(
         row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
         if row is None:
             raise NotFound(f"experiment {experiment_id} not found")
-        # Every branch marked and the experiment settled first: a runner that sees its agent's task
-        # cancelled then finds its job and the experiment ended already.
-        cancelled = [
-            j for j in await svc.store.experiments.branches(conn, row.id) if await whatif.mark_cancelled(svc, conn, j)
-        ]
-        if not cancelled:
-            raise Conflict(f"experiment {experiment_id} already ended ({row.status})")
-        if await svc.store.experiments.settle(conn, row.id, "cancelled") is not None:
+        # Every branch marked and the experiment settled first, in one transaction: a runner that sees its
+        # agent's task cancelled then finds its job and the experiment ended already, and a branch that ends
+        # meanwhile cannot settle the experiment as completed between the marks and the settling.
+        async with conn.transaction():
+            cancelled = [
+                j
+                for j in await svc.store.experiments.branches(conn, row.id)
+                if await whatif.mark_cancelled(svc, conn, j)
+            ]
+            if not cancelled:
+                raise Conflict(f"experiment {experiment_id} already ended ({row.status})")
+            settled = await svc.store.experiments.settle(conn, row.id, "cancelled")
+        if settled is not None:
             EXPERIMENTS.labels("cancelled").inc()
         hdrs = headers(caller.user_id, authorization)
         for job in cancelled:

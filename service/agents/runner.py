@@ -352,7 +352,14 @@ class _Player:
                 return None
             task_id = sent.id
         async with svc.connection() as conn:
-            await svc.store.jobs.whatif_task(conn, self.job.id, task_id, row.ordinal)
+            running = await svc.store.jobs.whatif_task(conn, self.job.id, task_id, row.ordinal)
+        if not running:
+            # Cancelled while the message was on its way: the cancel did not know the task, so it is asked here.
+            try:
+                await a2a_client.cancel_task(self.agent, task_id)
+            except a2a_client.AgentError as exc:
+                log.warning("what-if %s: the agent did not cancel its task: %s", self.job.id, exc)
+            raise NotOurs
         return task_id
 
     async def _follow(self, turn: _Turn) -> str:

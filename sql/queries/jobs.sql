@@ -28,12 +28,15 @@ WHERE parent_session_id = $1 AND parent_user_id = $2 AND user_id = $3
 ORDER BY created_at DESC;
 
 -- name: whatif_task
--- The agent's A2A task id of turn $3, once it answered; the runner's heartbeat with it.
+-- The agent's A2A task id of turn $3, once it answered; the runner's heartbeat with it. Whether the job
+-- still runs (false: it was cancelled while the message was on its way).
 WITH job AS (
     UPDATE {schema}.whatif_job SET task_id = $2, heartbeat_at = NOW() WHERE id = $1 AND status = 'running'
     RETURNING id
+), turn AS (
+    UPDATE {schema}.whatif_turn SET task_id = $2 WHERE job_id = (SELECT id FROM job) AND ordinal = $3
 )
-UPDATE {schema}.whatif_turn SET task_id = $2 WHERE job_id = (SELECT id FROM job) AND ordinal = $3;
+SELECT EXISTS (SELECT 1 FROM job);
 
 -- name: whatif_heartbeat
 -- The runner still runs the job (an answer of no row: the job ended or another runner took it).

@@ -93,8 +93,9 @@ class Jobs:
             out[r["job_id"]].append(JobTurn(**dict(r)))
         return out
 
-    async def whatif_task(self, conn: Connection, job_id: str, task_id: str, ordinal: int = 0) -> None:
-        await conn.execute(self.q["whatif_task"], job_id, task_id, ordinal)
+    async def whatif_task(self, conn: Connection, job_id: str, task_id: str, ordinal: int = 0) -> bool:
+        """Record the turn's task id: whether the job still runs."""
+        return bool(await conn.fetchval(self.q["whatif_task"], job_id, task_id, ordinal))
 
     async def whatif_turn_sending(self, conn: Connection, job_id: str, ordinal: int, runner: str) -> datetime | None:
         """Stamp the turn as sent before sending it: the stamp, or None when it was stamped before (or the
