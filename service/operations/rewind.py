@@ -15,9 +15,9 @@ from datetime import datetime
 
 import msgspec
 
-from service.errors import Conflict, Forbidden, NotFound
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects, turn_map
+from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
@@ -62,6 +62,14 @@ class RewindResult(msgspec.Struct, frozen=True, kw_only=True):
 class RewindPlan(msgspec.Struct, frozen=True, kw_only=True):
     dry_run: bool
     rewind: RewindInfo
+
+
+# Agents whose memory a rewind of kagent's event and task rows would not change (docs/frameworks.md).
+_KEPT_ELSEWHERE: dict[str, str] = {
+    "langgraph": "its LangGraph agent keeps its state in checkpoints, which a rewind does not hide (yet)",
+    "crewai": "its CrewAI agent keeps memory and flow state that are overwritten as the chat goes",
+    "claude": "its Claude Agent SDK agent keeps its conversation in its own pod",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +165,9 @@ async def _rewind_locked(
     if access.read_only:
         raise Forbidden("This share link is read-only")
     sid, owner = source.id, source.user_id
+    framework = await frameworks.detect(store, conn, sid, owner)
+    if framework in _KEPT_ELSEWHERE:
+        raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
     named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
     invocation_id, task_id = named.invocation_id, req.rewind_before_task_id
     mapped = mapped and await turn_map.usable(store, conn, sid, owner)
