@@ -292,8 +292,8 @@ async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(
     forked = await fork(a, http, source, user, None)
     listing = await api(a, http, "GET", f"/api/sessions/{forked['id']}/invocations", user)
     listed = listing["invocations"] if isinstance(listing, dict) else listing
+    assert [x["task_id"] != waiting["id"] for x in listed] == [True, True], listed  # both turns, copied
     pending = listed[-1]["task_id"]
-    assert pending != waiting["id"]
 
     # the approval, as kagent's UI sends it for the fork's waiting task: the runtime resumes the interrupted
     # graph on the thread that task names (the fork's), runs delete_pod and gives the model its result
