@@ -303,9 +303,50 @@ async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(
     assert (resumed[-1]["role"], resumed[-1]["content"]) == ("tool", f"deleted pod web-{t}")
     assert resumed[-2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"name": f"web-{t}"})
     newest = (await checkpoints(a.line.pool, forked["id"]))[-1]["metadata"]
-    assert (newest["a2a_task_id"], newest["thread_id"], newest["resume"]) == (pending, forked["id"], True)
+    assert (newest["a2a_task_id"], newest["a2a_context_id"], newest["resume"]) == (pending, forked["id"], True)
     # the source's thread and task are as they were: still waiting for their own approval
     assert await checkpoints(a.line.pool, source) == source_before
     async with a.line.pool.acquire() as conn:
         data = await conn.fetchval("SELECT data FROM task WHERE id = $1", waiting["id"])
     assert json.loads(data)["status"]["state"] == "input-required"
+
+
+async def test_the_stand_in_answers_langgraph_checkpoints_as_kagents_handlers(
+    line: Line, http: httpx.AsyncClient
+) -> None:
+    """What kagent-langgraph's checkpointer relies on, as handlers/checkpoints.go and langgraph.sql answer."""
+    base, thread = f"{line.controller.url}/api/langgraph/checkpoints", f"thread-{tag()}"
+    who = {"X-User-ID": "someone@example.com"}
+    r = await http.post(base, json={"checkpoint": "x"}, headers=who)
+    assert (r.status_code, r.json()) == (400, {"error": "thread_id is required"})
+    r = await http.post(base, json={"thread_id": thread}, headers=who)
+    assert (r.status_code, r.json()) == (400, {"error": "checkpoint is required"})
+    for n, parent in ((1, None), (2, "cp-1")):
+        body = {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": f"cp-{n}", "parent_checkpoint_id": parent,
+                "checkpoint": f"b{n}", "metadata": "bQ==", "type_": "msgpack", "version": 4}  # fmt: skip
+        r = await http.post(base, json=body, headers=who)
+        assert (r.status_code, r.json()["data"]) == (201, {})
+    writes = [{"idx": 1, "channel": "branch:to:agent", "type_": "null", "value": ""},
+              {"idx": 0, "channel": "messages", "type_": "msgpack", "value": "dw=="}]  # fmt: skip
+    body = {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": "cp-2", "task_id": "t-1", "writes": writes}
+    assert (await http.post(f"{base}/writes", json=body, headers=who)).status_code == 201
+
+    newest = (await http.get(base, params={"thread_id": thread, "checkpoint_ns": "", "limit": "1"}, headers=who)).json()
+    assert [c["checkpoint_id"] for c in newest["data"]] == ["cp-2"]
+    assert newest["data"][0]["parent_checkpoint_id"] == "cp-1" and newest["data"][0]["type_"] == "msgpack"
+    assert newest["data"][0]["writes"]["task_id"] == "t-1"
+    assert [w["idx"] for w in newest["data"][0]["writes"]["writes"]] == [0, 1]
+    every = (await http.get(base, params={"thread_id": thread, "limit": "-1"}, headers=who)).json()["data"]
+    assert [(c["checkpoint_id"], c["writes"]["writes"]) for c in every][1] == ("cp-1", [])
+    # another user (kagent's default, without the header) sees nothing of this user's thread
+    assert (await http.get(base, params={"thread_id": thread})).json()["data"] == []
+    r = await http.get(base, params={"thread_id": thread, "checkpoint_id": "cp-9"}, headers=who)
+    assert r.status_code == 500
+    assert (await http.get(base, headers=who)).status_code == 400
+    assert (await http.delete(f"{base}/{thread}", headers=who)).status_code == 200
+    assert (await http.get(base, params={"thread_id": thread}, headers=who)).json()["data"] == []
+    async with line.pool.acquire() as conn:
+        hidden = await conn.fetchval(
+            "SELECT count(*) FROM lg_checkpoint WHERE thread_id = $1 AND deleted_at IS NOT NULL", thread
+        )
+    assert hidden == 2  # a soft delete, as kagent's
