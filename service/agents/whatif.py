@@ -34,7 +34,7 @@ from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.observability import WHATIF_DURATION, WHATIF_JOBS
 from service.operations import forking, plan
-from service.schemas import ForkedSession, ForkRequest, Text, rfc3339
+from service.schemas import ForkedSession, ForkRequest, Text, one_boundary, rfc3339
 from service.services import Services
 
 __all__ = ["Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_session", "start"]
@@ -67,7 +67,8 @@ class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    rewind_before_invocation_id: Text
+    rewind_before_invocation_id: Text | None = None
+    rewind_before_task_id: Text | None = None
     agent_ref: Text | None = None
     name: Text | None = None
     max_context_tokens: Tokens | None = None
@@ -167,6 +168,29 @@ def default_name(span: Span, agent_ref: str, repeat: int | None = None) -> str:
     """A what-if's or a branch's fork name when none is given: the agent, the turn, the repeat."""
     name = fork_name(agent_ref, span.position, span.turns[0].invocation_id, span.source.name)
     return name if repeat is None else f"{name} #{repeat}"[:256]
+
+
+async def turn_named(
+    svc: Services, caller: Caller, session_id: str, invocation_id: str | None, task_id: str | None
+) -> str:
+    """The invocation of the turn a what-if or an experiment starts from, named by invocation or by task
+    (one of the two, 400 otherwise). A job re-asks turns by their invocation: a task of an agent that writes
+    none (every framework but ADK) is refused (422)."""
+    one_boundary(invocation_id, task_id, required=True)
+    if task_id is None:
+        assert invocation_id is not None  # one_boundary
+        return invocation_id
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        source, _ = await visible_session(svc, conn, caller, session_id)
+        named = await forking.named_turn(svc, conn, source, None, task_id)
+    if named.missing is not None:
+        raise NotFound(f"task {task_id} not found in session {session_id}")
+    if named.invocation_id is None:
+        raise Unprocessable(
+            f"task {task_id} carries no invocation id (its agent is not an ADK agent): "
+            "what-ifs and experiments re-ask turns by invocation, which this agent does not write"
+        )
+    return named.invocation_id
 
 
 async def _boundary_task(
@@ -356,15 +380,19 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
     a2a_base(svc)
     if req.agent_ref is not None:
         checked_agent_ref(req.agent_ref)
     whole_tokens(req.max_context_tokens, 1)
-    fork_req = ForkRequest(
-        rewind_before_invocation_id=req.rewind_before_invocation_id, name=req.name, if_boundary_missing="error"
-    )
+    boundary = await turn_named(svc, caller, session_id, req.rewind_before_invocation_id, req.rewind_before_task_id)
+    req = msgspec.structs.replace(req, rewind_before_invocation_id=boundary)
+    fork_req = ForkRequest(rewind_before_invocation_id=boundary, name=req.name, if_boundary_missing="error")
     if idempotency_key is None:
-        return await _checked_start(svc, runner, caller, session_id, req, fork_req, None, authorization), False
+        return (
+            await _checked_start(svc, runner, caller, session_id, req, boundary, fork_req, None, authorization),
+            False,
+        )
     key = f"whatif:{idempotency_key}"
     digest = forking.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
     # Retries of one key wait here and replay the first answer; the lock's connection is the only one
@@ -377,7 +405,9 @@ async def start(
             if stored[0] != digest:
                 raise Unprocessable("Idempotency-Key was already used with a different request")
             return msgspec.Raw(stored[1].encode()), True
-        started = await _checked_start(svc, runner, caller, session_id, req, fork_req, (key, digest), authorization)
+        started = await _checked_start(
+            svc, runner, caller, session_id, req, boundary, fork_req, (key, digest), authorization
+        )
         return started, False
 
 
@@ -387,13 +417,14 @@ async def _checked_start(
     caller: Caller,
     session_id: str,
     req: WhatifRequest,
+    boundary: str,
     fork_req: ForkRequest,
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
     """The refusals a fork does not make (the turns' messages, the agent, the cost gate), then the start."""
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        span = await read_span(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
+        span = await read_span(svc, conn, caller, session_id, boundary, req.turns)
     agent_ref = req.agent_ref or span.agent_ref
     if agent_ref is None:
         raise Unprocessable(

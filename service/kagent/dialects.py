@@ -117,6 +117,13 @@ def invocation_ids(task: JSON) -> list[str]:
     return list(seen)
 
 
+def first_turn_invocation(task: JSON) -> str | None:
+    """The invocation of the first turn a task holds (a merged task holds several): its history's first,
+    then its status message's, artifacts' and the task's own metadata's."""
+    nodes: Iterator[object] = iter([*history(task), _status(task).get("message"), *artifacts(task), task])
+    return next((inv for node in nodes if (inv := _invocation_of(node)) is not None), None)
+
+
 # The function call ADK makes to ask the human about a tool call (approve/reject, or ask_user's
 # questions); written verbatim in any JSON encoding of a task (no character an encoder escapes).
 CONFIRMATION_CALL = "adk_request_confirmation"

@@ -17,7 +17,7 @@ import msgspec
 
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects, turn_map
+from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
@@ -35,7 +35,7 @@ from service.operations.copying import (
     snapshot_reader,
     together,
 )
-from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, session_json
+from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, one_boundary, session_json
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
@@ -54,6 +54,33 @@ class ForkOutcome:
     session_id: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class NamedTurn:
+    """The turn a request names, by its invocation or by its task (`rewind_before_task_id`)."""
+
+    invocation_id: str | None  # as asked, or the first turn the named task carries
+    task: TaskRow | None = None  # the named task, when it carries no invocation id: the turn starts at it
+    missing: str | None = None  # the task id asked for, when no live task of the session has it
+
+
+async def named_turn(
+    svc: Services, conn: Connection, source: SessionRow, invocation_id: str | None, task_id: str | None
+) -> NamedTurn:
+    """The turn named by `invocation_id` or `task_id` (one_boundary checked that not both). A task names
+    the first turn it carries; a task of an agent that writes no invocation id (every framework but ADK)
+    names the turn that starts with it."""
+    if task_id is None:
+        return NamedTurn(invocation_id=invocation_id)
+    row = await svc.store.tasks.owned_task(conn, source.id, source.user_id, task_id)
+    if row is None:
+        return NamedTurn(invocation_id=None, missing=task_id)
+    try:
+        invocation = dialects.first_turn_invocation(dialects.decode(row.data))
+    except dialects.TaskFormatError:
+        invocation = None
+    return NamedTurn(invocation_id=invocation, task=None if invocation is not None else row)
+
+
 async def _find_cut(
     svc: Services,
     conn: Connection,
@@ -63,13 +90,22 @@ async def _find_cut(
     last_task: TaskRow | None,
     *,
     mapped: bool,
+    named: NamedTurn,
 ) -> Cut:
     store, sid, owner = svc.store, source.id, source.user_id
-    boundary = req.rewind_before_invocation_id
+    boundary = named.invocation_id
     warnings: list[str] = []
     events_before = tasks_before = None
     partial = None
     found = False
+    if named.task is not None:
+        # A turn known by its task alone: the task is written as the turn starts, before its events.
+        found = True
+        events_before = tasks_before = named.task.created_at
+    elif named.missing is not None:
+        if req.if_boundary_missing == "error":
+            raise NotFound(f"task {named.missing} not found in session {sid}")
+        warnings.append(f"task {named.missing} not found in the session: the whole conversation is copied")
     if boundary is not None and mapped:
         events_before, candidates = await mapped_boundary(svc, conn, source, boundary)
     elif boundary is not None:
@@ -266,6 +302,7 @@ async def _fork_once(
     store = svc.store
     # The source's turn map, made true to kagent's rows first (its own short transaction); read below only
     # if its guard holds in the fork's snapshot.
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=False)
     source, _access = await visible_session(svc, conn, caller, session_id)
     mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
@@ -293,16 +330,20 @@ async def _fork_once(
         )
         mapped = mapped and await turn_map.usable(store, conn, sid, owner)
         root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
+        named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
+        # From here the request names the turn by its invocation when it has one (the answer says both).
+        req = msgspec.structs.replace(req, rewind_before_invocation_id=named.invocation_id)
+        framework = await frameworks.detect(store, conn, sid, owner)
         fork = _Fork(
             svc=svc, conn=conn, reader=None, caller=caller, source=source, req=req, idempotency=idempotency,
             name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
-            depth=depth, into=into, mapped=mapped,
+            depth=depth, into=into, mapped=mapped, framework=framework,
         )  # fmt: skip
         if mapped:
             # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
             # owner whose kept tasks the map proves exact for PostgreSQL's text copy is the two INSERT ...
             # SELECT alone; any other is written by the Python rewrite, fed by a reader when large.
-            cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True)
+            cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True, named=named)
             proven = await _proven(fork, cut) if not req.dry_run else None
             reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large and proven is None))
             return await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
@@ -327,7 +368,7 @@ async def _fork_once(
                 # Let the reader's search end: cancelled mid-statement, it would abort the reader's
                 # transaction, which the exact cut below reads in.
                 await asyncio.wait((guess.events_search,))
-        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped)
+        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named)
         return await _plan_and_write(fork, cut, None)
 
 
@@ -369,6 +410,7 @@ class _Fork:
     depth: int
     into: Into
     mapped: bool  # the source's turn map is trusted in the fork's snapshot
+    framework: frameworks.Framework
     proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
 
@@ -440,6 +482,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
                 depth=fork.depth, rewind_before_invocation_id=req.rewind_before_invocation_id,
+                rewind_before_task_id=req.rewind_before_task_id, framework=fork.framework,
                 boundary_found=cut.boundary_found, events_copied=stats.events,
                 tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
                 warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
@@ -471,17 +514,20 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
-        rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
-        events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
-        task_layout=layout, warnings=warnings, summary=left,
+        rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,
+        framework=fork.framework, boundary_found=cut.boundary_found, events_copied=events,
+        tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout, warnings=warnings,
+        summary=left,
     )  # fmt: skip
     await store.lineage.insert_lineage(
         conn,
         Lineage(
             session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
             root_session_id=fork.root_id, root_user_id=fork.root_owner, depth=fork.depth,
-            rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
-            events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
+            rewind_before_invocation_id=req.rewind_before_invocation_id,
+            rewind_before_task_id=req.rewind_before_task_id,
+            framework=fork.framework, boundary_found=cut.boundary_found, events_copied=events,
+            tasks_copied=copier.written, messages_copied=copier.messages,
             task_layout=layout, warnings=_encoder.encode(warnings).decode(), summary=summary.stored(left),
             created_at=now,
         ),

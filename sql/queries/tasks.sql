@@ -129,3 +129,11 @@ FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND strpos(data, $2) > 0
 ORDER BY created_at
 LIMIT 1;
+
+-- name: owned_task
+-- One live task of session $1 by its id ($3), owned by $2: the task that names a turn
+-- (rewind_before_task_id).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE id = $3 AND session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2};

@@ -17,7 +17,7 @@ class Rewind:
     id: str
     session_id: str
     user_id: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
     deleted_at: datetime
     events_removed: int
     tasks_removed: int
@@ -27,6 +27,7 @@ class Rewind:
     summary: str | None  # the branch summary as stored (JSON), None when the rewind hid no event
     created_at: datetime
     undone_at: datetime | None
+    rewind_before_task_id: str | None = None
 
 
 class Rewinds:
@@ -59,7 +60,7 @@ class Rewinds:
         created: datetime = await conn.fetchval(
             self.q["insert_rewind"], r.id, r.session_id, r.user_id, r.rewind_before_invocation_id, r.deleted_at,
             r.events_removed, r.tasks_removed, r.replaced_task_id, r.replacement_task_id, r.requested_by,
-            r.summary,
+            r.summary, r.rewind_before_task_id,
         )  # fmt: skip
         return created
 

@@ -85,6 +85,14 @@ class Sessions:
     async def has_external_state(self, conn: Connection, session_id: str, owner: str) -> bool:
         return bool(await conn.fetchval(self.q["external_state"], session_id, owner))
 
+    async def framework_signals(
+        self, conn: Connection, session_id: str, users: list[str]
+    ) -> tuple[bool, bool, list[str], str | None]:
+        """(LangGraph checkpoints, CrewAI rows, the oldest events' kinds, the first task's text)."""
+        row = await conn.fetchrow(self.q["framework_signals"], session_id, users)
+        assert row is not None
+        return bool(row["langgraph"]), bool(row["crewai"]), list(row["event_kinds"] or []), row["first_task"]
+
     async def has_events(self, conn: Connection, session_id: str, owner: str) -> bool:
         return bool(await conn.fetchval(self.q["has_events"], session_id, owner))
 

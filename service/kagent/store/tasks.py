@@ -84,6 +84,10 @@ class Tasks:
         row = await conn.fetchrow(self.q["task_by_id"], task_id, session_id)
         return None if row is None else _task(row)
 
+    async def owned_task(self, conn: Connection, session_id: str, owner: str, task_id: str) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["owned_task"], session_id, owner, task_id)
+        return None if row is None else _task(row)
+
     async def task_holding_text(self, conn: Connection, session_id: str, text: str) -> TaskRow | None:
         row = await conn.fetchrow(self.q["task_holding_text"], session_id, text)
         return None if row is None else _task(row)

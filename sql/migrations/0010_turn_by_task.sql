@@ -1,0 +1,6 @@
+-- Turns named by their task (rewind_before_task_id), and the framework a fork was made on: agents that are
+-- not ADK write no invocation id, so a rewind may name its turn by task alone.
+ALTER TABLE {schema}.rewind ALTER COLUMN rewind_before_invocation_id DROP NOT NULL;
+ALTER TABLE {schema}.rewind ADD COLUMN IF NOT EXISTS rewind_before_task_id TEXT;
+ALTER TABLE {schema}.fork ADD COLUMN IF NOT EXISTS rewind_before_task_id TEXT;
+ALTER TABLE {schema}.fork ADD COLUMN IF NOT EXISTS framework TEXT;
