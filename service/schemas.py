@@ -28,6 +28,7 @@ class ForkRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     if_boundary_missing: Literal["copy_all", "error"] = "copy_all"
     task_layout: TaskLayout = "auto"
     dry_run: bool = False
+    tasks_only: bool = False
 
 
 class EmptyRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):

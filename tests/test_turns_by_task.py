@@ -227,4 +227,4 @@ async def test_the_cli_names_turns_by_task(database_url: str, pool: asyncpg.Pool
     rewind = cli(database_url, "rewind", conv.session_id, "--user", conv.user_id, "--before-task", task)
     assert rewind.returncode == 0 and f"of task {task}" in rewind.stdout, rewind.stderr
     neither = cli(database_url, "rewind", conv.session_id, "--user", conv.user_id)
-    assert neither.returncode != 0 and "rewind_before_task_id" in neither.stderr
+    assert neither.returncode == 2 and "--before-task" in neither.stderr

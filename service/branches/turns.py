@@ -85,14 +85,12 @@ async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dic
 
 
 async def with_tasks(
-    svc: Services, conn: Connection, source: SessionRow, turns: dict[str, TurnInfo], *, task_turns: bool = False
+    svc: Services, conn: Connection, source: SessionRow, turns: dict[str, TurnInfo]
 ) -> dict[str, TurnInfo]:
     """`turns` completed by the session's tasks (streamed): each turn's first task and its state, the
-    user text when the events had none, and the turns only tasks know (started at the task's time);
-    `task_turns`: also a turn for each task that carries no invocation id, keyed TASK_TURN + its id."""
+    user text when the events had none, and the turns only tasks know (started at the task's time)."""
     async for row in svc.store.tasks.stream_tasks_before(conn, source.id, source.user_id, None):
-        if not _complete(turns, row, None) and task_turns:
-            turns[TASK_TURN + row.id] = _task_turn(row)
+        _complete(turns, row, None)
     return turns
 
 
@@ -295,8 +293,16 @@ async def _read_page(
     turns = {
         t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
     }
-    # In an ADK session a task without an invocation id is a turn just started (its events name it).
-    await with_tasks(svc, conn, source, turns, task_turns=framework not in ("adk", "adk-go"))
+    if framework in ("adk", "adk-go"):
+        # A task without an invocation id is a turn just started here (its events name it).
+        await with_tasks(svc, conn, source, turns)
+    else:
+        # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
+        users = frameworks.runtime_users(source.user_id)
+        async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
+            # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
+            if not _complete(turns, row, None):
+                turns[TASK_TURN + row.id] = _task_turn(row)
     ordered = sorted(turns.values(), key=lambda t: t.started_at)
     start = 0
     if after is not None:

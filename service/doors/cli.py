@@ -157,6 +157,14 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
 # --- readable output ---------------------------------------------------------------------------------
 
 
+def turn_arguments(command: argparse.ArgumentParser, before_help: str, *, required: bool) -> None:
+    """--before (an invocation id) or --before-task (the turn's task id, for agents that write no invocation
+    id), never both."""
+    turn = command.add_mutually_exclusive_group(required=required)
+    turn.add_argument("--before", help=before_help)
+    turn.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task")
+
+
 def _show_fork(data: dict[str, Any]) -> str:
     if data.get("dry_run"):
         return (
@@ -376,10 +384,8 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             return data, _show_fork(data)
 
         async def do_rewind() -> tuple[object, str]:
-            req = RewindRequest(
-                rewind_before_invocation_id=args.before, rewind_before_task_id=args.before_task,
-                dry_run=args.dry_run, force=args.force,
-            )  # fmt: skip
+            req = RewindRequest(rewind_before_invocation_id=args.before, rewind_before_task_id=args.before_task,
+                                dry_run=args.dry_run, force=args.force)  # fmt: skip
             data = msgspec.to_builtins(await rewind.rewind(svc, caller, args.session_id, req))
             return data, _show_rewind(data)
 
@@ -583,8 +589,7 @@ def parser() -> argparse.ArgumentParser:
         return c
 
     f = operator("fork", "fork a session into a new one, up to a turn")
-    f.add_argument("--before", help="rewind_before_invocation_id: the first turn not copied")
-    f.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task (not with --before)")
+    turn_arguments(f, "rewind_before_invocation_id: the first turn not copied", required=False)
     f.add_argument("--name", help="the new session's name (the API's default: Fork of <source name>)")
     f.add_argument(
         "--if-boundary-missing",
@@ -595,8 +600,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--dry-run", action="store_true", default=None, help="answer the plan, write nothing")
     f.add_argument("--idempotency-key", help="a retry with the same key returns the same fork")
     r = operator("rewind", "hide a turn and everything after it (undoable)")
-    r.add_argument("--before", help="rewind_before_invocation_id: the first turn hidden (or --before-task)")
-    r.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task (not with --before)")
+    turn_arguments(r, "rewind_before_invocation_id: the first turn hidden (or --before-task)", required=True)
     r.add_argument("--dry-run", action="store_true", help="answer what would be hidden, write nothing")
     r.add_argument("--force", action="store_true", help="even while the agent is still running a hidden turn")
     u = operator("undo", "undo a rewind")
@@ -605,15 +609,13 @@ def parser() -> argparse.ArgumentParser:
     operator("tree", "print the fork tree that holds a session")
     operator("forks", "list the direct forks of a session")
     sh = operator("show", "print a session's transcript (Markdown; --json for the API's data)")
-    sh.add_argument("--before", help="only the turns before this invocation (what a fork there would hold)")
-    sh.add_argument("--before-task", help="only the turns before the one this task names (not with --before)")
+    turn_arguments(sh, "only the turns before this invocation (what a fork there would hold)", required=False)
     sh.add_argument("--markdown", action="store_true", help="Markdown (the default without --json)")
     operator("rewinds", "list a session's rewinds, newest first, and whether each can be undone now")
     c = operator("compare", "compare two sessions: their common turns and what each holds after them")
     c.add_argument("other_session_id")
     w = operator("whatif", "regenerate a turn on another agent over A2A (KAGENT_A2A_URL): fork, then ask the agent")
-    w.add_argument("--before", help="rewind_before_invocation_id: the turn to regenerate (or --before-task)")
-    w.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task (not with --before)")
+    turn_arguments(w, "rewind_before_invocation_id: the turn to regenerate (or --before-task)", required=True)
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
@@ -621,8 +623,7 @@ def parser() -> argparse.ArgumentParser:
     operator("whatifs", "list the what-ifs started from a session, newest first")
     operator("cancel", "cancel a running what-if job (its agent is asked to cancel the task)", metavar="job_id")
     e = operator("experiment", "replay the turns from one on several agents over A2A and print them side by side")
-    e.add_argument("--before", help="rewind_before_invocation_id: the first turn replayed (or --before-task)")
-    e.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task (not with --before)")
+    turn_arguments(e, "rewind_before_invocation_id: the first turn replayed (or --before-task)", required=True)
     e.add_argument(
         "--agent", action="append", help="namespace/name of an agent (repeat for each; default: the session's)"
     )

@@ -316,12 +316,10 @@ async def _fork_once(
             )
         source, _access = await visible_session(svc, conn, caller, session_id)
         sid, owner = source.id, source.user_id
-        if await store.sessions.has_external_state(conn, sid, owner):
-            raise Unprocessable(
-                "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
-            )
+        framework = await frameworks.detect(store, conn, sid, owner)
+        notes = await _refusals(svc, conn, source, framework, req)
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
-        if last_task is not None and not await store.sessions.has_events(conn, sid, owner):
+        if last_task is not None and not req.tasks_only and not await store.sessions.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         large = (
             not req.dry_run
@@ -333,11 +331,10 @@ async def _fork_once(
         named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
         # From here the request names the turn by its invocation when it has one (the answer says both).
         req = msgspec.structs.replace(req, rewind_before_invocation_id=named.invocation_id)
-        framework = await frameworks.detect(store, conn, sid, owner)
         fork = _Fork(
             svc=svc, conn=conn, reader=None, caller=caller, source=source, req=req, idempotency=idempotency,
             name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
-            depth=depth, into=into, mapped=mapped, framework=framework,
+            depth=depth, into=into, mapped=mapped, framework=framework, notes=notes,
         )  # fmt: skip
         if mapped:
             # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
@@ -370,6 +367,64 @@ async def _fork_once(
                 await asyncio.wait((guess.events_search,))
         cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named)
         return await _plan_and_write(fork, cut, None)
+
+
+async def _refusals(
+    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework, req: ForkRequest
+) -> tuple[str, ...]:
+    """422 for a session whose agent keeps state this fork cannot copy (docs/frameworks.md); else the
+    warnings its framework adds."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    if req.tasks_only and framework not in ("claude", "unknown"):
+        raise Unprocessable(
+            f"tasks_only forks the visible chat of an agent that keeps its conversation in its own pod (Claude "
+            f"Agent SDK); this session's agent ({framework}) keeps it in kagent's database: fork without it"
+        )
+    if framework == "claude" and not req.tasks_only:
+        raise Unprocessable(
+            "this session's agent (Claude Agent SDK) keeps its conversation in its own pod, not in kagent's "
+            "database: a fork cannot give it the conversation. Send tasks_only: true to fork the visible chat "
+            "only (the agent will not remember it)"
+        )
+    if framework == "claude" or req.tasks_only:
+        return ("a fork of the visible chat only: the agent keeps its conversation in its own pod and will not "
+                "remember this one",)  # fmt: skip
+    if framework == "langgraph":
+        in_database = (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
+        if not in_database:
+            raise Unprocessable(
+                "this session's agent (LangGraph) keeps its state in its graph's own checkpointer, not in "
+                "kagent's database (kagent main): it cannot be forked from the database"
+            )
+        raise Unprocessable(
+            "this session's agent (LangGraph) keeps its state in kagent's lg_checkpoint tables, which a fork "
+            "does not copy yet"
+        )
+    if framework == "crewai":
+        raise Unprocessable(
+            "this session's agent (CrewAI) keeps memory and flow state in kagent's crewai tables, which a fork "
+            "does not copy yet"
+        )
+    if (refusal := await written_elsewhere(svc, conn, source, framework)) is not None:
+        raise Unprocessable(refusal)
+    return ()
+
+
+async def written_elsewhere(
+    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
+) -> str | None:
+    """Why a fork or rewind cannot work on this session yet: its runtime (kagent-openai 0.10.4) wrote the
+    conversation under kagent's default user, not under the session's owner, and such rows are not read
+    yet (docs/frameworks.md). None: the owner's rows hold it."""
+    owner = source.user_id
+    if framework != "openai-agents" or owner == frameworks.KAGENT_DEFAULT_USER:
+        return None
+    if await svc.store.sessions.has_events(conn, source.id, owner):
+        return None
+    return (
+        f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}, "
+        "not under the session's owner: such rows are not copied or hidden yet"
+    )
 
 
 async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
@@ -411,6 +466,7 @@ class _Fork:
     into: Into
     mapped: bool  # the source's turn map is trusted in the fork's snapshot
     framework: frameworks.Framework
+    notes: tuple[str, ...] = ()  # warnings the agent's framework adds (a Claude agent's tasks_only fork)
     proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
 
@@ -452,7 +508,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     layout = plan.choose_layout(req.task_layout, kept_dialects)
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
-    warnings = list(cut.warnings)
+    warnings = [*fork.notes, *cut.warnings]
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)

@@ -23,7 +23,7 @@ from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
 from service.operations import copying, plan, summary
-from service.operations.forking import NamedTurn, mapped_boundary, named_turn
+from service.operations.forking import NamedTurn, mapped_boundary, named_turn, written_elsewhere
 from service.schemas import RewindRequest, Session, Summary, one_boundary, rfc3339, session_json
 from service.services import Services
 
@@ -168,6 +168,8 @@ async def _rewind_locked(
     framework = await frameworks.detect(store, conn, sid, owner)
     if framework in _KEPT_ELSEWHERE:
         raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
+    if (refusal := await written_elsewhere(svc, conn, source, framework)) is not None:
+        raise Unprocessable(refusal)
     named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
     invocation_id, task_id = named.invocation_id, req.rewind_before_task_id
     mapped = mapped and await turn_map.usable(store, conn, sid, owner)

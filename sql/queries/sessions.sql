@@ -29,13 +29,6 @@ SELECT s.name, s.deleted_at IS NOT NULL AS deleted, s.agent_id,
 FROM session AS s
 WHERE s.id = $1 AND s.user_id = $2;
 
--- name: external_state
--- Does the session's agent keep its state outside kagent's event table (LangGraph, CrewAI)?
-SELECT EXISTS (SELECT 1 FROM lg_checkpoint WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
-    OR EXISTS (SELECT 1 FROM crewai_agent_memory WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
-    OR EXISTS (SELECT 1 FROM crewai_flow_state WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
-    AS external;
-
 -- name: has_events
 -- Whether the session has any live event.
 SELECT EXISTS (

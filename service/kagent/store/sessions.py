@@ -82,9 +82,6 @@ class Sessions:
             name=row["name"], deleted=bool(row["deleted"]), agent_id=row["agent_id"], events=row["events"]
         )
 
-    async def has_external_state(self, conn: Connection, session_id: str, owner: str) -> bool:
-        return bool(await conn.fetchval(self.q["external_state"], session_id, owner))
-
     async def framework_signals(
         self, conn: Connection, session_id: str, users: list[str]
     ) -> tuple[bool, bool, list[str], str | None]:

@@ -113,6 +113,13 @@ class Tasks:
         async for row in self._stream(conn, "tasks_before", session_id, owner, before):
             yield row
 
+    async def stream_runtime_tasks(
+        self, conn: Connection, session_id: str, owner: str, users: list[str]
+    ) -> AsyncIterator[TaskRow]:
+        """The tasks the owner owns or `users` wrote, in created_at order (server-side cursor)."""
+        async for row in self._stream(conn, "runtime_tasks", session_id, owner, users):
+            yield row
+
     async def stream_tasks_from(
         self, conn: Connection, session_id: str, owner: str, start: datetime
     ) -> AsyncIterator[TaskRow]:

@@ -1,0 +1,110 @@
+"""The agent's framework read from what a session holds, and the refusals that protect the sessions a fork or a
+rewind cannot handle yet, on the sessions kagent's own BYO runtimes wrote (tests/fixtures/frameworks/, captured
+from kagent-langgraph and kagent-openai 0.10.4) and on kagent's ADK rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from service.kagent import frameworks
+from tests.helpers import new_user, seed, table_fingerprint
+from tests.support.framework_fixtures import fresh_copy, load_fixture, read_fixture
+
+
+async def loaded(pool: asyncpg.Pool, name: str, *, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    fixture = fresh_copy(read_fixture(name), new_user())
+    for table in drop:
+        fixture["tables"][table] = []
+    async with pool.acquire() as conn:
+        await load_fixture(conn, fixture)
+    return fixture
+
+
+def get(client: Any, path: str, user: str) -> Any:
+    return client.get(path, headers={"X-User-Id": user})
+
+
+def post(client: Any, path: str, user: str, body: dict[str, Any]) -> Any:
+    return client.post(path, json=body, headers={"X-User-Id": user})
+
+
+def test_the_signals_decide_in_order() -> None:
+    lg_task = json.dumps({"kind": "task", "id": "t", "contextId": "c", "metadata": {"thread_id": "c"}})
+    claude_task = json.dumps({"kind": "task", "id": "t", "contextId": "c", "metadata": {"kagent.claude.session": "x"}})
+    assert frameworks.decide(True, True, ["adk"], None) == "langgraph"
+    assert frameworks.decide(False, True, ["adk"], None) == "crewai"
+    assert frameworks.decide(False, False, [], lg_task) == "langgraph"
+    assert frameworks.decide(False, False, [], claude_task) == "claude"
+    assert frameworks.decide(False, False, ["openai-agents"], None) == "openai-agents"
+    assert frameworks.decide(False, False, ["adk-go", "adk"], "not json") == "adk"
+    assert frameworks.decide(False, False, [], None) == "unknown"
+
+
+@pytest.mark.parametrize(("style", "expected"), [("python", "adk"), ("go", "adk-go"), ("openai", "openai-agents")])
+async def test_kagents_adk_and_openai_rows(client: Any, pool: asyncpg.Pool, style: str, expected: str) -> None:
+    conv = await seed(pool, dialect="legacy", turns=2, event_style=style)
+    r = await get(client, f"/api/sessions/{conv.session_id}/invocations", conv.user_id)
+    assert {t["framework"] for t in r.json()["data"]} == {expected}
+    dry = await post(client, f"/api/sessions/{conv.session_id}/fork", conv.user_id, {"dry_run": True})
+    assert dry.json()["data"]["framework"] == expected
+
+
+async def test_a_langgraph_session_is_listed_by_task_and_refused_with_its_reason(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    fixture = await loaded(pool, "langgraph_3_turns")
+    sid, user = fixture["session_id"], fixture["user"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    turns = r.json()["data"]
+    # kagent-langgraph wrote its tasks under kagent's default user: they are still this session's turns.
+    assert [(t["task_id"], t["invocation_id"], t["framework"]) for t in turns] == [
+        (t["task_id"], None, "langgraph") for t in fixture["turns"]
+    ]
+    assert [t["user_text"] for t in turns] == [t["question"] for t in fixture["turns"]]
+    before = await table_fingerprint(pool)
+    task = fixture["turns"][2]["task_id"]
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task}),
+        (f"/api/sessions/{sid}/fork", {"dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "LangGraph" in r.json()["error"] and "checkpoint" in r.json()["error"], r.text
+    assert await table_fingerprint(pool) == before
+
+
+async def test_a_langgraph_session_without_checkpoints_in_the_database(client: Any, pool: asyncpg.Pool) -> None:
+    """kagent main: the graph brings its own checkpointer, kagent's database holds only the tasks."""
+    fixture = await loaded(pool, "langgraph_3_turns", drop=("lg_checkpoint", "lg_checkpoint_write"))
+    sid, user = fixture["session_id"], fixture["user"]
+    before = await table_fingerprint(pool)
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {})
+    assert r.status_code == 422 and "not in kagent's database" in r.json()["error"], r.text
+    assert await table_fingerprint(pool) == before
+
+
+async def test_an_openai_session_written_under_kagents_default_user_is_refused(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await loaded(pool, "openai_3_turns")
+    sid, user = fixture["session_id"], fixture["user"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [
+        (t["task_id"], "openai-agents") for t in fixture["turns"]
+    ]
+    before = await table_fingerprint(pool)
+    task = fixture["turns"][1]["task_id"]
+    for path in ("fork", "rewind"):
+        r = await post(client, f"/api/sessions/{sid}/{path}", user, {"rewind_before_task_id": task})
+        assert r.status_code == 422 and frameworks.KAGENT_DEFAULT_USER in r.json()["error"], r.text
+    assert await table_fingerprint(pool) == before
+
+
+async def test_tasks_only_is_for_agents_that_keep_their_conversation_elsewhere(client: Any, pool: asyncpg.Pool) -> None:
+    conv = await seed(pool, dialect="legacy", turns=2)
+    before = await table_fingerprint(pool)
+    r = await post(client, f"/api/sessions/{conv.session_id}/fork", conv.user_id, {"tasks_only": True})
+    assert r.status_code == 422 and "tasks_only" in r.json()["error"]
+    assert await table_fingerprint(pool) == before
