@@ -87,18 +87,45 @@ async def test_a_langgraph_session_without_checkpoints_in_the_database(client: A
     assert await table_fingerprint(pool) == before
 
 
-async def test_an_openai_session_written_under_kagents_default_user_is_refused(client: Any, pool: asyncpg.Pool) -> None:
+async def test_an_openai_session_written_under_kagents_default_user(client: Any, pool: asyncpg.Pool) -> None:
+    """kagent-openai 0.10.4 writes its events and tasks under kagent's default user, in a session row of its own:
+    a fork copies them under that user, into a runtime row of the fork's own, so that the runtime finds them."""
     fixture = await loaded(pool, "openai_3_turns")
-    sid, user = fixture["session_id"], fixture["user"]
+    sid, user, admin = fixture["session_id"], fixture["user"], frameworks.KAGENT_DEFAULT_USER
     r = await get(client, f"/api/sessions/{sid}/invocations", user)
     assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [
         (t["task_id"], "openai-agents") for t in fixture["turns"]
     ]
+    task = fixture["turns"][2]["task_id"]
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": task, "name": "again"})
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert fork["user_id"] == user and fork["fork"]["framework"] == "openai-agents"
+    async with pool.acquire() as conn:
+        sessions = await conn.fetch(
+            "SELECT user_id, name, agent_id FROM session WHERE id = $1 ORDER BY user_id", fork["id"]
+        )
+        events = await conn.fetch(
+            "SELECT id, user_id, data, created_at FROM event WHERE session_id = $1 ORDER BY created_at", fork["id"]
+        )
+        tasks = await conn.fetch("SELECT user_id, data FROM task WHERE session_id = $1", fork["id"])
+        cut = await conn.fetchval("SELECT created_at FROM task WHERE id = $1", task)
+        source_events = await conn.fetch(
+            "SELECT id, data FROM event WHERE session_id = $1 AND user_id = $2 AND created_at < $3 ORDER BY created_at",
+            sid, admin, cut,
+        )  # fmt: skip
+    assert sorted((s["user_id"], s["name"]) for s in sessions) == sorted([(user, "again"), (admin, None)])
+    # The events before the third turn's input, byte for byte, under new ids and the runtime's user.
+    assert [e["data"] for e in events] == [e["data"] for e in source_events] and len(events) == 5
+    assert {e["user_id"] for e in events} == {admin} and not {e["id"] for e in events} & {
+        e["id"] for e in source_events
+    }
+    items = [json.loads(e["data"])["items"][0] for e in events]
+    assert [i.get("content") for i in items if i.get("role") == "user"] == [t["question"] for t in fixture["turns"][:2]]
+    assert {t["user_id"] for t in tasks} == {admin} and len(tasks) == fork["fork"]["tasks_copied"]
     before = await table_fingerprint(pool)
-    task = fixture["turns"][1]["task_id"]
-    for path in ("fork", "rewind"):
-        r = await post(client, f"/api/sessions/{sid}/{path}", user, {"rewind_before_task_id": task})
-        assert r.status_code == 422 and frameworks.KAGENT_DEFAULT_USER in r.json()["error"], r.text
+    r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": task})
+    assert r.status_code == 422 and admin in r.json()["error"], r.text
     assert await table_fingerprint(pool) == before
 
 

@@ -314,10 +314,13 @@ async def _fork_once(
                 f"too many forks: at most {rate} a minute for each user (FORK_RATE_PER_MINUTE); retry in {retry} s",
                 retry_after=retry,
             )
-        source, _access = await visible_session(svc, conn, caller, session_id)
+        visible, _access = await visible_session(svc, conn, caller, session_id)
+        framework = await frameworks.detect(store, conn, visible.id, visible.user_id)
+        notes = await _refusals(svc, conn, visible, framework, req)
+        # The rows are read from the runtime's own session row when it wrote them under kagent's default user.
+        runtime = await runtime_session(svc, conn, visible, framework)
+        source = runtime or visible
         sid, owner = source.id, source.user_id
-        framework = await frameworks.detect(store, conn, sid, owner)
-        notes = await _refusals(svc, conn, source, framework, req)
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
         if last_task is not None and not req.tasks_only and not await store.sessions.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
@@ -327,14 +330,15 @@ async def _fork_once(
             and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
         mapped = mapped and await turn_map.usable(store, conn, sid, owner)
-        root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
+        root_id, root_owner, depth = await _lineage_parent(svc, conn, visible)
         named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
         # From here the request names the turn by its invocation when it has one (the answer says both).
         req = msgspec.structs.replace(req, rewind_before_invocation_id=named.invocation_id)
         fork = _Fork(
             svc=svc, conn=conn, reader=None, caller=caller, source=source, req=req, idempotency=idempotency,
-            name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
-            depth=depth, into=into, mapped=mapped, framework=framework, notes=notes,
+            name=req.name or await _default_name(svc, conn, dataclasses.replace(source, name=visible.name)),
+            root_id=root_id, root_owner=root_owner, depth=depth, into=into, mapped=mapped, framework=framework,
+            notes=notes, parent=visible, runtime_user=runtime.user_id if runtime else None,
         )  # fmt: skip
         if mapped:
             # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
@@ -405,9 +409,18 @@ async def _refusals(
             "this session's agent (CrewAI) keeps memory and flow state in kagent's crewai tables, which a fork "
             "does not copy yet"
         )
-    if (refusal := await written_elsewhere(svc, conn, source, framework)) is not None:
-        raise Unprocessable(refusal)
     return ()
+
+
+async def runtime_session(
+    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
+) -> SessionRow | None:
+    """The session row of the same id that the agent's runtime keeps under kagent's default user, when the
+    runtime wrote the conversation there and not under the session's owner (kagent-openai 0.10.4 forwards
+    no user). None: the owner's rows hold the conversation."""
+    if await written_elsewhere(svc, conn, source, framework) is None:
+        return None
+    return await svc.store.sessions.get_session(conn, source.id, frameworks.KAGENT_DEFAULT_USER)
 
 
 async def written_elsewhere(
@@ -466,6 +479,8 @@ class _Fork:
     into: Into
     mapped: bool  # the source's turn map is trusted in the fork's snapshot
     framework: frameworks.Framework
+    parent: SessionRow  # the session forked, as the caller sees it (`source`: where its rows are read)
+    runtime_user: str | None  # the user the runtime wrote the rows under, when not the owner: copies are his
     notes: tuple[str, ...] = ()  # warnings the agent's framework adds (a Claude agent's tasks_only fork)
     proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
@@ -520,7 +535,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         warnings += notes
     now = await store.database.now(conn)
     new_id = str(uuid.uuid4())
-    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
+    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=fork.runtime_user or caller.user_id, now=now)
 
     if req.dry_run:
         figures = (
@@ -555,6 +570,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         agent_id=fork.into.agent_id or source.agent_id,
         source="user",
     )
+    if fork.runtime_user is not None:
+        # The runtime's own row of the fork, as it made the source's: the runtime finds its copies by it.
+        await store.sessions.insert_session(
+            conn, session_id=new_id, user_id=fork.runtime_user, name=None,
+            agent_id=fork.into.agent_id or source.agent_id, source=source.source,
+        )  # fmt: skip
     try:
         events = await copy_rows(
             svc, conn, fork.reader, source, cut, copier, guess, settle, proven=fork.proven, server=not fork.mapped
@@ -578,7 +599,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     await store.lineage.insert_lineage(
         conn,
         Lineage(
-            session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
+            session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=fork.parent.user_id,
             root_session_id=fork.root_id, root_user_id=fork.root_owner, depth=fork.depth,
             rewind_before_invocation_id=req.rewind_before_invocation_id,
             rewind_before_task_id=req.rewind_before_task_id,

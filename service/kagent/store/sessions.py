@@ -97,7 +97,14 @@ class Sessions:
         return [_session(r) for r in await conn.fetch(self.q["explorer_sessions"], user_id, agent_id, limit)]
 
     async def insert_session(
-        self, conn: Connection, *, session_id: str, user_id: str, name: str, agent_id: str | None, source: str
+        self,
+        conn: Connection,
+        *,
+        session_id: str,
+        user_id: str,
+        name: str | None,
+        agent_id: str | None,
+        source: str | None,
     ) -> SessionRow:
         row = await conn.fetchrow(self.q["insert_session"], session_id, user_id, name, agent_id, source)
         return _session(row)
