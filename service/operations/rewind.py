@@ -23,7 +23,7 @@ from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
 from service.operations import copying, plan, summary
-from service.operations.forking import NamedTurn, mapped_boundary, named_turn, written_elsewhere
+from service.operations.forking import NamedTurn, mapped_boundary, named_turn, runtime_session
 from service.schemas import RewindRequest, Session, Summary, one_boundary, rfc3339, session_json
 from service.services import Services
 
@@ -168,23 +168,26 @@ async def _rewind_locked(
     framework = await frameworks.detect(store, conn, sid, owner)
     if framework in _KEPT_ELSEWHERE:
         raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
-    if (refusal := await written_elsewhere(svc, conn, source, framework)) is not None:
-        raise Unprocessable(refusal)
-    named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
+    # The rows are hidden where the agent's runtime wrote them: under kagent's default user in its own row of
+    # the session (kagent-openai 0.10.4), else the owner's; the record stays the owner's (docs/frameworks.md).
+    runtime = await runtime_session(svc, conn, source, framework)
+    rows = runtime or source
+    keeper = rows.user_id
+    named = await named_turn(svc, conn, rows, req.rewind_before_invocation_id, req.rewind_before_task_id)
     invocation_id, task_id = named.invocation_id, req.rewind_before_task_id
     mapped = mapped and await turn_map.usable(store, conn, sid, owner)
-    large = await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+    large = await store.tasks.count_tasks(conn, sid, keeper) >= copying.LARGE_FORK_TASKS
     # A large session's second connection, in the snapshot taken after the row lock: the boundary
     # searches run at once, then the summary of what the rewind hides reads the rows as they were
     # while this connection checks the turns' states and the UPDATEs hide them.
     # With the turn map both searches and the summary are reads of it: no second connection.
     async with copying.snapshot_reader(svc, conn, wanted=large and not mapped) as reader:
-        boundary = await _boundary(svc, conn, reader, source, named, mapped=mapped)
+        boundary = await _boundary(svc, conn, reader, rows, named, mapped=mapped)
         telling = None
         if reader is not None:
-            telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, owner, boundary.events_from))
+            telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, keeper, boundary.events_from))
         try:
-            hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from, mapped=mapped)
+            hidden_count, running = await _tasks_hidden(svc, conn, rows, boundary.tasks_from, mapped=mapped)
             if running and not req.force:
                 raise Conflict(
                     f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
@@ -193,7 +196,7 @@ async def _rewind_locked(
             if telling is None or req.dry_run:
                 # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
                 hides = await (
-                    telling or summary.summarize_events(store, conn, sid, owner, boundary.events_from, mapped=mapped)
+                    telling or summary.summarize_events(store, conn, sid, keeper, boundary.events_from, mapped=mapped)
                 )
             if req.dry_run:
                 info = RewindInfo(
@@ -204,7 +207,7 @@ async def _rewind_locked(
                 return RewindPlan(dry_run=True, rewind=info)
             stamp = await store.rewinds.rewind_stamp(conn, sid, owner)
             events, hidden = await store.rewinds.hide_from(
-                conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
+                conn, sid, keeper, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
             )
             if telling is not None:
                 hides = await telling
@@ -228,6 +231,7 @@ async def _rewind_locked(
         replaced_task_id=boundary.partial.row.id if boundary.partial else None,
         replacement_task_id=replacement.id if replacement else None, requested_by=caller.user_id,
         summary=summary.stored(hides), created_at=stamp, undone_at=None, rewind_before_task_id=task_id,
+        rows_user_id=runtime.user_id if runtime else None,
     )  # fmt: skip
     created = await store.rewinds.insert_rewind(conn, record)
     return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
