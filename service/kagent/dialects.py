@@ -247,6 +247,15 @@ def message_text(message: JSON) -> str:
     return "\n".join(texts)
 
 
+def last_agent_text(task: JSON, dialect: TaskDialect) -> str | None:
+    """The agent's last text in a task: its last artifact with text, else its last agent message with text
+    (what kagent's UI shows as the answer, whatever the agent's framework)."""
+    for node in [*reversed(artifacts(task)), *(m for m in reversed(history(task)) if not _is_user(m, dialect))]:
+        if text := message_text(node):
+            return text
+    return None
+
+
 def first_user_text(task: JSON, dialect: TaskDialect, invocation_id: str | None = None) -> str | None:
     """The text of the task's first user message (of one invocation, when given)."""
     for index, message in enumerate(history(task)):
@@ -270,6 +279,16 @@ def user_message(task: JSON, dialect: TaskDialect, invocation_id: str) -> JSON |
             continue
         turn = _turn_of(messages, index)
         if turn == invocation_id or (turn is None and first == invocation_id):
+            return message
+    return None
+
+
+def first_user_message(task: JSON, dialect: TaskDialect) -> JSON | None:
+    """The first user message with parts of a task: the one that opened the turn of an agent that writes no
+    invocation id (one turn per task)."""
+    for message in history(task):
+        parts = message.get("parts")
+        if _is_user(message, dialect) and isinstance(parts, list) and parts:
             return message
     return None
 

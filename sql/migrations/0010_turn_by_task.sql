@@ -6,3 +6,6 @@ ALTER TABLE {schema}.rewind ADD COLUMN IF NOT EXISTS rewind_before_task_id TEXT;
 ALTER TABLE {schema}.rewind ADD COLUMN IF NOT EXISTS rows_user_id TEXT;
 ALTER TABLE {schema}.fork ADD COLUMN IF NOT EXISTS rewind_before_task_id TEXT;
 ALTER TABLE {schema}.fork ADD COLUMN IF NOT EXISTS framework TEXT;
+-- A what-if of a turn known by its task alone (no invocation id): the job names the task.
+ALTER TABLE {schema}.whatif_job ALTER COLUMN rewind_before_invocation_id DROP NOT NULL;
+ALTER TABLE {schema}.whatif_job ADD COLUMN IF NOT EXISTS rewind_before_task_id TEXT;
