@@ -23,10 +23,12 @@ class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 class ForkRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
     rewind_before_invocation_id: Text | None = None
+    rewind_before_task_id: Text | None = None
     name: Text | None = None
     if_boundary_missing: Literal["copy_all", "error"] = "copy_all"
     task_layout: TaskLayout = "auto"
     dry_run: bool = False
+    tasks_only: bool = False
 
 
 class EmptyRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -35,6 +37,7 @@ class EmptyRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 class RewindRequest(_Request, frozen=True, kw_only=True, forbid_unknown_fields=True):
     rewind_before_invocation_id: Text | None = None
+    rewind_before_task_id: Text | None = None
     dry_run: bool = False
     force: bool = False
 
@@ -68,6 +71,8 @@ class ForkInfo(msgspec.Struct, frozen=True, kw_only=True):
     fork_root_session_id: str
     depth: int
     rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
+    framework: str | None
     boundary_found: bool
     events_copied: int
     tasks_copied: int
@@ -102,6 +107,20 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     data: object
     message: str
     error: bool = False
+
+
+def one_boundary(
+    invocation_id: str | None,
+    task_id: str | None,
+    *,
+    required: bool,
+    names: tuple[str, str] = ("rewind_before_invocation_id", "rewind_before_task_id"),
+) -> None:
+    """A turn is named by its invocation or by its task, never both (400); `required`: one of them (400)."""
+    if invocation_id is not None and task_id is not None:
+        raise BadRequest(f"send {names[0]} or {names[1]}, not both")
+    if required and invocation_id is None and task_id is None:
+        raise BadRequest(f"{names[0]} or {names[1]} is required")
 
 
 def checked_id(value: str, what: str = "session id") -> str:

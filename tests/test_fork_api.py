@@ -63,7 +63,8 @@ async def test_fork_before_a_turn_holds_exactly_the_earlier_conversation(
     kept_events = [e for e in conv.events if e.created_at < boundary.started_at]
     assert fork_info == {
         "parent_session_id": conv.session_id, "fork_root_session_id": conv.session_id, "depth": 1,
-        "rewind_before_invocation_id": boundary.invocation_id, "boundary_found": True,
+        "rewind_before_invocation_id": boundary.invocation_id, "rewind_before_task_id": None,
+        "framework": "adk", "boundary_found": True,
         "events_copied": len(kept_events), "tasks_copied": fork_info["tasks_copied"],
         "messages_copied": fork_info["messages_copied"],
         "task_layout": "merged" if dialect == "legacy" else "per_task", "warnings": [],

@@ -132,6 +132,11 @@ def api_schema(fuzzed_url: str) -> Any:
                     "include-operation-id": "listInvocations",
                     "checks": {"positive_data_acceptance": {"expected-statuses": [*accepted, 400]}},
                 },
+                # `before` and `before_task` name one turn two ways: both at once is a 400, as documented
+                {
+                    "include-operation-id": "sessionTranscript",
+                    "checks": {"positive_data_acceptance": {"expected-statuses": [*accepted, 400]}},
+                },
                 # GET / sends people to the page: its one answer is the redirect
                 {"include-operation-id": "root", "checks": {"positive_data_acceptance": {"expected-statuses": [307]}}},
             ],
@@ -162,6 +167,9 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.path_parameters["other_session_id"] = seeded.conversation().session_id
     if case.query and "before" in case.query:
         case.query["before"] = rnd.choice(conv.invocation_ids)
+    if case.query and "before_task" in case.query:
+        case.query.pop("before", None)
+        case.query["before_task"] = rnd.choice(conv.turns).task_id
     if case.headers is not None and "X-User-Id" in case.headers:
         case.headers["X-User-Id"] = conv.user_id
     elif own and not (case.query and "user_id" in case.query):
@@ -173,6 +181,10 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.headers["X-Share-Token"] = rnd.choice(seeded.shares)
     if isinstance(case.body, dict) and "rewind_before_invocation_id" in case.body:
         case.body["rewind_before_invocation_id"] = rnd.choice(conv.invocation_ids)
+    if isinstance(case.body, dict) and case.body.get("rewind_before_task_id") is not None:
+        # a turn named by its task instead (never both: the document says so)
+        case.body.pop("rewind_before_invocation_id", None)
+        case.body["rewind_before_task_id"] = rnd.choice(conv.turns).task_id
     if isinstance(case.body, dict) and "agent_ref" in case.body:  # an agent of kagent's naming
         case.body["agent_ref"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
     if isinstance(case.body, dict) and "agents" in case.body:

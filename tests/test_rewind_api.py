@@ -53,7 +53,8 @@ async def test_rewind_hides_the_turn_and_after_and_undo_restores_exactly(
     assert dry.json()["data"] == {
         "dry_run": True,
         "rewind": {"id": None, "rewind_before_invocation_id": boundary.invocation_id,
-                   "events_removed": len(hidden_events), "tasks_removed": 2, "created_at": None,
+                   "rewind_before_task_id": None, "events_removed": len(hidden_events), "tasks_removed": 2,
+                   "created_at": None,
                    "summary": expected_summary(conv, boundary.started_at)},
     }  # fmt: skip
     assert dry.json()["data"]["rewind"]["summary"]["turns"] == 2

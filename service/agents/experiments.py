@@ -27,7 +27,7 @@ from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
 from service.observability import EXPERIMENTS, WHATIF_JOBS
 from service.operations import forking
-from service.schemas import ForkedSession, ForkRequest, Text
+from service.schemas import ForkedSession, ForkRequest, Text, one_boundary
 from service.services import Services
 
 MAX_BRANCHES = 8
@@ -36,7 +36,8 @@ _encoder = msgspec.json.Encoder()
 
 
 class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    rewind_before_invocation_id: Text
+    rewind_before_invocation_id: Text | None = None
+    rewind_before_task_id: Text | None = None
     # Their count, their distinctness and repeats are checked in _agents (422, as the contract asks).
     agents: Annotated[list[Text], Meta(max_length=64)] | None = None
     turns: whatif.TurnCount = 1
@@ -83,12 +84,17 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Check everything, write every branch's fork and job, start them: (answer, replayed)."""
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
     whatif.a2a_base(svc)
     if req.agents is not None:
         _agents(req, None)  # the shape of the list, before reading anything
     whatif.whole_tokens(req.max_context_tokens, 1)
+    boundary = await whatif.turn_named(
+        svc, caller, session_id, req.rewind_before_invocation_id, req.rewind_before_task_id
+    )
+    req = msgspec.structs.replace(req, rewind_before_invocation_id=boundary)
     if idempotency_key is None:
-        return await _checked_start(svc, runner, caller, session_id, req, None, authorization), False
+        return await _checked_start(svc, runner, caller, session_id, req, boundary, None, authorization), False
     key = f"experiment:{idempotency_key}"
     digest = _encoder.encode([session_id, req]).hex()
     async with svc.connection() as conn, svc.store.lineage.key_lock(conn, key, caller.user_id):
@@ -99,7 +105,7 @@ async def start(
             if stored[0] != digest:
                 raise Unprocessable("Idempotency-Key was already used with a different request")
             return msgspec.Raw(stored[1].encode()), True
-        return await _checked_start(svc, runner, caller, session_id, req, (key, digest), authorization), False
+        return await _checked_start(svc, runner, caller, session_id, req, boundary, (key, digest), authorization), False
 
 
 async def _checked_start(
@@ -108,11 +114,12 @@ async def _checked_start(
     caller: Caller,
     session_id: str,
     req: ExperimentRequest,
+    boundary: str,
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
     async with svc.connection() as conn:
-        span = await whatif.span_of(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
+        span = await whatif.span_of(svc, conn, caller, session_id, boundary, req.turns)
     agents = _agents(req, span.agent_ref)
     repeats = int(req.repeats)
     branches = [(ref, repeat) for ref in agents for repeat in range(1, repeats + 1)]
@@ -127,12 +134,12 @@ async def _checked_start(
     row = ExperimentRow(
         id=str(uuid.uuid4()), user_id=caller.user_id, source_session_id=span.source.id,
         source_user_id=span.source.user_id, source_agent_ref=span.agent_ref,
-        rewind_before_invocation_id=req.rewind_before_invocation_id,
+        rewind_before_invocation_id=boundary,
         turns_requested="all" if req.turns == "all" else str(int(req.turns)), turns=len(span.turns),
         message=_encoder.encode(req.message).decode() if req.message else None, on_approval=req.on_approval,
         repeats=repeats, source_turns=None, status="running", created_at=datetime.min, finished_at=None,
     )  # fmt: skip
-    fork_req = ForkRequest(rewind_before_invocation_id=req.rewind_before_invocation_id, if_boundary_missing="error")
+    fork_req = ForkRequest(rewind_before_invocation_id=boundary, if_boundary_missing="error")
     jobs: list[WhatifJob] = []
     forks: list[ForkedSession] = []
     for ref, repeat in branches:

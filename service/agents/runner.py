@@ -26,8 +26,8 @@ import msgspec
 
 from service.agents import a2a_client
 from service.errors import NotConfigured, ServiceError
-from service.kagent import dialects
-from service.kagent.store.base import CONNECTION_ERRORS
+from service.kagent import dialects, frameworks
+from service.kagent.store.base import CONNECTION_ERRORS, Connection
 from service.kagent.store.jobs import JobTurn, WhatifJob
 from service.observability import (
     EXPERIMENTS,
@@ -37,7 +37,7 @@ from service.observability import (
     WHATIF_JOBS,
     WHATIF_RUNNING,
 )
-from service.operations import summary
+from service.operations import plan, summary
 from service.services import Services
 
 log = logging.getLogger("kagent_fork")
@@ -276,8 +276,15 @@ class Runner:
         svc = self.svc
         async with svc.connection() as conn:
             tally = await summary.tally(svc.store, conn, job.session_id, job.user_id, job.created_at)
+            answer = tally.last_agent_text
+            framework = await frameworks.detect(svc.store, conn, job.session_id, job.user_id)
+            if answer is None and framework not in ("adk", "adk-go"):
+                # An agent whose events this service does not read (every framework but ADK): its last task's answer.
+                turns = await svc.store.jobs.whatif_turns(conn, job.id)
+                task_id = next((t.task_id for t in reversed(turns) if t.task_id is not None), None)
+                answer = await _task_answer(svc, conn, task_id, job.session_id) if task_id is not None else None
             result = JobResult(
-                last_agent_text=tally.last_agent_text, tool_calls=dict(sorted(tally.tool_calls.items())),
+                last_agent_text=answer, tool_calls=dict(sorted(tally.tool_calls.items())),
                 total_tokens=tally.total_tokens,
             )  # fmt: skip
             ended = await svc.store.jobs.whatif_finish(
@@ -294,6 +301,19 @@ class Runner:
                 "what-if %s", status,
                 extra={"action": "whatif", "job_id": job.id, "outcome": status, "duration_ms": round(took * 1000)},
             )  # fmt: skip
+
+
+async def _task_answer(svc: Services, conn: Connection, task_id: str, session_id: str) -> str | None:
+    """The last agent text of the job's A2A task as kagent's table holds it (cut as summary.tally cuts an
+    event's)."""
+    row = await svc.store.tasks.task_by_id(conn, task_id, session_id)
+    if row is None:
+        return None
+    try:
+        text = dialects.last_agent_text(dialects.decode(row.data), plan.dialect_of(row))
+    except (dialects.TaskFormatError, ServiceError):
+        return None
+    return text[: summary.AGENT_TEXT_CHARS] if text else None
 
 
 @dataclass(kw_only=True)

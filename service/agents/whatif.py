@@ -27,14 +27,14 @@ from service.agents import a2a_client
 from service.agents.runner import JobResult, Runner, headers
 from service.errors import BadRequest, Conflict, NotConfigured, NotFound, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects, turn_map
+from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.observability import WHATIF_DURATION, WHATIF_JOBS
 from service.operations import forking, plan
-from service.schemas import ForkedSession, ForkRequest, Text, rfc3339
+from service.schemas import ForkedSession, ForkRequest, Text, one_boundary, rfc3339
 from service.services import Services
 
 __all__ = ["Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_session", "start"]
@@ -67,7 +67,8 @@ class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    rewind_before_invocation_id: Text
+    rewind_before_invocation_id: Text | None = None
+    rewind_before_task_id: Text | None = None
     agent_ref: Text | None = None
     name: Text | None = None
     max_context_tokens: Tokens | None = None
@@ -80,7 +81,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     session_id: str
     parent_session_id: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
     agent_ref: str
     task_id: str | None
     error: str | None
@@ -101,7 +103,8 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
 def job_json(job: WhatifJob) -> Job:
     return Job(
         id=job.id, status=job.status, session_id=job.session_id, parent_session_id=job.parent_session_id,
-        rewind_before_invocation_id=job.rewind_before_invocation_id, agent_ref=job.agent_ref, task_id=job.task_id,
+        rewind_before_invocation_id=job.rewind_before_invocation_id, rewind_before_task_id=job.rewind_before_task_id,
+        agent_ref=job.agent_ref, task_id=job.task_id,
         error=job.error, created_at=rfc3339(job.created_at),
         finished_at=rfc3339(job.finished_at) if job.finished_at else None,
         result=msgspec.json.decode(job.result, type=JobResult) if job.result else None,
@@ -146,9 +149,10 @@ def whole_tokens(value: int | float | None, default: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class SourceTurn:
-    invocation_id: str
+    invocation_id: str  # or, for a turn known by its task alone, the task's id (task_id)
     message: dialects.JSON  # the user message that opened the turn, as the source task's history holds it
     started_at: datetime
+    task_id: str | None = None  # the turn's task, when the turn has no invocation id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +171,73 @@ def default_name(span: Span, agent_ref: str, repeat: int | None = None) -> str:
     """A what-if's or a branch's fork name when none is given: the agent, the turn, the repeat."""
     name = fork_name(agent_ref, span.position, span.turns[0].invocation_id, span.source.name)
     return name if repeat is None else f"{name} #{repeat}"[:256]
+
+
+async def turn_named(
+    svc: Services,
+    caller: Caller,
+    session_id: str,
+    invocation_id: str | None,
+    task_id: str | None,
+    *,
+    tasks: bool = False,
+) -> str:
+    """The invocation of the turn a what-if or an experiment starts from, named by invocation or by task
+    (one of the two, 400 otherwise). A task of an agent that writes none (every framework but ADK) is
+    answered as is when `tasks` (a what-if re-asks it alone), else refused (422: an experiment re-asks
+    turns by invocation)."""
+    one_boundary(invocation_id, task_id, required=True)
+    if task_id is None:
+        assert invocation_id is not None  # one_boundary
+        return invocation_id
+    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        source, _ = await visible_session(svc, conn, caller, session_id)
+        rows = await _rows_of(svc, conn, source)
+        named = await forking.named_turn(svc, conn, rows, None, task_id)
+    if named.missing is not None:
+        raise NotFound(f"task {task_id} not found in session {session_id}")
+    if named.invocation_id is None and tasks:
+        return task_id
+    if named.invocation_id is None:
+        raise Unprocessable(
+            f"task {task_id} carries no invocation id (its agent is not an ADK agent): "
+            "experiments re-ask turns by invocation, which this agent does not write"
+        )
+    return named.invocation_id
+
+
+async def _rows_of(svc: Services, conn: Connection, source: SessionRow) -> SessionRow:
+    """Where the session's turns are read: its runtime's own row when the runtime wrote them under kagent's
+    default user (forking.runtime_session), else the session's."""
+    framework = await frameworks.detect(svc.store, conn, source.id, source.user_id)
+    return await forking.runtime_session(svc, conn, source, framework) or source
+
+
+async def task_span(
+    svc: Services, conn: Connection, caller: Caller, session_id: str, task_id: str, wanted: object
+) -> Span:
+    """The span of a turn known by its task alone (an agent without invocation ids): that turn, re-asked with
+    the task's first user message. Later turns are not re-asked (422): a job follows turns by invocation."""
+    if wanted != 1:
+        raise Unprocessable(f"turns: a turn named by a task without an invocation id is re-asked alone, not {wanted}")
+    source, _ = await visible_session(svc, conn, caller, session_id)
+    rows = await _rows_of(svc, conn, source)
+    row = await svc.store.tasks.owned_task(conn, rows.id, rows.user_id, task_id)
+    if row is None:
+        raise NotFound(f"task {task_id} not found in session {session_id}")
+    dialect = plan.dialect_of(row)
+    try:
+        message = dialects.first_user_message(dialects.decode(row.data), dialect)
+    except dialects.TaskFormatError:
+        message = None
+    if message is None:
+        raise Unprocessable(f"the turn of task {task_id} has no user message to send")
+    chars = await svc.store.events.text_chars_before_each(conn, rows.id, rows.user_id, [row.created_at])
+    return Span(
+        source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None, dialect=dialect,
+        turns=[SourceTurn(invocation_id=task_id, message=message, started_at=row.created_at, task_id=task_id)],
+        tokens=[math.ceil(chars.get(row.created_at, 0) / 4)], position=None,
+    )  # fmt: skip
 
 
 async def _boundary_task(
@@ -402,7 +473,9 @@ async def write_branch(
     card = None if branch.card is None else _encoder.encode(dataclasses.asdict(branch.card)).decode()
     job = WhatifJob(
         id=str(uuid.uuid4()), user_id=branch.caller.user_id, parent_session_id=span.source.id,
-        parent_user_id=span.source.user_id, session_id=fork.id, rewind_before_invocation_id=span.turns[0].invocation_id,
+        parent_user_id=span.source.user_id, session_id=fork.id,
+        rewind_before_invocation_id=None if span.turns[0].task_id else span.turns[0].invocation_id,
+        rewind_before_task_id=span.turns[0].task_id,
         agent_ref=branch.agent_ref, dialect=span.dialect.value, message=messages[0], status="running", task_id=None,
         error=None, result=None, runner=runner.id, created_at=datetime.min, finished_at=None,
         experiment_id=branch.experiment_id, repeat=branch.repeat, agent_card=card, on_approval=branch.on_approval,
@@ -426,15 +499,23 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
     a2a_base(svc)
     if req.agent_ref is not None:
         checked_agent_ref(req.agent_ref)
     whole_tokens(req.max_context_tokens, 1)
-    fork_req = ForkRequest(
-        rewind_before_invocation_id=req.rewind_before_invocation_id, name=req.name, if_boundary_missing="error"
-    )
+    task_id = req.rewind_before_task_id
+    boundary = await turn_named(svc, caller, session_id, req.rewind_before_invocation_id, task_id, tasks=True)
+    if task_id is not None and boundary == task_id:  # a turn known by its task alone: the fork cuts at it
+        fork_req = ForkRequest(rewind_before_task_id=task_id, name=req.name, if_boundary_missing="error")
+    else:
+        req = msgspec.structs.replace(req, rewind_before_invocation_id=boundary, rewind_before_task_id=None)
+        fork_req = ForkRequest(rewind_before_invocation_id=boundary, name=req.name, if_boundary_missing="error")
     if idempotency_key is None:
-        return await _checked_start(svc, runner, caller, session_id, req, fork_req, None, authorization), False
+        return (
+            await _checked_start(svc, runner, caller, session_id, req, boundary, fork_req, None, authorization),
+            False,
+        )
     key = f"whatif:{idempotency_key}"
     digest = forking.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
     # Retries of one key wait here and replay the first answer; the lock's connection is the only one
@@ -447,7 +528,9 @@ async def start(
             if stored[0] != digest:
                 raise Unprocessable("Idempotency-Key was already used with a different request")
             return msgspec.Raw(stored[1].encode()), True
-        started = await _checked_start(svc, runner, caller, session_id, req, fork_req, (key, digest), authorization)
+        started = await _checked_start(
+            svc, runner, caller, session_id, req, boundary, fork_req, (key, digest), authorization
+        )
         return started, False
 
 
@@ -457,13 +540,18 @@ async def _checked_start(
     caller: Caller,
     session_id: str,
     req: WhatifRequest,
+    boundary: str,
     fork_req: ForkRequest,
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
     """The refusals a fork does not make (the turns' messages, the agent, the cost gate), then the start."""
     async with svc.connection() as conn:
-        span = await span_of(svc, conn, caller, session_id, req.rewind_before_invocation_id, req.turns)
+        if fork_req.rewind_before_task_id is not None:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                span = await task_span(svc, conn, caller, session_id, boundary, req.turns)
+        else:
+            span = await span_of(svc, conn, caller, session_id, boundary, req.turns)
     agent_ref = req.agent_ref or span.agent_ref
     if agent_ref is None:
         raise Unprocessable(

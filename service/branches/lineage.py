@@ -52,6 +52,7 @@ def record(lineage: Lineage) -> LineageRecord:
     return LineageRecord(
         parent_session_id=lineage.parent_session_id, fork_root_session_id=lineage.root_session_id,
         depth=lineage.depth, rewind_before_invocation_id=lineage.rewind_before_invocation_id,
+        rewind_before_task_id=lineage.rewind_before_task_id, framework=lineage.framework,
         boundary_found=lineage.boundary_found, events_copied=lineage.events_copied,
         tasks_copied=lineage.tasks_copied, messages_copied=lineage.messages_copied,
         task_layout=lineage.task_layout, warnings=msgspec.json.decode(lineage.warnings, type=list[str]),

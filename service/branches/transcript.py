@@ -22,7 +22,8 @@ from service.identity import Caller, visible_session
 from service.kagent import dialects
 from service.kagent.store.events import TranscriptEvent
 from service.kagent.store.sessions import SessionRow
-from service.schemas import rfc3339
+from service.operations.forking import named_turn
+from service.schemas import one_boundary, rfc3339
 from service.services import Services
 
 # Tool arguments and responses longer than this (as JSON text) are cut, saying so.
@@ -165,13 +166,21 @@ class _Open:
 
 @asynccontextmanager
 async def reading(
-    svc: Services, caller: Caller, session_id: str, *, before: str | None = None
+    svc: Services, caller: Caller, session_id: str, *, before: str | None = None, before_task: str | None = None
 ) -> AsyncIterator[Reading]:
     """The transcript of a session the caller may see, read in one snapshot while the block runs.
-    `before`: only the turns before that invocation (404 when the session has no event of it)."""
+    `before`: only the turns before that invocation (404 when the session has no event of it);
+    `before_task`: only the turns before the one that task names (as a fork by task cuts)."""
+    one_boundary(before, before_task, required=False, names=("before", "before_task"))
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         until = None
+        if before_task is not None:
+            named = await named_turn(svc, conn, source, None, before_task)
+            if named.missing is not None:
+                raise NotFound(f"task {before_task} not found in session {source.id}")
+            before = named.invocation_id
+            until = named.task.created_at if named.task is not None else None
         if before is not None:
             until = await svc.store.events.boundary_event_at(
                 conn, source.id, source.user_id, before, prefilter=dialects.verbatim_in_json(before)
@@ -183,9 +192,11 @@ async def reading(
         yield Reading(session=source, events=events, known=known)
 
 
-async def read(svc: Services, caller: Caller, session_id: str, *, before: str | None = None) -> Transcript:
+async def read(
+    svc: Services, caller: Caller, session_id: str, *, before: str | None = None, before_task: str | None = None
+) -> Transcript:
     """The whole transcript as one value (for callers that want it whole: tools, tests)."""
-    async with reading(svc, caller, session_id, before=before) as r:
+    async with reading(svc, caller, session_id, before=before, before_task=before_task) as r:
         all_turns = [turn async for turn in r.turns()]
         return Transcript(
             session_id=r.session.id, name=r.session.name, turns=all_turns,

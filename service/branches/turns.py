@@ -11,7 +11,7 @@ import msgspec
 
 from service.errors import BadRequest
 from service.identity import Caller, visible_session
-from service.kagent import dialects, turn_map
+from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventTurn
 from service.kagent.store.sessions import SessionRow
@@ -31,11 +31,15 @@ USER_TEXT_CHARS = 200
 # next ones use what it found), and no walk reads more than WALK_MAX events at once.
 WALK_FIRST_EVENTS_PER_TURN = 4
 WALK_MAX = 1000
+# The key of a turn known only by its task (its agent writes no invocation id) among the turns keyed by
+# invocation id: PostgreSQL text holds no NUL, so no invocation id starts with one.
+TASK_TURN = "\x00task:"
 
 
 class Invocation(msgspec.Struct, frozen=True, kw_only=True):
-    invocation_id: str
+    invocation_id: str | None  # None: a turn of an agent that writes no invocation id, known by its task
     task_id: str | None
+    framework: str
     state: str | None
     started_at: str
     user_text: str | None
@@ -60,7 +64,7 @@ class Page:
 class TurnInfo:
     """A turn as the listing knows it: from its events, completed by its task."""
 
-    invocation_id: str
+    invocation_id: str  # TASK_TURN + the task's id for a turn known only by its task
     started_at: datetime
     event_count: int = 0
     user_text: str | None = None
@@ -90,6 +94,18 @@ async def with_tasks(
     return turns
 
 
+def _task_turn(row: TaskRow) -> TurnInfo:
+    """A turn known only by its task: it starts with the task, which holds its user text and state."""
+    turn = TurnInfo(invocation_id=TASK_TURN + row.id, started_at=row.created_at, task_id=row.id, task_ids=[row.id])
+    try:
+        data = dialects.decode(row.data)
+    except dialects.TaskFormatError:
+        return turn
+    text = dialects.first_user_text(data, plan.dialect_of(row))
+    turn.user_text, turn.state = (text[:USER_TEXT_CHARS] if text else None), dialects.state(data)
+    return turn
+
+
 async def with_tasks_from(
     svc: Services, conn: Connection, source: SessionRow, turns: dict[str, TurnInfo], since: datetime
 ) -> dict[str, TurnInfo]:
@@ -100,15 +116,17 @@ async def with_tasks_from(
     return turns
 
 
-def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | None) -> None:
-    """What one task (fed oldest first) tells of the turns it carries (of `only`'s, when given)."""
+def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | None) -> bool:
+    """What one task (fed oldest first) tells of the turns it carries (of `only`'s, when given); whether
+    it carries any (a task that is not JSON is skipped as if it did)."""
     try:
         data = dialects.decode(row.data)
     except dialects.TaskFormatError:
-        return
+        return True
     dialect = plan.dialect_of(row)
     marks = dialects.chat_marks(data, dialect)
-    for invocation_id in dialects.invocation_ids(data):
+    carried = dialects.invocation_ids(data)
+    for invocation_id in carried:
         if only is not None and invocation_id not in only:
             continue
         turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
@@ -124,6 +142,7 @@ def _complete(turns: dict[str, TurnInfo], row: TaskRow, only: Container[str] | N
         if turn.user_text is None:
             text = dialects.first_user_text(data, dialect, invocation_id)
             turn.user_text = text[:USER_TEXT_CHARS] if text else None
+    return bool(carried)
 
 
 def _turn_info(t: EventTurn) -> TurnInfo:
@@ -218,12 +237,18 @@ async def invocations(
         mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             source, _ = await visible_session(svc, conn, caller, session_id)
-            if mapped and await turn_map.usable(store, conn, source.id, source.user_id):
-                return await _mapped_page(svc, conn, source, limit, after)
-            return await _read_page(svc, conn, source, limit, after)
+            framework = await frameworks.detect(store, conn, source.id, source.user_id)
+            # The turn map and the invocation index know turns by invocation id: an agent that writes none
+            # (every framework but ADK) has its turns read from its tasks.
+            adk = framework in ("adk", "adk-go", "unknown")
+            if adk and mapped and await turn_map.usable(store, conn, source.id, source.user_id):
+                return await _mapped_page(svc, conn, source, limit, after, framework)
+            return await _read_page(svc, conn, source, limit, after, framework, indexed=adk)
 
 
-async def _mapped_page(svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None) -> Page:
+async def _mapped_page(
+    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
+) -> Page:
     """A page read from the turn map: the turns in the listing's order, as turn_index would make them."""
     maps, sid, owner = svc.store.turn_maps, source.id, source.user_id
     start = None
@@ -243,7 +268,7 @@ async def _mapped_page(svc: Services, conn: Connection, source: SessionRow, limi
                 turn.marks.call_ids += call_ids
                 turn.marks.response_ids += response_ids
                 turn.marks.text_count += text_count
-    return Page(items=[_item(t) for t in page.values()], last=len(rows) <= limit)
+    return Page(items=[_item(t, framework) for t in page.values()], last=len(rows) <= limit)
 
 
 def _mapped(t: MapTurn) -> TurnInfo:
@@ -257,27 +282,47 @@ def _mapped(t: MapTurn) -> TurnInfo:
     )  # fmt: skip
 
 
-async def _read_page(svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None) -> Page:
+async def _read_page(
+    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str, *, indexed: bool
+) -> Page:
     """A page read from kagent's rows: through the invocation index when it is there, else all of them."""
     use = svc.store.index_use
-    if use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
+    if indexed and use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
         page, last = await _indexed_page(svc, conn, source, limit, after)
-        return Page(items=[_item(t) for t in page], last=last)
-    turns = await turn_index(svc, conn, source)
+        return Page(items=[_item(t, framework) for t in page], last=last)
+    turns = {
+        t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
+    }
+    if framework in ("adk", "adk-go"):
+        # A task without an invocation id is a turn just started here (its events name it).
+        await with_tasks(svc, conn, source, turns)
+    else:
+        # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
+        users = frameworks.runtime_users(source.user_id)
+        async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
+            # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
+            if not _complete(turns, row, None):
+                turns[TASK_TURN + row.id] = _task_turn(row)
     ordered = sorted(turns.values(), key=lambda t: t.started_at)
     start = 0
     if after is not None:
-        index = next((i for i, t in enumerate(ordered) if t.invocation_id == after), None)
+        # A turn is named by its invocation id, or by its task when it has none.
+        index = next(
+            (i for i, t in enumerate(ordered) if after in (t.invocation_id, t.invocation_id.replace(TASK_TURN, "", 1))),
+            None,
+        )
         if index is None:
             raise BadRequest(f"after names no turn of this session: {after}")
         start = index + 1
     page = ordered[start : start + limit]
-    return Page(items=[_item(t) for t in page], last=start + limit >= len(ordered))
+    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
 
 
-def _item(t: TurnInfo) -> Invocation:
+def _item(t: TurnInfo, framework: str) -> Invocation:
     return Invocation(
-        invocation_id=t.invocation_id, task_id=t.task_id, state=t.state, started_at=rfc3339(t.started_at),
+        invocation_id=None if t.invocation_id.startswith(TASK_TURN) else t.invocation_id, task_id=t.task_id,
+        framework=framework, state=t.state,
+        started_at=rfc3339(t.started_at),
         user_text=t.user_text, event_count=t.event_count, task_ids=t.task_ids,
         message_ids=t.marks.message_ids, call_ids=t.marks.call_ids, response_ids=t.marks.response_ids,
         text_count=t.marks.text_count,

@@ -237,11 +237,11 @@ async def session_transcript(request: AnyRequest, session_id: FromPath[str]) -> 
     form = _query_text(request, "format") or "json"
     if form not in TRANSCRIPT_FORMATS:
         raise BadRequest(f"query parameter format must be one of {sorted(TRANSCRIPT_FORMATS)}, got {form!r}")
-    before = _query_text(request, "before")
+    before, before_task = _query_text(request, "before"), _query_text(request, "before_task")
     svc, caller = services(request), caller_of(request)
 
     async def body() -> AsyncGenerator[bytes, None]:
-        async with transcript.reading(svc, caller, checked_id(session_id), before=before) as r:
+        async with transcript.reading(svc, caller, checked_id(session_id), before=before, before_task=before_task) as r:
             yield b""  # the session is visible and `before` found: the answer can start
             if form == "markdown":
                 async for chunk in transcript.markdown_chunks(r):

@@ -157,6 +157,14 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
 # --- readable output ---------------------------------------------------------------------------------
 
 
+def turn_arguments(command: argparse.ArgumentParser, before_help: str, *, required: bool) -> None:
+    """--before (an invocation id) or --before-task (the turn's task id, for agents that write no invocation
+    id), never both."""
+    turn = command.add_mutually_exclusive_group(required=required)
+    turn.add_argument("--before", help=before_help)
+    turn.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task")
+
+
 def _show_fork(data: dict[str, Any]) -> str:
     if data.get("dry_run"):
         return (
@@ -169,8 +177,8 @@ def _show_fork(data: dict[str, Any]) -> str:
     return (
         f"Forked {fork['parent_session_id']} -> {data['id']} {data['name']!r}\n"
         f"  depth {fork['depth']} (root {fork['fork_root_session_id']}), {_n(fork['events_copied'], 'event')}, "
-        f"{_n(fork['tasks_copied'], 'task')} ({fork['task_layout']}), {_n(fork['messages_copied'], 'message')}"
-        + "".join(f"\n  warning: {w}" for w in fork["warnings"])
+        f"{_n(fork['tasks_copied'], 'task')} ({fork['task_layout']}), {_n(fork['messages_copied'], 'message')}, "
+        f"agent framework {fork['framework']}" + "".join(f"\n  warning: {w}" for w in fork["warnings"])
     )
 
 
@@ -178,21 +186,27 @@ def _show_rewind(data: dict[str, Any]) -> str:
     r = data["rewind"]
     counts = f"{_n(r['events_removed'], 'event')} and {_n(r['tasks_removed'], 'task')}"
     if data.get("dry_run"):
-        return f"Dry run: would hide {counts} from turn {r['rewind_before_invocation_id']}"
+        return f"Dry run: would hide {counts} from turn {_turn(r)}"
     if r.get("undone_at"):
         return f"Undid rewind {r['id']}: restored {counts}"
-    return f"Rewind {r['id']}: hid {counts} from turn {r['rewind_before_invocation_id']} (undo with this id)"
+    return f"Rewind {r['id']}: hid {counts} from turn {_turn(r)} (undo with this id)"
 
 
 def _show_invocations(items: list[dict[str, Any]]) -> str:
-    lines = [f"{'#':>4}  {'started':<27} {'events':>6}  {'state':<22} {'invocation':<40} user"]
+    framework = items[0]["framework"] if items else "unknown"
+    lines = [f"{'#':>4}  {'started':<27} {'events':>6}  {'state':<22} {'invocation':<40} {'task':<36} user"]
     for i, t in enumerate(items, 1):
         text = (t["user_text"] or "").replace("\n", " ")[:60]
         lines.append(
             f"{i:>4}  {t['started_at']:<27} {t['event_count']:>6}  {t['state'] or '-':<22} "
-            f"{t['invocation_id']:<40} {text}"
+            f"{t['invocation_id'] or '-':<40} {t['task_id'] or '-':<36} {text}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, f"Framework: {framework}"])
+
+
+def _turn(r: dict[str, Any]) -> str:
+    """How a rewind or a fork names its turn: its invocation, else its task (an agent without invocations)."""
+    return str(r["rewind_before_invocation_id"] or f"of task {r['rewind_before_task_id']}")
 
 
 def _show_tree(node: dict[str, Any], prefix: str = "", last: bool = True, top: bool = True) -> str:
@@ -215,7 +229,9 @@ def _tree_detail(node: dict[str, Any]) -> str:
         parts.append(f"{_n(node['turns'], 'turn')}, {_n(node['events'], 'event')} now")
     fork = node.get("fork")
     if fork:
-        if fork["rewind_before_invocation_id"] is None:
+        if fork.get("rewind_before_task_id") is not None and fork["rewind_before_invocation_id"] is None:
+            at = f"forked before the turn of task {fork['rewind_before_task_id']}"
+        elif fork["rewind_before_invocation_id"] is None:
             at = "forked whole"
         elif node.get("fork_turn") is not None:
             at = f"forked at turn {node['fork_turn']} {_quoted(node.get('fork_question'), 40)}"
@@ -239,7 +255,7 @@ def _show_rewinds(items: list[dict[str, Any]]) -> str:
     for r in items:
         state = f"undone {r['undone_at']}" if r["undone_at"] else ("undoable" if r["undoable"] else "not undoable")
         lines.append(
-            f"{r['id']}  {r['created_at']}  before {r['rewind_before_invocation_id']}: "
+            f"{r['id']}  {r['created_at']}  before {_turn(r)}: "
             f"{_n(r['events_removed'], 'event')}, {_n(r['tasks_removed'], 'task')} hidden by {r['requested_by']} "
             f"({state})"
         )
@@ -312,7 +328,8 @@ async def _experiment(svc: Any, caller: Any, args: argparse.Namespace) -> tuple[
     from service.agents import experiments, grid, whatif
 
     turns: int | str = "all" if args.turns == "all" else int(args.turns)
-    body = {"rewind_before_invocation_id": args.before, "agents": args.agent or None, "turns": turns,
+    body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
+            "agents": args.agent or None, "turns": turns,
             "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
             "on_approval": args.on_approval, "name": args.name}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
@@ -356,7 +373,8 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
 
         async def do_fork() -> tuple[object, str]:
             req = msgspec.convert(
-                {k: v for k, v in {"rewind_before_invocation_id": args.before, "name": args.name,
+                {k: v for k, v in {"rewind_before_invocation_id": args.before,
+                                   "rewind_before_task_id": args.before_task, "name": args.name,
                                    "if_boundary_missing": args.if_boundary_missing, "task_layout": args.layout,
                                    "dry_run": args.dry_run}.items() if v is not None},
                 ForkRequest,
@@ -366,7 +384,8 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             return data, _show_fork(data)
 
         async def do_rewind() -> tuple[object, str]:
-            req = RewindRequest(rewind_before_invocation_id=args.before, dry_run=args.dry_run, force=args.force)
+            req = RewindRequest(rewind_before_invocation_id=args.before, rewind_before_task_id=args.before_task,
+                                dry_run=args.dry_run, force=args.force)  # fmt: skip
             data = msgspec.to_builtins(await rewind.rewind(svc, caller, args.session_id, req))
             return data, _show_rewind(data)
 
@@ -381,7 +400,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
                 items += msgspec.to_builtins(page.items)
                 if page.last or not page.items:
                     break
-                after = page.items[-1].invocation_id
+                after = page.items[-1].invocation_id or page.items[-1].task_id
             return items, _show_invocations(items)
 
         async def do_forks() -> tuple[object, str]:
@@ -408,7 +427,9 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         async def do_show() -> tuple[object, str]:
             # Written while it is read, as the HTTP answer is: nothing is returned to print afterwards.
             try:
-                async with transcript.reading(svc, caller, args.session_id, before=args.before) as r:
+                async with transcript.reading(
+                    svc, caller, args.session_id, before=args.before, before_task=args.before_task
+                ) as r:
                     chunks = transcript.json_chunks(r, message=None) if args.json else transcript.markdown_chunks(r)
                     async for chunk in chunks:
                         sys.stdout.buffer.write(chunk)
@@ -419,7 +440,8 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
             return STREAMED, ""
 
         async def do_whatif() -> tuple[object, str]:
-            body = {"rewind_before_invocation_id": args.before, "agent_ref": args.agent, "name": args.name}
+            body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
+                    "agent_ref": args.agent, "name": args.name}  # fmt: skip
             req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
             # This process runs the job: without --wait it returns once the agent has the turn (the job
             # is then followed by the service's replicas, which take over a job whose runner stopped).
@@ -567,7 +589,7 @@ def parser() -> argparse.ArgumentParser:
         return c
 
     f = operator("fork", "fork a session into a new one, up to a turn")
-    f.add_argument("--before", help="rewind_before_invocation_id: the first turn not copied")
+    turn_arguments(f, "rewind_before_invocation_id: the first turn not copied", required=False)
     f.add_argument("--name", help="the new session's name (the API's default: Fork of <source name>)")
     f.add_argument(
         "--if-boundary-missing",
@@ -578,7 +600,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--dry-run", action="store_true", default=None, help="answer the plan, write nothing")
     f.add_argument("--idempotency-key", help="a retry with the same key returns the same fork")
     r = operator("rewind", "hide a turn and everything after it (undoable)")
-    r.add_argument("--before", required=True, help="rewind_before_invocation_id: the first turn hidden")
+    turn_arguments(r, "rewind_before_invocation_id: the first turn hidden (or --before-task)", required=True)
     r.add_argument("--dry-run", action="store_true", help="answer what would be hidden, write nothing")
     r.add_argument("--force", action="store_true", help="even while the agent is still running a hidden turn")
     u = operator("undo", "undo a rewind")
@@ -587,13 +609,13 @@ def parser() -> argparse.ArgumentParser:
     operator("tree", "print the fork tree that holds a session")
     operator("forks", "list the direct forks of a session")
     sh = operator("show", "print a session's transcript (Markdown; --json for the API's data)")
-    sh.add_argument("--before", help="only the turns before this invocation (what a fork there would hold)")
+    turn_arguments(sh, "only the turns before this invocation (what a fork there would hold)", required=False)
     sh.add_argument("--markdown", action="store_true", help="Markdown (the default without --json)")
     operator("rewinds", "list a session's rewinds, newest first, and whether each can be undone now")
     c = operator("compare", "compare two sessions: their common turns and what each holds after them")
     c.add_argument("other_session_id")
     w = operator("whatif", "regenerate a turn on another agent over A2A (KAGENT_A2A_URL): fork, then ask the agent")
-    w.add_argument("--before", required=True, help="rewind_before_invocation_id: the turn to regenerate")
+    turn_arguments(w, "rewind_before_invocation_id: the turn to regenerate (or --before-task)", required=True)
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
@@ -601,7 +623,7 @@ def parser() -> argparse.ArgumentParser:
     operator("whatifs", "list the what-ifs started from a session, newest first")
     operator("cancel", "cancel a running what-if job (its agent is asked to cancel the task)", metavar="job_id")
     e = operator("experiment", "replay the turns from one on several agents over A2A and print them side by side")
-    e.add_argument("--before", required=True, help="rewind_before_invocation_id: the first turn replayed")
+    turn_arguments(e, "rewind_before_invocation_id: the first turn replayed (or --before-task)", required=True)
     e.add_argument(
         "--agent", action="append", help="namespace/name of an agent (repeat for each; default: the session's)"
     )

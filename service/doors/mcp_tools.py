@@ -48,7 +48,18 @@ def _text(text: str, *, error: bool = False) -> CallToolResult:
 # Every argument, described (an agent reads these to call the tool).
 SessionId = Annotated[str, Field(description="A kagent session id (the conversation), as kagent's UI and API name it.")]
 InvocationId = Annotated[
-    str, Field(description="A turn, named by its invocation id (list_turns answers them: `invocation_id`).")
+    str | None,
+    Field(
+        description="A turn, named by its invocation id (list_turns answers them: `invocation_id`); "
+        "or name it by rewind_before_task_id instead."
+    ),
+]
+TaskId = Annotated[
+    str | None,
+    Field(
+        description="The same turn named by its task id (list_turns: `task_id`), for agents that write no "
+        "invocation id (LangGraph, OpenAI Agents SDK, CrewAI, Claude); not with rewind_before_invocation_id."
+    ),
 ]
 JobId = Annotated[str, Field(description="A what-if job id (start_whatif answers it: `job.id`).")]
 DryRun = Annotated[bool, Field(description="true: answer what would happen, write nothing.")]
@@ -127,7 +138,12 @@ async def list_turns(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
     limit: Annotated[int, Field(description="At most this many turns (1 to 1,000).")] = 100,
-    after: Annotated[str | None, Field(description="The turns after this invocation id (the next page).")] = None,
+    after: Annotated[
+        str | None,
+        Field(
+            description="The turns after this one (the next page): its invocation id, or its task id if it has none."
+        ),
+    ] = None,
 ) -> CallToolResult:
     """The turns of a session, in order (invocation id, task, state, user text): pick one to fork,
     rewind or regenerate."""
@@ -146,6 +162,9 @@ async def show_transcript(
     before: Annotated[
         str | None, Field(description="Only the turns before this invocation id (what a fork there would hold).")
     ] = None,
+    before_task: Annotated[
+        str | None, Field(description="Only the turns before the one this task id names (not with `before`).")
+    ] = None,
     format: Annotated[
         Literal["markdown", "json"], Field(description="markdown: a readable document; json: the data.")
     ] = "markdown",
@@ -155,9 +174,10 @@ async def show_transcript(
 
     async def op(svc: Services, caller: Caller) -> object:
         sid, until = checked_id(session_id), checked_id(before, "before") if before is not None else None
+        until_task = checked_id(before_task, "before_task") if before_task is not None else None
         if format == "json":
-            return await transcript.read(svc, caller, sid, before=until)
-        async with transcript.reading(svc, caller, sid, before=until) as r:
+            return await transcript.read(svc, caller, sid, before=until, before_task=until_task)
+        async with transcript.reading(svc, caller, sid, before=until, before_task=until_task) as r:
             return b"".join([chunk async for chunk in transcript.markdown_chunks(r)]).decode()
 
     return await _run(ctx, op, raw=format == "markdown")
@@ -169,6 +189,7 @@ async def fork_session(
     rewind_before_invocation_id: Annotated[
         str | None, Field(description="The first turn NOT copied (its invocation id); none: the whole conversation.")
     ] = None,
+    rewind_before_task_id: TaskId = None,
     name: Annotated[str | None, Field(description="The new session's name (default: Fork of <source name>).")] = None,
     if_boundary_missing: Annotated[
         Literal["copy_all", "error"],
@@ -186,8 +207,9 @@ async def fork_session(
 
     async def op(svc: Services, caller: Caller) -> object:
         req = _request(
-            ForkRequest, rewind_before_invocation_id=rewind_before_invocation_id, name=name,
-            if_boundary_missing=if_boundary_missing, task_layout=task_layout, dry_run=dry_run,
+            ForkRequest, rewind_before_invocation_id=rewind_before_invocation_id,
+            rewind_before_task_id=rewind_before_task_id, name=name, if_boundary_missing=if_boundary_missing,
+            task_layout=task_layout, dry_run=dry_run,
         )  # fmt: skip
         return (await forking.fork(svc, caller, checked_id(session_id), req)).data
 
@@ -198,8 +220,10 @@ async def rewind_session(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
     rewind_before_invocation_id: Annotated[
-        str, Field(description="The first turn hidden (its invocation id): it and every later turn are hidden.")
-    ],
+        str | None,
+        Field(description="The first turn hidden (its invocation id): it and every later turn are hidden."),
+    ] = None,
+    rewind_before_task_id: TaskId = None,
     dry_run: DryRun = False,
     force: Annotated[bool, Field(description="Even while the agent is still running a hidden turn.")] = False,
 ) -> CallToolResult:
@@ -208,8 +232,9 @@ async def rewind_session(
 
     async def op(svc: Services, caller: Caller) -> object:
         req = _request(
-            RewindRequest, rewind_before_invocation_id=rewind_before_invocation_id, dry_run=dry_run, force=force
-        )
+            RewindRequest, rewind_before_invocation_id=rewind_before_invocation_id,
+            rewind_before_task_id=rewind_before_task_id, dry_run=dry_run, force=force,
+        )  # fmt: skip
         return await rewind.rewind(svc, caller, checked_id(session_id), req)
 
     return await _run(ctx, op)
@@ -246,7 +271,10 @@ async def compare_sessions(
 async def start_whatif(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
-    rewind_before_invocation_id: Annotated[str, Field(description="The turn to regenerate (its invocation id).")],
+    rewind_before_invocation_id: Annotated[
+        str | None, Field(description="The turn to regenerate (its invocation id).")
+    ] = None,
+    rewind_before_task_id: TaskId = None,
     agent_ref: Annotated[
         str | None, Field(description="namespace/name of the agent that answers (default: the session's own).")
     ] = None,
@@ -262,8 +290,9 @@ async def start_whatif(
     agent runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
 
     async def op(svc: Services, caller: Caller) -> object:
-        fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agent_ref": agent_ref,
-                  "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
+        fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
+                  "rewind_before_task_id": rewind_before_task_id, "agent_ref": agent_ref, "name": name,
+                  "max_context_tokens": max_context_tokens}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
         started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -292,7 +321,8 @@ async def cancel_whatif(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolR
 async def start_experiment(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
-    rewind_before_invocation_id: InvocationId,
+    rewind_before_invocation_id: InvocationId = None,
+    rewind_before_task_id: TaskId = None,
     agents: Annotated[
         list[str] | None,
         Field(description='1 to 8 distinct agents, each "namespace/name" (default: the session\'s own agent).'),
@@ -324,7 +354,8 @@ async def start_experiment(
     experiment at once (status "running"); follow it with experiment_status."""
 
     async def op(svc: Services, caller: Caller) -> object:
-        fields = {"rewind_before_invocation_id": rewind_before_invocation_id, "agents": agents, "turns": turns,
+        fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
+                  "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)

@@ -117,6 +117,13 @@ def invocation_ids(task: JSON) -> list[str]:
     return list(seen)
 
 
+def first_turn_invocation(task: JSON) -> str | None:
+    """The invocation of the first turn a task holds (a merged task holds several): its history's first,
+    then its status message's, artifacts' and the task's own metadata's."""
+    nodes: Iterator[object] = iter([*history(task), _status(task).get("message"), *artifacts(task), task])
+    return next((inv for node in nodes if (inv := _invocation_of(node)) is not None), None)
+
+
 # The function call ADK makes to ask the human about a tool call (approve/reject, or ask_user's
 # questions); written verbatim in any JSON encoding of a task (no character an encoder escapes).
 CONFIRMATION_CALL = "adk_request_confirmation"
@@ -240,6 +247,15 @@ def message_text(message: JSON) -> str:
     return "\n".join(texts)
 
 
+def last_agent_text(task: JSON, dialect: TaskDialect) -> str | None:
+    """The agent's last text in a task: its last artifact with text, else its last agent message with text
+    (what kagent's UI shows as the answer, whatever the agent's framework)."""
+    for node in [*reversed(artifacts(task)), *(m for m in reversed(history(task)) if not _is_user(m, dialect))]:
+        if text := message_text(node):
+            return text
+    return None
+
+
 def first_user_text(task: JSON, dialect: TaskDialect, invocation_id: str | None = None) -> str | None:
     """The text of the task's first user message (of one invocation, when given)."""
     for index, message in enumerate(history(task)):
@@ -263,6 +279,16 @@ def user_message(task: JSON, dialect: TaskDialect, invocation_id: str) -> JSON |
             continue
         turn = _turn_of(messages, index)
         if turn == invocation_id or (turn is None and first == invocation_id):
+            return message
+    return None
+
+
+def first_user_message(task: JSON, dialect: TaskDialect) -> JSON | None:
+    """The first user message with parts of a task: the one that opened the turn of an agent that writes no
+    invocation id (one turn per task)."""
+    for message in history(task):
+        parts = message.get("parts")
+        if _is_user(message, dialect) and isinstance(parts, list) and parts:
             return message
     return None
 

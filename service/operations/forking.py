@@ -17,7 +17,7 @@ import msgspec
 
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects, turn_map
+from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
@@ -35,7 +35,7 @@ from service.operations.copying import (
     snapshot_reader,
     together,
 )
-from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, session_json
+from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, one_boundary, session_json
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
@@ -54,6 +54,33 @@ class ForkOutcome:
     session_id: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class NamedTurn:
+    """The turn a request names, by its invocation or by its task (`rewind_before_task_id`)."""
+
+    invocation_id: str | None  # as asked, or the first turn the named task carries
+    task: TaskRow | None = None  # the named task, when it carries no invocation id: the turn starts at it
+    missing: str | None = None  # the task id asked for, when no live task of the session has it
+
+
+async def named_turn(
+    svc: Services, conn: Connection, source: SessionRow, invocation_id: str | None, task_id: str | None
+) -> NamedTurn:
+    """The turn named by `invocation_id` or `task_id` (one_boundary checked that not both). A task names
+    the first turn it carries; a task of an agent that writes no invocation id (every framework but ADK)
+    names the turn that starts with it."""
+    if task_id is None:
+        return NamedTurn(invocation_id=invocation_id)
+    row = await svc.store.tasks.owned_task(conn, source.id, source.user_id, task_id)
+    if row is None:
+        return NamedTurn(invocation_id=None, missing=task_id)
+    try:
+        invocation = dialects.first_turn_invocation(dialects.decode(row.data))
+    except dialects.TaskFormatError:
+        invocation = None
+    return NamedTurn(invocation_id=invocation, task=None if invocation is not None else row)
+
+
 async def _find_cut(
     svc: Services,
     conn: Connection,
@@ -63,13 +90,22 @@ async def _find_cut(
     last_task: TaskRow | None,
     *,
     mapped: bool,
+    named: NamedTurn,
 ) -> Cut:
     store, sid, owner = svc.store, source.id, source.user_id
-    boundary = req.rewind_before_invocation_id
+    boundary = named.invocation_id
     warnings: list[str] = []
     events_before = tasks_before = None
     partial = None
     found = False
+    if named.task is not None:
+        # A turn known by its task alone: the task is written as the turn starts, before its events.
+        found = True
+        events_before = tasks_before = named.task.created_at
+    elif named.missing is not None:
+        if req.if_boundary_missing == "error":
+            raise NotFound(f"task {named.missing} not found in session {sid}")
+        warnings.append(f"task {named.missing} not found in the session: the whole conversation is copied")
     if boundary is not None and mapped:
         events_before, candidates = await mapped_boundary(svc, conn, source, boundary)
     elif boundary is not None:
@@ -266,6 +302,7 @@ async def _fork_once(
     store = svc.store
     # The source's turn map, made true to kagent's rows first (its own short transaction); read below only
     # if its guard holds in the fork's snapshot.
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=False)
     source, _access = await visible_session(svc, conn, caller, session_id)
     mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
@@ -277,14 +314,15 @@ async def _fork_once(
                 f"too many forks: at most {rate} a minute for each user (FORK_RATE_PER_MINUTE); retry in {retry} s",
                 retry_after=retry,
             )
-        source, _access = await visible_session(svc, conn, caller, session_id)
+        visible, _access = await visible_session(svc, conn, caller, session_id)
+        framework = await frameworks.detect(store, conn, visible.id, visible.user_id)
+        notes = await _refusals(svc, conn, visible, framework, req)
+        # The rows are read from the runtime's own session row when it wrote them under kagent's default user.
+        runtime = await runtime_session(svc, conn, visible, framework)
+        source = runtime or visible
         sid, owner = source.id, source.user_id
-        if await store.sessions.has_external_state(conn, sid, owner):
-            raise Unprocessable(
-                "this session's agent keeps its state outside kagent's event table (LangGraph or CrewAI)"
-            )
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
-        if last_task is not None and not await store.sessions.has_events(conn, sid, owner):
+        if last_task is not None and not req.tasks_only and not await store.sessions.has_events(conn, sid, owner):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         large = (
             not req.dry_run
@@ -292,17 +330,21 @@ async def _fork_once(
             and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
         mapped = mapped and await turn_map.usable(store, conn, sid, owner)
-        root_id, root_owner, depth = await _lineage_parent(svc, conn, source)
+        root_id, root_owner, depth = await _lineage_parent(svc, conn, visible)
+        named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
+        # From here the request names the turn by its invocation when it has one (the answer says both).
+        req = msgspec.structs.replace(req, rewind_before_invocation_id=named.invocation_id)
         fork = _Fork(
             svc=svc, conn=conn, reader=None, caller=caller, source=source, req=req, idempotency=idempotency,
-            name=req.name or await _default_name(svc, conn, source), root_id=root_id, root_owner=root_owner,
-            depth=depth, into=into, mapped=mapped,
+            name=req.name or await _default_name(svc, conn, dataclasses.replace(source, name=visible.name)),
+            root_id=root_id, root_owner=root_owner, depth=depth, into=into, mapped=mapped, framework=framework,
+            notes=notes, parent=visible, runtime_user=runtime.user_id if runtime else None,
         )  # fmt: skip
         if mapped:
             # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
             # owner whose kept tasks the map proves exact for PostgreSQL's text copy is the two INSERT ...
             # SELECT alone; any other is written by the Python rewrite, fed by a reader when large.
-            cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True)
+            cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True, named=named)
             proven = await _proven(fork, cut) if not req.dry_run else None
             reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large and proven is None))
             return await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
@@ -327,8 +369,75 @@ async def _fork_once(
                 # Let the reader's search end: cancelled mid-statement, it would abort the reader's
                 # transaction, which the exact cut below reads in.
                 await asyncio.wait((guess.events_search,))
-        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped)
+        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named)
         return await _plan_and_write(fork, cut, None)
+
+
+async def _refusals(
+    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework, req: ForkRequest
+) -> tuple[str, ...]:
+    """422 for a session whose agent keeps state this fork cannot copy (docs/frameworks.md); else the
+    warnings its framework adds."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    if req.tasks_only and framework not in ("claude", "unknown"):
+        raise Unprocessable(
+            f"tasks_only forks the visible chat of an agent that keeps its conversation in its own pod (Claude "
+            f"Agent SDK); this session's agent ({framework}) keeps it in kagent's database: fork without it"
+        )
+    if framework == "claude" and not req.tasks_only:
+        raise Unprocessable(
+            "this session's agent (Claude Agent SDK) keeps its conversation in its own pod, not in kagent's "
+            "database: a fork cannot give it the conversation. Send tasks_only: true to fork the visible chat "
+            "only (the agent will not remember it)"
+        )
+    if framework == "claude" or req.tasks_only:
+        return ("a fork of the visible chat only: the agent keeps its conversation in its own pod and will not "
+                "remember this one",)  # fmt: skip
+    if framework == "langgraph":
+        in_database = (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
+        if not in_database:
+            raise Unprocessable(
+                "this session's agent (LangGraph) keeps its state in its graph's own checkpointer, not in "
+                "kagent's database (kagent main): it cannot be forked from the database"
+            )
+        raise Unprocessable(
+            "this session's agent (LangGraph) keeps its state in kagent's lg_checkpoint tables, which a fork "
+            "does not copy yet"
+        )
+    if framework == "crewai":
+        raise Unprocessable(
+            "this session's agent (CrewAI) keeps memory and flow state in kagent's crewai tables, which a fork "
+            "does not copy yet"
+        )
+    return ()
+
+
+async def runtime_session(
+    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
+) -> SessionRow | None:
+    """The session row of the same id that the agent's runtime keeps under kagent's default user, when the
+    runtime wrote the conversation there and not under the session's owner (kagent-openai 0.10.4 forwards
+    no user). None: the owner's rows hold the conversation."""
+    if await written_elsewhere(svc, conn, source, framework) is None:
+        return None
+    return await svc.store.sessions.get_session(conn, source.id, frameworks.KAGENT_DEFAULT_USER)
+
+
+async def written_elsewhere(
+    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
+) -> str | None:
+    """Why a fork or rewind cannot work on this session yet: its runtime (kagent-openai 0.10.4) wrote the
+    conversation under kagent's default user, not under the session's owner, and such rows are not read
+    yet (docs/frameworks.md). None: the owner's rows hold it."""
+    owner = source.user_id
+    if framework != "openai-agents" or owner == frameworks.KAGENT_DEFAULT_USER:
+        return None
+    if await svc.store.sessions.has_events(conn, source.id, owner):
+        return None
+    return (
+        f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}, "
+        "not under the session's owner: such rows are not copied or hidden yet"
+    )
 
 
 async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
@@ -369,6 +478,10 @@ class _Fork:
     depth: int
     into: Into
     mapped: bool  # the source's turn map is trusted in the fork's snapshot
+    framework: frameworks.Framework
+    parent: SessionRow  # the session forked, as the caller sees it (`source`: where its rows are read)
+    runtime_user: str | None  # the user the runtime wrote the rows under, when not the owner: copies are his
+    notes: tuple[str, ...] = ()  # warnings the agent's framework adds (a Claude agent's tasks_only fork)
     proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
 
@@ -410,7 +523,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     layout = plan.choose_layout(req.task_layout, kept_dialects)
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
-    warnings = list(cut.warnings)
+    warnings = [*fork.notes, *cut.warnings]
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
@@ -422,7 +535,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         warnings += notes
     now = await store.database.now(conn)
     new_id = str(uuid.uuid4())
-    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=caller.user_id, now=now)
+    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=fork.runtime_user or caller.user_id, now=now)
 
     if req.dry_run:
         figures = (
@@ -440,6 +553,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
                 depth=fork.depth, rewind_before_invocation_id=req.rewind_before_invocation_id,
+                rewind_before_task_id=req.rewind_before_task_id, framework=fork.framework,
                 boundary_found=cut.boundary_found, events_copied=stats.events,
                 tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
                 warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
@@ -456,6 +570,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         agent_id=fork.into.agent_id or source.agent_id,
         source="user",
     )
+    if fork.runtime_user is not None:
+        # The runtime's own row of the fork, as it made the source's: the runtime finds its copies by it.
+        await store.sessions.insert_session(
+            conn, session_id=new_id, user_id=fork.runtime_user, name=None,
+            agent_id=fork.into.agent_id or source.agent_id, source=source.source,
+        )  # fmt: skip
     try:
         events = await copy_rows(
             svc, conn, fork.reader, source, cut, copier, guess, settle, proven=fork.proven, server=not fork.mapped
@@ -471,17 +591,20 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
-        rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
-        events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
-        task_layout=layout, warnings=warnings, summary=left,
+        rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,
+        framework=fork.framework, boundary_found=cut.boundary_found, events_copied=events,
+        tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout, warnings=warnings,
+        summary=left,
     )  # fmt: skip
     await store.lineage.insert_lineage(
         conn,
         Lineage(
-            session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=owner,
+            session_id=new_id, user_id=caller.user_id, parent_session_id=sid, parent_user_id=fork.parent.user_id,
             root_session_id=fork.root_id, root_user_id=fork.root_owner, depth=fork.depth,
-            rewind_before_invocation_id=req.rewind_before_invocation_id, boundary_found=cut.boundary_found,
-            events_copied=events, tasks_copied=copier.written, messages_copied=copier.messages,
+            rewind_before_invocation_id=req.rewind_before_invocation_id,
+            rewind_before_task_id=req.rewind_before_task_id,
+            framework=fork.framework, boundary_found=cut.boundary_found, events_copied=events,
+            tasks_copied=copier.written, messages_copied=copier.messages,
             task_layout=layout, warnings=_encoder.encode(warnings).decode(), summary=summary.stored(left),
             created_at=now,
         ),

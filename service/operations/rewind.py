@@ -15,22 +15,23 @@ from datetime import datetime
 
 import msgspec
 
-from service.errors import BadRequest, Conflict, Forbidden, NotFound
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.identity import Caller, visible_session
-from service.kagent import dialects, turn_map
+from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
 from service.operations import copying, plan, summary
-from service.operations.forking import mapped_boundary
-from service.schemas import RewindRequest, Session, Summary, rfc3339, session_json
+from service.operations.forking import NamedTurn, mapped_boundary, named_turn, runtime_session
+from service.schemas import RewindRequest, Session, Summary, one_boundary, rfc3339, session_json
 from service.services import Services
 
 
 class RewindInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     id: str | None
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
     events_removed: int
     tasks_removed: int
     created_at: str | None
@@ -42,7 +43,8 @@ class RewindEntry(msgspec.Struct, frozen=True, kw_only=True):
     """A rewind as the session's rewinds list shows it."""
 
     id: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
     events_removed: int
     tasks_removed: int
     created_at: str
@@ -62,6 +64,14 @@ class RewindPlan(msgspec.Struct, frozen=True, kw_only=True):
     rewind: RewindInfo
 
 
+# Agents whose memory a rewind of kagent's event and task rows would not change (docs/frameworks.md).
+_KEPT_ELSEWHERE: dict[str, str] = {
+    "langgraph": "its LangGraph agent keeps its state in checkpoints, which a rewind does not hide (yet)",
+    "crewai": "its CrewAI agent keeps memory and flow state that are overwritten as the chat goes",
+    "claude": "its Claude Agent SDK agent keeps its conversation in its own pod",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Boundary:
     events_from: datetime
@@ -70,9 +80,14 @@ class _Boundary:
 
 
 async def _boundary(
-    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, invocation_id: str, *, mapped: bool
+    svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, named: NamedTurn, *, mapped: bool
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
+    if named.task is not None:  # a turn known by its task alone starts with it (forking._find_cut)
+        return _Boundary(events_from=named.task.created_at, tasks_from=named.task.created_at, partial=None)
+    invocation_id = named.invocation_id
+    if invocation_id is None:  # a destructive call never guesses
+        raise NotFound(f"task {named.missing} not found in session {source.id}")
     prefilter = dialects.verbatim_in_json(invocation_id)
     if mapped:  # the turn map answers both searches
         event_at, candidates = await mapped_boundary(svc, conn, source, invocation_id)
@@ -131,9 +146,7 @@ def _replacement(partial: plan.BoundaryTask, source: SessionRow, now: datetime) 
 
 
 async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequest) -> RewindResult | RewindPlan:
-    invocation_id = req.rewind_before_invocation_id
-    if invocation_id is None:
-        raise BadRequest("rewind_before_invocation_id is required")
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
     store = svc.store
     async with svc.connection() as conn:
         # The session's turn map, made true first (its own transaction), read if its guard holds once the
@@ -141,31 +154,40 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
         source, _ = await visible_session(svc, conn, caller, session_id)
         mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
         async with conn.transaction():
-            return await _rewind_locked(svc, conn, caller, session_id, req, invocation_id, mapped=mapped)
+            return await _rewind_locked(svc, conn, caller, session_id, req, mapped=mapped)
 
 
 async def _rewind_locked(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, req: RewindRequest, invocation_id: str,
-    *, mapped: bool,
-) -> RewindResult | RewindPlan:  # fmt: skip
+    svc: Services, conn: Connection, caller: Caller, session_id: str, req: RewindRequest, *, mapped: bool
+) -> RewindResult | RewindPlan:
     store = svc.store
     source, access = await visible_session(svc, conn, caller, session_id, lock=True)
     if access.read_only:
         raise Forbidden("This share link is read-only")
     sid, owner = source.id, source.user_id
+    framework = await frameworks.detect(store, conn, sid, owner)
+    if framework in _KEPT_ELSEWHERE:
+        raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
+    # The rows are hidden where the agent's runtime wrote them: under kagent's default user in its own row of
+    # the session (kagent-openai 0.10.4), else the owner's; the record stays the owner's (docs/frameworks.md).
+    runtime = await runtime_session(svc, conn, source, framework)
+    rows = runtime or source
+    keeper = rows.user_id
+    named = await named_turn(svc, conn, rows, req.rewind_before_invocation_id, req.rewind_before_task_id)
+    invocation_id, task_id = named.invocation_id, req.rewind_before_task_id
     mapped = mapped and await turn_map.usable(store, conn, sid, owner)
-    large = await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+    large = await store.tasks.count_tasks(conn, sid, keeper) >= copying.LARGE_FORK_TASKS
     # A large session's second connection, in the snapshot taken after the row lock: the boundary
     # searches run at once, then the summary of what the rewind hides reads the rows as they were
     # while this connection checks the turns' states and the UPDATEs hide them.
     # With the turn map both searches and the summary are reads of it: no second connection.
     async with copying.snapshot_reader(svc, conn, wanted=large and not mapped) as reader:
-        boundary = await _boundary(svc, conn, reader, source, invocation_id, mapped=mapped)
+        boundary = await _boundary(svc, conn, reader, rows, named, mapped=mapped)
         telling = None
         if reader is not None:
-            telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, owner, boundary.events_from))
+            telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, keeper, boundary.events_from))
         try:
-            hidden_count, running = await _tasks_hidden(svc, conn, source, boundary.tasks_from, mapped=mapped)
+            hidden_count, running = await _tasks_hidden(svc, conn, rows, boundary.tasks_from, mapped=mapped)
             if running and not req.force:
                 raise Conflict(
                     f"the agent is still running a turn at or after the boundary (tasks {', '.join(running)}); "
@@ -174,17 +196,18 @@ async def _rewind_locked(
             if telling is None or req.dry_run:
                 # Told before it is hidden: after the UPDATE this transaction no longer sees the rows.
                 hides = await (
-                    telling or summary.summarize_events(store, conn, sid, owner, boundary.events_from, mapped=mapped)
+                    telling or summary.summarize_events(store, conn, sid, keeper, boundary.events_from, mapped=mapped)
                 )
             if req.dry_run:
                 info = RewindInfo(
-                    id=None, rewind_before_invocation_id=invocation_id, events_removed=hides.events if hides else 0,
+                    id=None, rewind_before_invocation_id=invocation_id, rewind_before_task_id=task_id,
+                    events_removed=hides.events if hides else 0,
                     tasks_removed=hidden_count, created_at=None, summary=hides,
                 )  # fmt: skip
                 return RewindPlan(dry_run=True, rewind=info)
             stamp = await store.rewinds.rewind_stamp(conn, sid, owner)
             events, hidden = await store.rewinds.hide_from(
-                conn, sid, owner, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
+                conn, sid, keeper, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
             )
             if telling is not None:
                 hides = await telling
@@ -207,7 +230,8 @@ async def _rewind_locked(
         deleted_at=stamp, events_removed=events, tasks_removed=hidden,
         replaced_task_id=boundary.partial.row.id if boundary.partial else None,
         replacement_task_id=replacement.id if replacement else None, requested_by=caller.user_id,
-        summary=summary.stored(hides), created_at=stamp, undone_at=None,
+        summary=summary.stored(hides), created_at=stamp, undone_at=None, rewind_before_task_id=task_id,
+        rows_user_id=runtime.user_id if runtime else None,
     )  # fmt: skip
     created = await store.rewinds.insert_rewind(conn, record)
     return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
@@ -216,7 +240,8 @@ async def _rewind_locked(
 def _info(r: Rewind, *, created_at: datetime | None = None, undone_at: datetime | None = None) -> RewindInfo:
     undone = undone_at or r.undone_at
     return RewindInfo(
-        id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id, events_removed=r.events_removed,
+        id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id,
+        rewind_before_task_id=r.rewind_before_task_id, events_removed=r.events_removed,
         tasks_removed=r.tasks_removed, created_at=rfc3339(created_at or r.created_at),
         summary=summary.loaded(r.summary), undone_at=rfc3339(undone) if undone else None,
     )  # fmt: skip
@@ -268,6 +293,7 @@ async def rewinds(svc: Services, caller: Caller, session_id: str) -> list[Rewind
             entries.append(
                 RewindEntry(
                     id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id,
+                    rewind_before_task_id=r.rewind_before_task_id,
                     events_removed=r.events_removed, tasks_removed=r.tasks_removed,
                     created_at=rfc3339(r.created_at), requested_by=r.requested_by,
                     undone_at=rfc3339(r.undone_at) if r.undone_at else None, undoable=undoable,

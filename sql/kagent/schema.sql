@@ -92,6 +92,27 @@ CREATE TABLE IF NOT EXISTS lg_checkpoint (
     version              BIGINT NOT NULL DEFAULT 1,
     PRIMARY KEY (user_id, thread_id, checkpoint_ns, checkpoint_id)
 );
+CREATE INDEX IF NOT EXISTS idx_lg_checkpoint_parent_checkpoint_id ON lg_checkpoint (parent_checkpoint_id);
+CREATE INDEX IF NOT EXISTS idx_lgcp_list ON lg_checkpoint (created_at);
+CREATE INDEX IF NOT EXISTS idx_lg_checkpoint_deleted_at ON lg_checkpoint (deleted_at);
+
+-- The pending writes of a LangGraph checkpoint (written with it by kagent-langgraph through the controller).
+CREATE TABLE IF NOT EXISTS lg_checkpoint_write (
+    user_id       TEXT NOT NULL,
+    thread_id     TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    checkpoint_id TEXT NOT NULL,
+    write_idx     BIGINT NOT NULL,
+    value         TEXT NOT NULL,
+    value_type    TEXT NOT NULL,
+    channel       TEXT NOT NULL,
+    task_id       TEXT NOT NULL,
+    created_at    TIMESTAMPTZ,
+    updated_at    TIMESTAMPTZ,
+    deleted_at    TIMESTAMPTZ,
+    PRIMARY KEY (user_id, thread_id, checkpoint_ns, checkpoint_id, write_idx)
+);
+CREATE INDEX IF NOT EXISTS idx_lg_checkpoint_write_deleted_at ON lg_checkpoint_write (deleted_at);
 
 CREATE TABLE IF NOT EXISTS crewai_agent_memory (
     user_id     TEXT NOT NULL,
@@ -102,6 +123,8 @@ CREATE TABLE IF NOT EXISTS crewai_agent_memory (
     memory_data TEXT NOT NULL,
     PRIMARY KEY (user_id, thread_id)
 );
+CREATE INDEX IF NOT EXISTS idx_crewai_memory_list ON crewai_agent_memory (created_at);
+CREATE INDEX IF NOT EXISTS idx_crewai_agent_memory_deleted_at ON crewai_agent_memory (deleted_at);
 
 CREATE TABLE IF NOT EXISTS crewai_flow_state (
     user_id     TEXT NOT NULL,
@@ -113,3 +136,5 @@ CREATE TABLE IF NOT EXISTS crewai_flow_state (
     state_data  TEXT NOT NULL,
     PRIMARY KEY (user_id, thread_id, method_name)
 );
+CREATE INDEX IF NOT EXISTS idx_crewai_flow_state_list ON crewai_flow_state (created_at);
+CREATE INDEX IF NOT EXISTS idx_crewai_flow_state_deleted_at ON crewai_flow_state (deleted_at);

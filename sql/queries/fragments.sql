@@ -38,7 +38,8 @@ ORDER BY started_at
 -- A job row as the store reads it.
 id, user_id, parent_session_id, parent_user_id, session_id, rewind_before_invocation_id, agent_ref, dialect,
 message::text AS message, status, task_id, error, result::text AS result, runner, created_at, finished_at,
-experiment_id, repeat, agent_card::text AS agent_card, on_approval, stopped_at, turns_total, turns_done
+experiment_id, repeat, agent_card::text AS agent_card, on_approval, stopped_at, turns_total, turns_done,
+rewind_before_task_id
 
 -- fragment: turn_columns
 -- A job's turn as the store reads it.

@@ -4,12 +4,13 @@
 -- A new what-if job, running, written in its fork's transaction (with its turns: insert_whatif_turns).
 INSERT INTO {schema}.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id,
                                  rewind_before_invocation_id, agent_ref, dialect, message, status, runner,
-                                 experiment_id, repeat, agent_card, on_approval, turns_total)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'running', $10, $11, $12, $13::jsonb, $14, $15)
+                                 experiment_id, repeat, agent_card, on_approval, turns_total, rewind_before_task_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'running', $10, $11, $12, $13::jsonb, $14, $15, $16)
 RETURNING created_at;
 
 -- name: insert_whatif_turns
--- A job's turns: ordinals $2, the source invocations $3 they re-ask, the messages $4 to send.
+-- A job's turns: ordinals $2, the source turns $3 they re-ask (invocation id, or task id for a turn known by
+-- its task alone), the messages $4 to send.
 INSERT INTO {schema}.whatif_turn (job_id, ordinal, invocation_id, message)
 SELECT $1, t.ordinal, t.invocation_id, t.message
 FROM unnest($2::int[], $3::text[], $4::jsonb[]) AS t(ordinal, invocation_id, message);

@@ -3,8 +3,8 @@
 -- name: lineage_of
 -- A session's own lineage record, if it is a fork.
 SELECT session_id, user_id, parent_session_id, parent_user_id, root_session_id, root_user_id, depth,
-       rewind_before_invocation_id, boundary_found, events_copied, tasks_copied, messages_copied,
-       task_layout, warnings::text AS warnings, summary::text AS summary, created_at
+       rewind_before_invocation_id, rewind_before_task_id, framework, boundary_found, events_copied,
+       tasks_copied, messages_copied, task_layout, warnings::text AS warnings, summary::text AS summary, created_at
 FROM {schema}.fork
 WHERE session_id = $1 AND user_id = $2;
 
@@ -13,8 +13,8 @@ WHERE session_id = $1 AND user_id = $2;
 INSERT INTO {schema}.fork (session_id, user_id, parent_session_id, parent_user_id, root_session_id,
                            root_user_id, depth, rewind_before_invocation_id, boundary_found,
                            events_copied, tasks_copied, messages_copied, task_layout, warnings,
-                           summary, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16);
+                           summary, created_by, rewind_before_task_id, framework)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16, $17, $18);
 
 -- name: idempotency_get
 -- A stored fork answer for this caller's key, if still fresh.
@@ -45,7 +45,7 @@ SELECT pg_advisory_unlock(hashtextextended($1, 0));
 -- name: forks_of
 -- The direct forks of a session, oldest first, with their session's name and state.
 SELECT f.session_id, f.user_id, f.parent_session_id, f.parent_user_id, f.root_session_id, f.root_user_id,
-       f.depth, f.rewind_before_invocation_id, f.boundary_found, f.events_copied, f.tasks_copied,
+       f.depth, f.rewind_before_invocation_id, f.rewind_before_task_id, f.framework, f.boundary_found, f.events_copied, f.tasks_copied,
        f.messages_copied, f.task_layout, f.warnings::text AS warnings, f.summary::text AS summary, f.created_at
 FROM {schema}.fork f
 WHERE f.parent_session_id = $1 AND f.parent_user_id = $2

@@ -23,21 +23,23 @@ SELECT greatest(clock_timestamp(), (
 -- The record of a rewind; created_at is its stamp ($5), so that records sort in the order applied.
 INSERT INTO {schema}.rewind (id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed,
                              tasks_removed, replaced_task_id, replacement_task_id, requested_by, summary,
-                             created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $5)
+                             created_at, rewind_before_task_id, rows_user_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $5, $12, $13)
 RETURNING created_at;
 
 -- name: get_rewind
 -- A rewind of one session.
 SELECT id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed, tasks_removed,
-       replaced_task_id, replacement_task_id, requested_by, summary::text AS summary, created_at, undone_at
+       replaced_task_id, replacement_task_id, requested_by, summary::text AS summary, created_at, undone_at,
+       rewind_before_task_id, rows_user_id
 FROM {schema}.rewind
 WHERE id = $1 AND session_id = $2 AND user_id = $3;
 
 -- name: list_rewinds
 -- The rewinds of one session, newest first.
 SELECT id, session_id, user_id, rewind_before_invocation_id, deleted_at, events_removed, tasks_removed,
-       replaced_task_id, replacement_task_id, requested_by, summary::text AS summary, created_at, undone_at
+       replaced_task_id, replacement_task_id, requested_by, summary::text AS summary, created_at, undone_at,
+       rewind_before_task_id, rows_user_id
 FROM {schema}.rewind
 WHERE session_id = $1 AND user_id = $2
 ORDER BY created_at DESC;

@@ -29,13 +29,6 @@ SELECT s.name, s.deleted_at IS NOT NULL AS deleted, s.agent_id,
 FROM session AS s
 WHERE s.id = $1 AND s.user_id = $2;
 
--- name: external_state
--- Does the session's agent keep its state outside kagent's event table (LangGraph, CrewAI)?
-SELECT EXISTS (SELECT 1 FROM lg_checkpoint WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
-    OR EXISTS (SELECT 1 FROM crewai_agent_memory WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
-    OR EXISTS (SELECT 1 FROM crewai_flow_state WHERE thread_id = $1 AND user_id = $2 AND deleted_at IS NULL)
-    AS external;
-
 -- name: has_events
 -- Whether the session has any live event.
 SELECT EXISTS (
@@ -61,3 +54,31 @@ FROM session
 WHERE user_id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR agent_id = $2)
 ORDER BY updated_at DESC, id
 LIMIT $3;
+
+-- name: framework_signals
+-- What the session holds that names its agent's framework (service/kagent/frameworks.py), among the rows
+-- of the users in $2 (the owner, and kagent's default user, under which kagent 0.10.x stores checkpoint
+-- and crewai rows and some runtimes write their events and tasks): LangGraph checkpoints and CrewAI rows
+-- of its thread, the shapes of its oldest events, and its first task's text.
+SELECT
+    EXISTS (SELECT 1 FROM lg_checkpoint
+            WHERE thread_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL) AS langgraph,
+    EXISTS (SELECT 1 FROM crewai_agent_memory
+            WHERE thread_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL)
+    OR EXISTS (SELECT 1 FROM crewai_flow_state
+               WHERE thread_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL) AS crewai,
+    (SELECT array_agg(kind ORDER BY created_at) FROM (
+        SELECT created_at,
+               CASE WHEN doc ->> 'type' = 'conversation_items' THEN 'openai-agents'
+                    WHEN doc ? 'invocation_id' THEN 'adk'
+                    WHEN doc ? 'invocationId' THEN 'adk-go' END AS kind
+        FROM (SELECT created_at, {schema}.try_jsonb(data) AS doc FROM event
+              WHERE session_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL
+                AND created_at IS NOT NULL
+              ORDER BY created_at LIMIT 8) AS oldest
+        WHERE jsonb_typeof(doc) = 'object') AS kinds
+     WHERE kind IS NOT NULL) AS event_kinds,
+    (SELECT data FROM task
+     WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+       AND (user_id = ANY($2::text[]) OR user_id IS NULL)
+     ORDER BY created_at LIMIT 1) AS first_task;

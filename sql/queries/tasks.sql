@@ -129,3 +129,20 @@ FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND strpos(data, $2) > 0
 ORDER BY created_at
 LIMIT 1;
+
+-- name: owned_task
+-- One live task of session $1 by its id ($3), owned by $2: the task that names a turn
+-- (rewind_before_task_id).
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE id = $3 AND session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND {task_owned_by_$2};
+
+-- name: runtime_tasks
+-- The live tasks of session $1 that its owner $2 owns or that one of the users $3 wrote (a runtime that
+-- forwards no user writes its tasks under kagent's default user), oldest first.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ({task_owned_by_$2} OR task.user_id = ANY($3::text[]))
+ORDER BY created_at;

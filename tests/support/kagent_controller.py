@@ -113,6 +113,29 @@ def event_json(row: Any) -> dict[str, Any]:
     )
 
 
+def checkpoint_tuple(row: Any, writes: list[Any]) -> dict[str, Any]:
+    """KAgentCheckpointTuple: the writes always present, their task id the last write's (as the handler)."""
+    return {
+        "thread_id": row["thread_id"],
+        "checkpoint_ns": row["checkpoint_ns"],
+        "checkpoint_id": row["checkpoint_id"],
+        "parent_checkpoint_id": row["parent_checkpoint_id"],
+        "checkpoint": row["checkpoint"],
+        "metadata": row["metadata"],
+        "type_": row["checkpoint_type"],
+        "writes": {
+            "thread_id": row["thread_id"],
+            "checkpoint_ns": row["checkpoint_ns"],
+            "checkpoint_id": row["checkpoint_id"],
+            "task_id": writes[-1]["task_id"] if writes else "",
+            "writes": [
+                {"idx": w["write_idx"], "channel": w["channel"], "type_": w["value_type"], "value": w["value"]}
+                for w in writes
+            ],
+        },
+    }
+
+
 def ok(data: Any, message: str, status: int = 200) -> JSONResponse:
     return JSONResponse({"error": False, "data": data, "message": message}, status_code=status)
 
@@ -408,6 +431,110 @@ class Controller:
         passed = {k: v for k, v in answer.headers.items() if k.lower() in ("content-type", "cache-control")}
         return StreamingResponse(body(), status_code=answer.status_code, headers=passed)
 
+    # ----------------------------------------------------------------------------------------------
+    # LangGraph checkpoints (kagent-langgraph's KAgentCheckpointer; handlers/checkpoints.go, langgraph.sql)
+
+    async def put_checkpoint(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        try:
+            body = json.loads(await request.body())
+            assert isinstance(body, dict)
+        except (ValueError, AssertionError):
+            return fail(400, "Invalid request body")
+        if not body.get("thread_id"):
+            return fail(400, "thread_id is required")
+        if not body.get("checkpoint"):
+            return fail(400, "checkpoint is required")
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO lg_checkpoint (user_id, thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,"
+                " metadata, checkpoint, checkpoint_type, version, created_at, updated_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NOW(), NOW())"
+                " ON CONFLICT (user_id, thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET"
+                " parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, metadata = EXCLUDED.metadata,"
+                " checkpoint = EXCLUDED.checkpoint, checkpoint_type = EXCLUDED.checkpoint_type,"
+                " version = EXCLUDED.version, updated_at = NOW()",
+                user, body["thread_id"], body.get("checkpoint_ns") or "", body.get("checkpoint_id") or "",
+                body.get("parent_checkpoint_id"), body.get("metadata") or "", body["checkpoint"],
+                body.get("type_") or "", int(body.get("version") or 0),
+            )  # fmt: skip
+        return ok({}, "Successfully stored checkpoint", 201)
+
+    async def put_writes(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        try:
+            body = json.loads(await request.body())
+            assert isinstance(body, dict) and isinstance(body.get("writes") or [], list)
+        except (ValueError, AssertionError):
+            return fail(400, "Invalid request body")
+        key = (user, body.get("thread_id") or "", body.get("checkpoint_ns") or "", body.get("checkpoint_id") or "")
+        async with self.pool.acquire() as conn, conn.transaction():
+            for write in body.get("writes") or []:
+                await conn.execute(
+                    "INSERT INTO lg_checkpoint_write (user_id, thread_id, checkpoint_ns, checkpoint_id, write_idx,"
+                    " value, value_type, channel, task_id, created_at, updated_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NOW(), NOW())"
+                    " ON CONFLICT (user_id, thread_id, checkpoint_ns, checkpoint_id, write_idx) DO UPDATE SET"
+                    " value = EXCLUDED.value, value_type = EXCLUDED.value_type, channel = EXCLUDED.channel,"
+                    " task_id = EXCLUDED.task_id, updated_at = NOW()",
+                    *key, int(write.get("idx") or 0), write.get("value") or "", write.get("type_") or "",
+                    write.get("channel") or "", body.get("task_id") or "",
+                )  # fmt: skip
+        return ok({}, "Successfully stored checkpoint writes", 201)
+
+    async def list_checkpoints(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        query = request.query_params
+        thread_id, ns = query.get("thread_id", ""), query.get("checkpoint_ns", "")
+        if not thread_id:
+            return fail(400, "thread_id is required")
+        try:
+            limit = int(query.get("limit", "0"))
+        except ValueError:
+            limit = 0  # strconv.Atoi failing leaves the limit at 0: every checkpoint
+        live = "user_id = $1 AND thread_id = $2 AND checkpoint_ns = $3 AND deleted_at IS NULL"
+        async with self.pool.acquire() as conn, conn.transaction():
+            if query.get("checkpoint_id"):
+                rows = await conn.fetch(
+                    f"SELECT * FROM lg_checkpoint WHERE {live} AND checkpoint_id = $4 LIMIT 1",
+                    user, thread_id, ns, query["checkpoint_id"],
+                )  # fmt: skip
+                if not rows:  # GetCheckpoint's no-rows error is answered as a failed list
+                    return fail(500, "Failed to list checkpoints")
+            elif limit > 0:
+                rows = await conn.fetch(
+                    f"SELECT * FROM lg_checkpoint WHERE {live} ORDER BY checkpoint_id DESC LIMIT $4",
+                    user, thread_id, ns, limit,
+                )  # fmt: skip
+            else:
+                rows = await conn.fetch(
+                    f"SELECT * FROM lg_checkpoint WHERE {live} ORDER BY checkpoint_id DESC", user, thread_id, ns
+                )
+            writes = await conn.fetch(
+                f"SELECT * FROM lg_checkpoint_write WHERE {live} AND checkpoint_id = ANY($4::text[])"
+                " ORDER BY checkpoint_id, task_id, write_idx",
+                user, thread_id, ns, [r["checkpoint_id"] for r in rows],
+            )  # fmt: skip
+        return ok([checkpoint_tuple(r, [w for w in writes if w["checkpoint_id"] == r["checkpoint_id"]]) for r in rows],
+                  "Successfully listed checkpoints")  # fmt: skip
+
+    async def delete_thread(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        thread_id = request.path_params["thread_id"]
+        async with self.pool.acquire() as conn, conn.transaction():
+            for table in ("lg_checkpoint", "lg_checkpoint_write"):
+                await conn.execute(
+                    f"UPDATE {table} SET deleted_at = NOW() "
+                    "WHERE user_id = $1 AND thread_id = $2 AND deleted_at IS NULL",
+                    user,
+                    thread_id,
+                )
+        return ok({}, "Successfully deleted thread")
+
     async def not_found(self, request: Request) -> Response:
         return fail(404, f"the controller stand-in does not serve {request.method} {request.url.path}")
 
@@ -421,6 +548,10 @@ def controller_app(controller: Controller) -> Starlette:
             Route("/api/sessions/{session_id}/events", c.add_event, methods=["POST"]),
             Route("/api/tasks", c.create_task, methods=["POST"]),
             Route("/api/tasks/{task_id}", c.get_task, methods=["GET"]),
+            Route("/api/langgraph/checkpoints", c.put_checkpoint, methods=["POST"]),
+            Route("/api/langgraph/checkpoints", c.list_checkpoints, methods=["GET"]),
+            Route("/api/langgraph/checkpoints/writes", c.put_writes, methods=["POST"]),
+            Route("/api/langgraph/checkpoints/{thread_id}", c.delete_thread, methods=["DELETE"]),
             Route("/api/a2a/{namespace}/{name}", c.a2a, methods=["GET", "POST"]),
             Route("/api/a2a/{namespace}/{name}/{rest:path}", c.a2a, methods=["GET", "POST"]),
             Route("/{rest:path}", c.not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),

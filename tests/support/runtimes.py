@@ -54,8 +54,8 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    """One runtime to start: `argv` is run from the venv's bin directory; `{dir}` and `{port}` in it are
-    replaced by the directory holding `files` and the port to serve on."""
+    """One runtime to start: `argv` is run from the venv's bin directory; `{dir}` and `{port}` in it (and in
+    `env`'s values) are replaced by the directory holding `files` and the port to serve on."""
 
     name: str  # the environment: .venv-<name>
     argv: tuple[str, ...]
@@ -92,7 +92,7 @@ def running_runtime(spec: RuntimeSpec) -> Iterator[RunningRuntime]:
             "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": tmp,
             "PYTHONUNBUFFERED": "1",
-            **spec.env,
+            **{k: v.replace("{dir}", str(config)).replace("{port}", str(port)) for k, v in spec.env.items()},
         }
         log = Path(tmp) / "runtime.log"
         started = time.monotonic()
@@ -156,5 +156,52 @@ def kagent_adk(
             "OPENAI_API_KEY": "sk-scripted",  # the scripted model takes any key
             "LOG_LEVEL": "warning",
             "OTEL_SDK_DISABLED": "true",
+        },
+    )
+
+
+AGENTS = Path(__file__).resolve().parent / "runtime_agents"
+
+
+def _card(agent_ref: str, kagent_url: str, description: str) -> dict[str, object]:
+    name = agent_ref.split("/", 1)[1]
+    return {
+        "name": name.replace("-", "_"),
+        "description": description,
+        "url": f"{kagent_url}/api/a2a/{agent_ref}/",
+        "version": "0.1.0",
+        "capabilities": {"streaming": True, "pushNotifications": False, "stateTransitionHistory": True},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [],
+    }
+
+
+def byo_agent(runtime: str, source: str, agent_ref: str, *, kagent_url: str, model_url: str) -> RuntimeSpec:
+    """A BYO agent of kagent's `runtime` (kagent-langgraph, kagent-openai) as kagent runs its Deployment: the
+    image's command (`python agent.py`, here the file `source` of runtime_agents/ beside its agent-card.json)
+    with KAGENT_URL, KAGENT_NAME, KAGENT_NAMESPACE and PORT set, and the agent's own env (the model)."""
+    import json
+
+    namespace, name = agent_ref.split("/", 1)
+    return RuntimeSpec(
+        name=runtime,
+        argv=("python", "{dir}/agent.py"),
+        files={
+            "agent.py": (AGENTS / source).read_text(),
+            "agent-card.json": json.dumps(_card(agent_ref, kagent_url, f"a {runtime} test agent")),
+        },
+        env={
+            "KAGENT_URL": kagent_url,
+            "KAGENT_NAME": name,
+            "KAGENT_NAMESPACE": namespace,
+            "PORT": "{port}",
+            "HOST": "127.0.0.1",
+            "OPENAI_API_KEY": "sk-scripted",  # the scripted model takes any key
+            "OPENAI_BASE_URL": model_url,  # langchain-openai's client
+            "OPENAI_API_BASE": model_url,  # kagent-openai's _configure_openai_client
+            "OTEL_SDK_DISABLED": "true",
+            "OPENAI_AGENTS_DISABLE_TRACING": "true",
+            "LANGSMITH_TRACING": "false",
         },
     )

@@ -55,12 +55,19 @@ export interface BranchSummary {
   total_tokens: number;
 }
 
+/** The agent's framework, as kagent-fork reads it from what the session holds. */
+export type Framework = "adk" | "adk-go" | "langgraph" | "openai-agents" | "crewai" | "claude" | "unknown";
+
 /** What a fork copied (kagent-fork's `data.fork`). */
 export interface ForkInfo {
   parent_session_id: string;
   fork_root_session_id: string;
   depth: number;
+  /** The boundary turn's invocation (read from its task when named by task; null for agents without one). */
   rewind_before_invocation_id: string | null;
+  /** The boundary turn's task, when the fork named it so. */
+  rewind_before_task_id: string | null;
+  framework: Framework | null;
   boundary_found: boolean;
   events_copied: number;
   tasks_copied: number;
@@ -78,7 +85,8 @@ export interface ForkedSession extends Session {
 /** A rewind's record; its `id` undoes it (`undoRewind`). */
 export interface RewindInfo {
   id: string;
-  rewind_before_invocation_id: string;
+  rewind_before_invocation_id: string | null;
+  rewind_before_task_id: string | null;
   events_removed: number;
   tasks_removed: number;
   created_at: string;
@@ -93,8 +101,10 @@ export interface RewoundSession extends Session {
 
 /** One agent turn of a conversation: a place to fork or rewind before. */
 export interface Invocation {
-  invocation_id: string;
+  /** null for an agent that writes no invocation id (every framework but ADK): name the turn by `task_id`. */
+  invocation_id: string | null;
   task_id: string | null;
+  framework: Framework;
   /** The turn's task state as stored (legacy "completed" or A2A v1.0 "TASK_STATE_COMPLETED"). */
   state: string | null;
   started_at: string;
@@ -165,17 +175,21 @@ export interface ForkOptions extends ClientOptions {
   taskLayout?: "auto" | "merged" | "per_task";
   /** A retry with the same key and request returns the same fork instead of a second one. */
   idempotencyKey?: string;
+  /** Name the first turn not copied by its task instead (pass null as the invocation). */
+  rewindBeforeTaskId?: string;
 }
 
 export interface RewindOptions extends ClientOptions {
   /** Rewind even while the agent is still running a turn that the rewind hides. */
   force?: boolean;
+  /** Name the first turn hidden by its task instead (pass null as the invocation). */
+  rewindBeforeTaskId?: string;
 }
 
 export interface InvocationsOptions extends ClientOptions {
   /** One page of at most this many turns (1 to 1000) instead of every turn. */
   limit?: number;
-  /** One page starting after this invocation id instead of every turn. */
+  /** One page starting after this turn (its invocation id, or its task id when it has none). */
   after?: string;
 }
 
@@ -194,6 +208,7 @@ export async function forkSession(
 ): Promise<BaseResponse<ForkedSession>> {
   const body: Record<string, unknown> = {};
   if (rewindBeforeInvocationId) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.rewindBeforeTaskId) body.rewind_before_task_id = options.rewindBeforeTaskId;
   if (options.name !== undefined) body.name = options.name;
   if (options.ifBoundaryMissing !== undefined) body.if_boundary_missing = options.ifBoundaryMissing;
   if (options.taskLayout !== undefined) body.task_layout = options.taskLayout;
@@ -208,10 +223,12 @@ export async function forkSession(
  */
 export async function rewindSession(
   sessionId: string,
-  rewindBeforeInvocationId: string,
+  rewindBeforeInvocationId: string | null,
   options: RewindOptions = {},
 ): Promise<BaseResponse<RewoundSession>> {
-  const body: Record<string, unknown> = { rewind_before_invocation_id: rewindBeforeInvocationId };
+  const body: Record<string, unknown> = {};
+  if (rewindBeforeInvocationId !== null) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.rewindBeforeTaskId !== undefined) body.rewind_before_task_id = options.rewindBeforeTaskId;
   if (options.force) body.force = true;
   const answer = await call<{ session: Session; rewind: RewindInfo }>(
     options,
@@ -219,7 +236,7 @@ export async function rewindSession(
     sessionPath(sessionId, "rewind"),
     body,
     {},
-    [sessionId, rewindBeforeInvocationId],
+    [sessionId, rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? ""],
   );
   return flatten(answer);
 }
@@ -263,7 +280,7 @@ export async function listInvocations(
     items.push(...turns);
     const last = turns[turns.length - 1];
     if (answer.message === "end" || last === undefined) return { message: answer.message, data: items };
-    after = last.invocation_id;
+    after = last.invocation_id ?? last.task_id ?? undefined;
   }
   return failure(`more than ${MAX_PAGES} pages of turns`);
 }
@@ -436,6 +453,12 @@ export interface TurnActions {
   forkBefore: string | null;
   /** The turn a rewind hides first: `null` when there is nothing after the message to hide. */
   rewindBefore: string | null;
+  /**
+   * The same turns named by their tasks. An agent that writes no invocation id (every framework but
+   * ADK) has `forkBefore`/`rewindBefore` null where these are set: send them as `rewindBeforeTaskId`.
+   */
+  forkBeforeTask: string | null;
+  rewindBeforeTask: string | null;
   /** A user message's text, to put back in the input box after a rewind. */
   restoreText?: string;
 }
@@ -510,11 +533,14 @@ export function turnActions(
     const text = messageText(message);
     return {
       turn, index, forkBefore: turn.invocation_id, rewindBefore: turn.invocation_id,
+      forkBeforeTask: turn.task_id, rewindBeforeTask: turn.task_id,
       ...(text ? { restoreText: text } : {}),
     };
   }
-  const next = turns[index + 1]?.invocation_id ?? null;
-  return { turn, index, forkBefore: next, rewindBefore: next };
+  const next = turns[index + 1];
+  const inv = next?.invocation_id ?? null;
+  const task = next?.task_id ?? null;
+  return { turn, index, forkBefore: inv, rewindBefore: inv, forkBeforeTask: task, rewindBeforeTask: task };
 }
 
 /** Whether kagent's chat shows the message as a user message (either line's role spelling). */
@@ -841,6 +867,8 @@ export interface ExperimentOptions extends ClientOptions {
   name?: string;
   maxContextTokens?: number;
   idempotencyKey?: string;
+  /** Name the first replayed turn by its task instead (pass null as the invocation). */
+  rewindBeforeTaskId?: string;
 }
 
 /**
@@ -850,10 +878,12 @@ export interface ExperimentOptions extends ClientOptions {
  */
 export async function startExperiment(
   sessionId: string,
-  rewindBeforeInvocationId: string,
+  rewindBeforeInvocationId: string | null,
   options: ExperimentOptions = {},
 ): Promise<BaseResponse<Experiment>> {
-  const body: Record<string, unknown> = { rewind_before_invocation_id: rewindBeforeInvocationId };
+  const body: Record<string, unknown> = {};
+  if (rewindBeforeInvocationId !== null) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.rewindBeforeTaskId !== undefined) body.rewind_before_task_id = options.rewindBeforeTaskId;
   if (options.agents !== undefined) body.agents = options.agents;
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.messageText !== undefined) body.message = { text: options.messageText };
@@ -868,7 +898,7 @@ export async function startExperiment(
     sessionPath(sessionId, "experiments"),
     body,
     extra,
-    [sessionId, rewindBeforeInvocationId],
+    [sessionId, rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? ""],
   );
   if (answer.data === undefined) return answer.error !== undefined ? failure(answer.error) : { message: answer.message };
   return { message: answer.message, data: answer.data.experiment };

@@ -58,11 +58,15 @@ test("listInvocations: the turns in order, every page or one page", async () => 
       items.map((t) => t.user_text),
       ["What's the weather in Paris?", "And in Berlin?", "Which city is warmer?"],
     );
-    for (const t of items) assert.match(t.invocation_id, /^e-/);
+    for (const t of items) {
+      assert.match(t.invocation_id ?? "", /^e-/);
+      assert.equal(t.framework, "adk");
+      assert.ok(t.task_id);
+    }
     const first = await listInvocations(session, { limit: 2 });
     assert.equal(ok(first).length, 2);
     assert.notEqual(first.message, "end");
-    const rest = await listInvocations(session, { limit: 2, after: items[1]!.invocation_id });
+    const rest = await listInvocations(session, { limit: 2, after: items[1]!.invocation_id! });
     assert.deepEqual(ok(rest), [items[2]]);
     assert.equal(rest.message, "end");
   }
@@ -82,7 +86,8 @@ test("listInvocations: each turn carries the ids a rendered chat message keeps, 
     const reply = { messageId: "fresh-uuid", taskId: second.task_id!, role: 2, parts: [{ content: { $case: "text", value: "12 °C" } }] };
     const chat = [user, reply];
     assert.deepEqual(turnActions(user, chat, items), {
-      turn: second, index: 1, forkBefore: second.invocation_id, rewindBefore: second.invocation_id, restoreText: "And in Berlin?",
+      turn: second, index: 1, forkBefore: second.invocation_id, rewindBefore: second.invocation_id,
+      forkBeforeTask: second.task_id, rewindBeforeTask: second.task_id, restoreText: "And in Berlin?",
     });
     const after = turnActions(reply, chat, items);
     assert.equal(after?.forkBefore, items[2]!.invocation_id);
@@ -131,6 +136,31 @@ test("forkSession: at a turn picked from listInvocations, with a name", async ()
   }
 });
 
+test("forkSession and rewindSession: a turn named by its task, as kagent's UI knows a message", async () => {
+  for (const session of [LEGACY, V1]) {
+    const source = await turns(session);
+    const task = source[1]!.task_id!;
+    const fork = ok(await forkSession(session, null, { rewindBeforeTaskId: task }));
+    assert.equal(fork.fork.rewind_before_task_id, task);
+    assert.equal(fork.fork.rewind_before_invocation_id, source[1]!.invocation_id);
+    assert.equal(fork.fork.framework, "adk");
+    assert.deepEqual(
+      (await turns(fork.id)).map((t) => t.invocation_id),
+      [source[0]!.invocation_id],
+    );
+    // Both names at once are refused (400), as the API says.
+    const both = await forkSession(session, source[1]!.invocation_id, { rewindBeforeTaskId: task });
+    failed(both, /not both/);
+    // A rewind of the fork by the task its copy of turn 1 has.
+    const copied = await turns(fork.id);
+    const rewound = ok(await rewindSession(fork.id, null, { rewindBeforeTaskId: copied[0]!.task_id! }));
+    assert.equal(rewound.rewind.rewind_before_task_id, copied[0]!.task_id);
+    assert.equal(rewound.rewind.rewind_before_invocation_id, source[0]!.invocation_id);
+    assert.deepEqual(await turns(fork.id), []);
+    ok(await undoRewind(fork.id, rewound.rewind.id));
+  }
+});
+
 test("forkSession: a retry with the same Idempotency-Key returns the same fork", async () => {
   const key = `key-${Date.now()}`;
   const first = ok(await forkSession(LEGACY, null, { idempotencyKey: key }));
@@ -142,7 +172,7 @@ test("forkSession: a retry with the same Idempotency-Key returns the same fork",
 test("rewindSession and undoRewind: hide the later turns, then bring them back", async () => {
   const fork = ok(await forkSession(LEGACY, null, { name: "rewind me" }));
   const before = await turns(fork.id);
-  const rewound = await rewindSession(fork.id, before[1]!.invocation_id);
+  const rewound = await rewindSession(fork.id, before[1]!.invocation_id!);
   const session = ok(rewound);
   assert.equal(rewound.message, "Successfully rewound session");
   assert.equal(session.id, fork.id);

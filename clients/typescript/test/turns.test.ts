@@ -11,7 +11,8 @@ import { type ChatMessageLike, type Invocation, isTextReply, turnActions, turnOf
 
 function turn(id: string, fields: Partial<Invocation> = {}): Invocation {
   return {
-    invocation_id: id, task_id: fields.task_ids?.[0] ?? null, state: "completed", started_at: "2026-01-01T00:00:00Z",
+    invocation_id: id, task_id: fields.task_ids?.[0] ?? null, framework: "adk", state: "completed",
+    started_at: "2026-01-01T00:00:00Z",
     user_text: null, event_count: 2, task_ids: [], message_ids: [], call_ids: [], response_ids: [], text_count: 1,
     ...fields,
   };
@@ -55,12 +56,15 @@ test("one turn per task (a fresh chat, a reloaded chat, a per-task fork): the ta
   const chat = [v1User("u1", "t1", "first"), v1Text("t1", "answer 1"), v1User("u2", "t2", "second"), v1Text("t2", "answer 2")];
   assert.deepEqual(chat.map((m) => turnOfMessage(m, chat, turns)), [0, 0, 1, 1]);
   // "Fork from here" on the last reply copies the whole chat; "Rewind to here" has nothing to hide.
-  assert.deepEqual(turnActions(chat[3]!, chat, turns), { turn: turns[1], index: 1, forkBefore: null, rewindBefore: null });
+  assert.deepEqual(turnActions(chat[3]!, chat, turns), {
+    turn: turns[1], index: 1, forkBefore: null, rewindBefore: null, forkBeforeTask: null, rewindBeforeTask: null,
+  });
   // On the first reply: both leave out turn 2.
   assert.equal(turnActions(chat[1]!, chat, turns)?.rewindBefore, "e-2");
   // On a user message: before its own turn, and its text goes back into the input box.
   assert.deepEqual(turnActions(chat[2]!, chat, turns), {
-    turn: turns[1], index: 1, forkBefore: "e-2", rewindBefore: "e-2", restoreText: "second",
+    turn: turns[1], index: 1, forkBefore: "e-2", rewindBefore: "e-2", forkBeforeTask: turns[1]!.task_id,
+    rewindBeforeTask: turns[1]!.task_id, restoreText: "second",
   });
 });
 

@@ -19,7 +19,7 @@ class WhatifJob:
     parent_session_id: str
     parent_user_id: str
     session_id: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None  # None: a turn known by its task alone (rewind_before_task_id)
     agent_ref: str
     dialect: str
     message: str  # the first turn's A2A message, v1.0 JSON
@@ -37,13 +37,14 @@ class WhatifJob:
     stopped_at: str | None = None
     turns_total: int = 1
     turns_done: int = 0
+    rewind_before_task_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobTurn:
     job_id: str
     ordinal: int
-    invocation_id: str  # the source turn it re-asks
+    invocation_id: str  # the source turn it re-asks: its invocation id, or its task id when it has none
     message: str  # the A2A message (v1.0 JSON), exactly as sent
     sent_at: datetime | None
     task_id: str | None
@@ -65,7 +66,7 @@ class Jobs:
         created: datetime = await conn.fetchval(
             self.q["insert_whatif_job"], job.id, job.user_id, job.parent_session_id, job.parent_user_id,
             job.session_id, job.rewind_before_invocation_id, job.agent_ref, job.dialect, job.message, job.runner,
-            job.experiment_id, job.repeat, job.agent_card, job.on_approval, job.turns_total,
+            job.experiment_id, job.repeat, job.agent_card, job.on_approval, job.turns_total, job.rewind_before_task_id,
         )  # fmt: skip
         return created
 

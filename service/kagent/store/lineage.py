@@ -23,6 +23,8 @@ class Lineage:
     root_user_id: str
     depth: int
     rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
+    framework: str | None
     boundary_found: bool
     events_copied: int
     tasks_copied: int
@@ -49,7 +51,8 @@ class LineageStore:
             record.session_id, record.user_id, record.parent_session_id, record.parent_user_id,
             record.root_session_id, record.root_user_id, record.depth, record.rewind_before_invocation_id,
             record.boundary_found, record.events_copied, record.tasks_copied, record.messages_copied,
-            record.task_layout, record.warnings, record.summary, created_by,
+            record.task_layout, record.warnings, record.summary, created_by, record.rewind_before_task_id,
+            record.framework,
         )  # fmt: skip
 
     async def idempotent_answer(

@@ -17,7 +17,7 @@ class Rewind:
     id: str
     session_id: str
     user_id: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
     deleted_at: datetime
     events_removed: int
     tasks_removed: int
@@ -27,6 +27,13 @@ class Rewind:
     summary: str | None  # the branch summary as stored (JSON), None when the rewind hid no event
     created_at: datetime
     undone_at: datetime | None
+    rewind_before_task_id: str | None = None
+    # The user whose rows the rewind hid when not the owner's (a runtime that wrote under kagent's default user).
+    rows_user_id: str | None = None
+
+    @property
+    def keeper(self) -> str:
+        return self.rows_user_id or self.user_id
 
 
 class Rewinds:
@@ -59,7 +66,7 @@ class Rewinds:
         created: datetime = await conn.fetchval(
             self.q["insert_rewind"], r.id, r.session_id, r.user_id, r.rewind_before_invocation_id, r.deleted_at,
             r.events_removed, r.tasks_removed, r.replaced_task_id, r.replacement_task_id, r.requested_by,
-            r.summary,
+            r.summary, r.rewind_before_task_id, r.rows_user_id,
         )  # fmt: skip
         return created
 
@@ -75,12 +82,12 @@ class Rewinds:
 
     async def activity_since(self, conn: Connection, r: Rewind) -> bool:
         return bool(
-            await conn.fetchval(self.q["activity_since"], r.session_id, r.user_id, r.deleted_at, r.replacement_task_id)
+            await conn.fetchval(self.q["activity_since"], r.session_id, r.keeper, r.deleted_at, r.replacement_task_id)
         )
 
     async def restore(self, conn: Connection, r: Rewind) -> tuple[int, int]:
-        events = row_count(await conn.execute(self.q["restore_events"], r.session_id, r.user_id, r.deleted_at))
-        tasks = row_count(await conn.execute(self.q["restore_tasks"], r.session_id, r.user_id, r.deleted_at))
+        events = row_count(await conn.execute(self.q["restore_events"], r.session_id, r.keeper, r.deleted_at))
+        tasks = row_count(await conn.execute(self.q["restore_tasks"], r.session_id, r.keeper, r.deleted_at))
         if r.replacement_task_id is not None:
             await conn.execute(self.q["hide_task"], r.replacement_task_id)
         return events, tasks

@@ -82,8 +82,13 @@ class Sessions:
             name=row["name"], deleted=bool(row["deleted"]), agent_id=row["agent_id"], events=row["events"]
         )
 
-    async def has_external_state(self, conn: Connection, session_id: str, owner: str) -> bool:
-        return bool(await conn.fetchval(self.q["external_state"], session_id, owner))
+    async def framework_signals(
+        self, conn: Connection, session_id: str, users: list[str]
+    ) -> tuple[bool, bool, list[str], str | None]:
+        """(LangGraph checkpoints, CrewAI rows, the oldest events' kinds, the first task's text)."""
+        row = await conn.fetchrow(self.q["framework_signals"], session_id, users)
+        assert row is not None
+        return bool(row["langgraph"]), bool(row["crewai"]), list(row["event_kinds"] or []), row["first_task"]
 
     async def has_events(self, conn: Connection, session_id: str, owner: str) -> bool:
         return bool(await conn.fetchval(self.q["has_events"], session_id, owner))
@@ -92,7 +97,14 @@ class Sessions:
         return [_session(r) for r in await conn.fetch(self.q["explorer_sessions"], user_id, agent_id, limit)]
 
     async def insert_session(
-        self, conn: Connection, *, session_id: str, user_id: str, name: str, agent_id: str | None, source: str
+        self,
+        conn: Connection,
+        *,
+        session_id: str,
+        user_id: str,
+        name: str | None,
+        agent_id: str | None,
+        source: str | None,
     ) -> SessionRow:
         row = await conn.fetchrow(self.q["insert_session"], session_id, user_id, name, agent_id, source)
         return _session(row)

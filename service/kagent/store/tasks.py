@@ -84,6 +84,10 @@ class Tasks:
         row = await conn.fetchrow(self.q["task_by_id"], task_id, session_id)
         return None if row is None else _task(row)
 
+    async def owned_task(self, conn: Connection, session_id: str, owner: str, task_id: str) -> TaskRow | None:
+        row = await conn.fetchrow(self.q["owned_task"], session_id, owner, task_id)
+        return None if row is None else _task(row)
+
     async def task_holding_text(self, conn: Connection, session_id: str, text: str) -> TaskRow | None:
         row = await conn.fetchrow(self.q["task_holding_text"], session_id, text)
         return None if row is None else _task(row)
@@ -107,6 +111,13 @@ class Tasks:
     ) -> AsyncIterator[TaskRow]:
         """The tasks in created_at order through a server-side cursor (needs a transaction)."""
         async for row in self._stream(conn, "tasks_before", session_id, owner, before):
+            yield row
+
+    async def stream_runtime_tasks(
+        self, conn: Connection, session_id: str, owner: str, users: list[str]
+    ) -> AsyncIterator[TaskRow]:
+        """The tasks the owner owns or `users` wrote, in created_at order (server-side cursor)."""
+        async for row in self._stream(conn, "runtime_tasks", session_id, owner, users):
             yield row
 
     async def stream_tasks_from(

@@ -1,0 +1,67 @@
+"""Which framework an agent runs on, read from what its session holds in kagent's database.
+
+kagent runs ADK agents (Python: snake_case events; Go: camelCase) and "bring your own" agents on its
+runtimes for LangGraph, the OpenAI Agents SDK, CrewAI and the Claude Agent SDK, which keep their
+conversation in different places (docs/frameworks.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from service.kagent import dialects
+from service.kagent.store import Store
+from service.kagent.store.base import Connection
+
+Framework = Literal["adk", "adk-go", "langgraph", "openai-agents", "crewai", "claude", "unknown"]
+
+# kagent's default user: kagent-langgraph and kagent-openai 0.10.4 forward no user, so their rows (and
+# kagent 0.10.x's checkpoint and crewai rows) are written under it whoever chats.
+KAGENT_DEFAULT_USER = "admin@kagent.dev"
+
+
+# The kinds framework_signals gives an event, in the order they decide.
+_EVENT_KINDS: dict[str, Framework] = {"openai-agents": "openai-agents", "adk": "adk", "adk-go": "adk-go"}
+
+
+def runtime_users(owner: str) -> list[str]:
+    """The users whose rows of a session its agent's runtime may have written: the owner and kagent's
+    default user."""
+    return [owner] if owner == KAGENT_DEFAULT_USER else [owner, KAGENT_DEFAULT_USER]
+
+
+def from_task(text: str | None) -> Framework | None:
+    """What a task's metadata says: kagent-langgraph names its thread (`thread_id` on 0.10.x,
+    `kagent_thread_id` on main), kagent-claude writes `kagent.claude.*` keys."""
+    if text is None:
+        return None
+    try:
+        task = dialects.decode(text)
+    except dialects.TaskFormatError:
+        return None
+    metadata = task.get("metadata")
+    keys = set(metadata) if isinstance(metadata, dict) else set()
+    if keys & {"thread_id", "kagent_thread_id"}:
+        return "langgraph"
+    if any(key.startswith("kagent.claude.") for key in keys):
+        return "claude"
+    return None
+
+
+def decide(langgraph: bool, crewai: bool, event_kinds: list[str], first_task: str | None) -> Framework:
+    """The framework the signals name, the state kept outside `event` first (it decides what a fork must
+    copy), then the task's metadata, then the events' shape."""
+    if langgraph:
+        return "langgraph"
+    if crewai:
+        return "crewai"
+    if (named := from_task(first_task)) is not None:
+        return named
+    for kind, framework in _EVENT_KINDS.items():
+        if kind in event_kinds:
+            return framework
+    return "unknown"
+
+
+async def detect(store: Store, conn: Connection, session_id: str, owner: str) -> Framework:
+    """The framework of the session `session_id` of `owner` (one query)."""
+    return decide(*await store.sessions.framework_signals(conn, session_id, runtime_users(owner)))
