@@ -26,6 +26,12 @@ import {
   type WhatifJob,
 } from "../src/index.js";
 
+/** An ADK turn's invocation id (the demo's agents write one on every turn). */
+function inv(turn: { invocation_id: string | null } | undefined): string {
+  assert.ok(turn?.invocation_id, "an ADK turn carries its invocation id");
+  return turn.invocation_id;
+}
+
 const LEGACY = "demo-legacy-session";
 const V1 = "demo-v1-session";
 const OWNER = "admin@kagent.dev";
@@ -86,11 +92,11 @@ test("getTranscript: the turns as the agent sees them, before a turn, and as Mar
     assert.deepEqual(transcript.warnings, []);
 
     // Before the third turn: what the agent would see in a fork there.
-    const before = ok(await getTranscript(session, { before: listed[2]!.invocation_id, format: "json" }));
+    const before = ok(await getTranscript(session, { before: inv(listed[2]), format: "json" }));
     assert.deepEqual(userTexts(before), QUESTIONS.slice(0, 2));
     assert.ok(before.estimated_context_tokens < transcript.estimated_context_tokens);
 
-    const markdown = await getTranscript(session, { format: "markdown", before: listed[1]!.invocation_id });
+    const markdown = await getTranscript(session, { format: "markdown", before: inv(listed[1]) });
     const text = ok(markdown);
     assert.equal(typeof text, "string");
     assert.match(text, new RegExp(`^# .*\\n\\nSession \`${session}\``));
@@ -111,16 +117,16 @@ test("listRewinds: newest first, undoable until undone", async () => {
   const fork = ok(await forkSession(V1, null, { name: "rewinds list" }));
   assert.deepEqual(ok(await listRewinds(fork.id)), []);
   const listed = ok(await listInvocations(fork.id));
-  const older = ok(await rewindSession(fork.id, listed[2]!.invocation_id)).rewind;
-  const newer = ok(await rewindSession(fork.id, listed[1]!.invocation_id)).rewind;
+  const older = ok(await rewindSession(fork.id, inv(listed[2]))).rewind;
+  const newer = ok(await rewindSession(fork.id, inv(listed[1]))).rewind;
   const answer = await listRewinds(fork.id);
   const entries = ok(answer);
   assert.equal(answer.message, "Successfully listed rewinds");
   assert.deepEqual(
     entries.map((e) => [e.id, e.rewind_before_invocation_id, e.undone_at, e.undoable]),
     [
-      [newer.id, listed[1]!.invocation_id, null, true],
-      [older.id, listed[2]!.invocation_id, null, false],
+      [newer.id, inv(listed[1]), null, true],
+      [older.id, inv(listed[2]), null, false],
     ],
   );
   assert.equal(entries[0]!.requested_by, OWNER);
@@ -137,7 +143,7 @@ test("listRewinds: newest first, undoable until undone", async () => {
 
 test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork, turn by turn", async () => {
   const listed = ok(await listInvocations(V1));
-  const second = listed[1]!.invocation_id;
+  const second = inv(listed[1]);
   const key = `whatif-${Date.now()}`;
   const answer = await startWhatif(V1, second, {
     agentRef: "kagent/scripted-agent",
@@ -202,7 +208,7 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
 
 test("cancelWhatif: a running job is cancelled, an ended one is refused", async (t) => {
   const source = await legacyCopy();
-  const first = ok(await listInvocations(source))[0]!.invocation_id;
+  const first = inv(ok(await listInvocations(source))[0]);
   const started = ok(await startWhatif(source, first, { turns: "all" }));
   const answer = await cancelWhatif(started.job.id);
   // The scripted agent is quick: the job may have ended before the cancel arrived, and the service says so.
@@ -222,7 +228,7 @@ test("cancelWhatif: a running job is cancelled, an ended one is refused", async 
 test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) => {
   const source = await legacyCopy();
   const listed = ok(await listInvocations(source));
-  const second = listed[1]!.invocation_id;
+  const second = inv(listed[1]);
   const started = ok(
     await startExperiment(source, second, { agents: ["kagent/k8s-agent", "kagent/scripted-agent"], turns: 2 }),
   );
@@ -267,7 +273,7 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   failed(await listExperiments(""), /required/);
 
   // Cancelled at once, every branch still running is cancelled (or the experiment ended first).
-  const running = ok(await startExperiment(V1, ok(await listInvocations(V1))[0]!.invocation_id, { turns: "all" }));
+  const running = ok(await startExperiment(V1, inv(ok(await listInvocations(V1))[0]), { turns: "all" }));
   const cancel = await cancelExperiment(running.id);
   if (cancel.error !== undefined) {
     failed(cancel, new RegExp(`^experiment ${running.id} already ended \\((completed|failed)\\)$`));
