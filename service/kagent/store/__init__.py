@@ -13,13 +13,26 @@ from service.kagent.store.database import Database
 from service.kagent.store.events import Events
 from service.kagent.store.experiments import Experiments
 from service.kagent.store.jobs import Jobs
+from service.kagent.store.langgraph import LangGraph
 from service.kagent.store.lineage import LineageStore
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
 from service.kagent.store.tasks import Tasks
 from service.kagent.store.turn_map import TurnMaps
 
-_PARTS = ("base", "database", "events", "experiments", "jobs", "lineage", "rewinds", "sessions", "tasks", "turn_map")
+_PARTS = (
+    "base",
+    "database",
+    "events",
+    "experiments",
+    "jobs",
+    "langgraph",
+    "lineage",
+    "rewinds",
+    "sessions",
+    "tasks",
+    "turn_map",
+)
 
 
 class Store:
@@ -47,6 +60,7 @@ class Store:
         self.lineage = LineageStore(self.queries)
         self.rewinds = Rewinds(self.queries)
         self.jobs = Jobs(self.queries)
+        self.langgraph = LangGraph(self.queries)
         self.experiments = Experiments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
