@@ -28,6 +28,20 @@ def task_of(c: Checkpoint) -> str | None:
     return task if isinstance(task, str) else None
 
 
+async def _thread(store: Store, conn: Connection, sid: str, owner: str) -> list[tuple[Checkpoint, str]]:
+    """The live checkpoints of the session's thread, each with its task; 422 when one names none (its turn,
+    and so the cut, cannot be told)."""
+    named = []
+    for c in await store.langgraph.checkpoints(conn, sid, runtime_users(owner)):
+        if (task := task_of(c)) is None:
+            raise Unprocessable(
+                f"this session's LangGraph checkpoint {c.checkpoint_id} names no A2A task (a2a_task_id): the turn "
+                "it belongs to, and so where to cut the graph's state, cannot be told"
+            )
+        named.append((c, task))
+    return named
+
+
 def _rewritten(metadata: str, ids: dict[str, str]) -> str:
     """The metadata with each id of `ids` (as a whole JSON string) replaced by its new one, byte for byte
     otherwise: the task ids (`a2a_task_id`, `gen_ai.task.id`) and the thread (`a2a_context_id`, ...)."""
@@ -37,11 +51,11 @@ def _rewritten(metadata: str, ids: dict[str, str]) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def kept(rows: list[Checkpoint], tasks: set[str]) -> list[Checkpoint]:
+def kept(rows: list[tuple[Checkpoint, str]], tasks: set[str]) -> list[Checkpoint]:
     """The checkpoints of the kept turns (their `a2a_task_id` is a kept task): the chain up to the last
     checkpoint of an earlier turn, the parent of the chosen turn's input checkpoint. Never cut by time (an
     input checkpoint can be written before its task row). 422 if that is not a whole chain from the root."""
-    chosen = [c for c in rows if task_of(c) in tasks]
+    chosen = [c for c, task in rows if task in tasks]
     ids = {(c.user_id, c.checkpoint_ns, c.checkpoint_id) for c in chosen}
     for c in chosen:
         if c.parent_checkpoint_id is not None and (c.user_id, c.checkpoint_ns, c.parent_checkpoint_id) not in ids:
@@ -73,7 +87,7 @@ async def copy_thread(
             "its checkpoints cannot be named after the fork's tasks"
         )
     ids = {a[0]: b[0] for a, b in zip(old, new, strict=True)}
-    rows = kept(await store.langgraph.checkpoints(conn, sid, runtime_users(owner)), set(ids))
+    rows = kept(await _thread(store, conn, sid, owner), set(ids))
     ids[sid] = new_sid
     copies = [dataclasses.replace(c, metadata=_rewritten(c.metadata, ids)) for c in rows]
     writes = await store.langgraph.copy(conn, sid, new_sid, copies)
@@ -83,5 +97,5 @@ async def copy_thread(
 async def hide_hidden_turns(store: Store, conn: Connection, sid: str, owner: str, stamp: datetime) -> int:
     """A rewind's part: hide, with its stamp, the checkpoints (and writes) of the tasks it hid."""
     hidden = await store.langgraph.task_ids_hidden(conn, sid, stamp)
-    rows = [c for c in await store.langgraph.checkpoints(conn, sid, runtime_users(owner)) if task_of(c) in hidden]
+    rows = [c for c, task in await _thread(store, conn, sid, owner) if task in hidden]
     return await store.langgraph.hide(conn, sid, rows, stamp) if rows else 0
