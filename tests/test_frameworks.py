@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -295,3 +295,112 @@ async def test_tasks_only_is_for_agents_that_keep_their_conversation_elsewhere(c
     r = await post(client, f"/api/sessions/{conv.session_id}/fork", conv.user_id, {"tasks_only": True})
     assert r.status_code == 422 and "tasks_only" in r.json()["error"]
     assert await table_fingerprint(pool) == before
+
+
+def _go_json(value: Any) -> str:
+    """JSON as kagent's Go handlers store a map (encoding/json: keys sorted, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+async def crewai_session(pool: asyncpg.Pool, changed_in_turn: int) -> dict[str, Any]:
+    """A CrewAI session as kagent 0.10.x holds it (no CrewAI runtime runs here, so it is built from what the code
+    writes): the chatting user's session row and the A2A tasks of the langgraph fixture (written by the same
+    kagent-core task store under kagent's default user), their metadata as kagent-crewai's executor sends it
+    (`app_name`, `session_id`), no event; one crewai_agent_memory row (handlers/crewai.go: the payload's
+    memory_data map marshalled by Go, UpsertCrewAIMemory) and one crewai_flow_state row per flow method
+    (state_data, UpsertCrewAIFlowState), under kagent's default user (the runtime's user_id when the request
+    context names none), last upserted during turn `changed_in_turn`."""
+    fixture = fresh_copy(read_fixture("langgraph_3_turns"), new_user())
+    tables, sid, admin = fixture["tables"], fixture["session_id"], frameworks.KAGENT_DEFAULT_USER
+    tables["lg_checkpoint"], tables["lg_checkpoint_write"] = [], []
+    for row in tables["task"]:
+        data = json.loads(row["data"])
+        data["metadata"] = {"app_name": "kagent__NS__crewai_agent", "session_id": sid}
+        row["data"] = json.dumps(data, separators=(",", ":"))
+    starts = [datetime.fromisoformat(t["created_at"]) for t in tables["task"]]
+    first, changed = starts[0] + timedelta(milliseconds=50), starts[changed_in_turn - 1] + timedelta(milliseconds=50)
+    memory = {"task_description": "status of web-1", "score": 0.9, "metadata": {"agent": "sre"}, "datetime": "1"}
+    tables["crewai_agent_memory"] = [
+        {"user_id": admin, "thread_id": sid, "created_at": first.isoformat(), "updated_at": changed.isoformat(),
+         "deleted_at": None, "memory_data": _go_json(memory)},
+    ]  # fmt: skip
+    tables["crewai_flow_state"] = [
+        {"user_id": admin, "thread_id": sid, "method_name": method, "created_at": first.isoformat(),
+         "updated_at": changed.isoformat(), "deleted_at": None, "state_data": _go_json({"id": sid, "step": method})}
+        for method in ("gather", "answer")
+    ]  # fmt: skip
+    async with pool.acquire() as conn:
+        await load_fixture(conn, fixture)
+    return fixture
+
+
+async def crewai_rows(pool: asyncpg.Pool, thread: str) -> list[tuple[Any, ...]]:
+    async with pool.acquire() as conn:
+        memory = await conn.fetch(
+            "SELECT user_id, '', created_at, updated_at, memory_data FROM crewai_agent_memory WHERE thread_id = $1",
+            thread,
+        )
+        flows = await conn.fetch(
+            "SELECT user_id, method_name, created_at, updated_at, state_data FROM crewai_flow_state "
+            "WHERE thread_id = $1 ORDER BY method_name",
+            thread,
+        )
+    return [tuple(r) for r in [*memory, *flows]]
+
+
+async def test_a_crewai_session_forked_whole_copies_its_memory_and_flow_state(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await crewai_session(pool, changed_in_turn=3)
+    sid, user = fixture["session_id"], fixture["user"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [
+        (t["task_id"], "crewai") for t in fixture["turns"]
+    ]
+    source = await crewai_rows(pool, sid)
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"name": "crew", "task_layout": "per_task"})
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert (fork["fork"]["framework"], fork["fork"]["tasks_copied"]) == ("crewai", 3)
+    assert not any("CrewAI" in w for w in fork["fork"]["warnings"])
+    assert await crewai_rows(pool, fork["id"]) == source and len(source) == 3  # same user, data, times
+    assert await crewai_rows(pool, sid) == source
+
+
+async def test_a_crewai_cut_is_refused_when_its_memory_changed_from_that_turn_on(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    fixture = await crewai_session(pool, changed_in_turn=3)
+    sid, user = fixture["session_id"], fixture["user"]
+    before = await table_fingerprint(pool)
+    for turn in (2, 1):  # a cut before turn 3 (where they were last written) or earlier: their old values are gone
+        task = fixture["turns"][turn]["task_id"]
+        for path, body in [
+            (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task}),
+            (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task, "dry_run": True}),
+            (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+            (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task, "dry_run": True}),
+        ]:
+            r = await post(client, path, user, body)
+            assert r.status_code == 422, (path, body, r.text)
+            assert "CrewAI" in r.json()["error"] and "changed at or after" in r.json()["error"]
+    assert await table_fingerprint(pool) == before
+
+
+async def test_a_crewai_cut_after_its_memory_last_changed_shares_it_as_it_is(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await crewai_session(pool, changed_in_turn=2)
+    sid, user = fixture["session_id"], fixture["user"]
+    source = await crewai_rows(pool, sid)
+    task = fixture["turns"][2]["task_id"]
+    r = await post(
+        client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": task, "task_layout": "per_task"}
+    )
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]["fork"]
+    assert fork["tasks_copied"] == 2 and any("shared as they are" in w for w in fork["warnings"]), fork
+    assert await crewai_rows(pool, r.json()["data"]["id"]) == source
+    # before turn 2, where they changed: refused
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": fixture["turns"][1]["task_id"]})
+    assert r.status_code == 422, r.text
+    # a rewind before turn 3 hides turn 3 and leaves the memory as it is
+    r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": task})
+    assert r.status_code == 200 and r.json()["data"]["rewind"]["tasks_removed"] == 1, r.text
+    assert await crewai_rows(pool, sid) == source

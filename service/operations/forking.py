@@ -24,7 +24,7 @@ from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import KeptTasks
-from service.operations import checkpoints, copying, plan, summary
+from service.operations import checkpoints, copying, crewai_state, plan, summary
 from service.operations.copying import (
     Cut,
     Guess,
@@ -325,7 +325,12 @@ async def _fork_once(
         if framework == "langgraph":
             # Its checkpoints name each turn's task: one copy per task (_refusals refused merged).
             req = msgspec.structs.replace(req, task_layout="per_task")
-        elif last_task is not None and not req.tasks_only and not await store.sessions.has_events(conn, sid, owner):
+        elif (
+            framework != "crewai"  # kagent-crewai writes tasks and its crewai rows, no event
+            and last_task is not None
+            and not req.tasks_only
+            and not await store.sessions.has_events(conn, sid, owner)
+        ):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         large = (
             not req.dry_run
@@ -409,11 +414,6 @@ async def _refusals(
                 "task_layout merged on a LangGraph session: its checkpoints name each turn's task, so its "
                 "tasks are copied one by one (per_task)"
             )
-    if framework == "crewai":
-        raise Unprocessable(
-            "this session's agent (CrewAI) keeps memory and flow state in kagent's crewai tables, which a fork "
-            "does not copy yet"
-        )
     return ()
 
 
@@ -443,11 +443,11 @@ async def written_elsewhere(
     if framework == "openai-agents" and not await store.sessions.has_events(conn, source.id, owner):
         return f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}"
     if (
-        framework == "langgraph"
+        framework in ("langgraph", "crewai")
         and await store.tasks.count_tasks(conn, source.id, owner) == 0
         and await store.tasks.count_tasks(conn, source.id, frameworks.KAGENT_DEFAULT_USER) > 0
     ):
-        return f"this session's agent (LangGraph) wrote its tasks under {frameworks.KAGENT_DEFAULT_USER}"
+        return f"this session's agent ({framework}) wrote its tasks under {frameworks.KAGENT_DEFAULT_USER}"
     return None
 
 
@@ -536,6 +536,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = [*fork.notes, *cut.warnings]
+    if fork.framework == "crewai" and cut.tasks_before is not None:
+        await crewai_state.check_cut(store, conn, sid, fork.parent.user_id, cut.tasks_before, "a fork")
+        warnings.append(crewai_state.SHARED)
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
@@ -595,6 +598,8 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     finally:
         if settle is not None:
             await cancelled(settle)
+    if fork.framework == "crewai":
+        await crewai_state.copy(store, conn, sid, fork.parent.user_id, new_id)
     if fork.framework == "langgraph":
         # The graph's state of the kept turns, named after the fork's tasks, in this same transaction.
         await checkpoints.copy_thread(

@@ -22,7 +22,7 @@ from service.kagent.store.base import Connection
 from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
-from service.operations import checkpoints, copying, plan, summary
+from service.operations import checkpoints, copying, crewai_state, plan, summary
 from service.operations.forking import NamedTurn, mapped_boundary, named_turn, runtime_session
 from service.schemas import RewindRequest, Session, Summary, one_boundary, rfc3339, session_json
 from service.services import Services
@@ -66,7 +66,6 @@ class RewindPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 # Agents whose memory a rewind of kagent's event and task rows would not change (docs/frameworks.md).
 _KEPT_ELSEWHERE: dict[str, str] = {
-    "crewai": "its CrewAI agent keeps memory and flow state that are overwritten as the chat goes",
     "claude": "its Claude Agent SDK agent keeps its conversation in its own pod",
 }
 
@@ -190,6 +189,8 @@ async def _rewind_locked(
     # With the turn map both searches and the summary are reads of it: no second connection.
     async with copying.snapshot_reader(svc, conn, wanted=large and not mapped) as reader:
         boundary = await _boundary(svc, conn, reader, rows, named, mapped=mapped)
+        if framework == "crewai":  # its memory stays as it is: only if it did not change from the turn on
+            await crewai_state.check_cut(store, conn, sid, owner, boundary.tasks_from, "a rewind")
         telling = None
         if reader is not None:
             telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, keeper, boundary.events_from))

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from service.kagent.store.base import IndexUse, Queries
+from service.kagent.store.crewai import CrewAI
 from service.kagent.store.database import Database
 from service.kagent.store.events import Events
 from service.kagent.store.experiments import Experiments
@@ -22,6 +23,7 @@ from service.kagent.store.turn_map import TurnMaps
 
 _PARTS = (
     "base",
+    "crewai",
     "database",
     "events",
     "experiments",
@@ -60,6 +62,7 @@ class Store:
         self.lineage = LineageStore(self.queries)
         self.rewinds = Rewinds(self.queries)
         self.jobs = Jobs(self.queries)
+        self.crewai = CrewAI(self.queries)
         self.langgraph = LangGraph(self.queries)
         self.experiments = Experiments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
