@@ -404,3 +404,61 @@ async def test_a_crewai_cut_after_its_memory_last_changed_shares_it_as_it_is(cli
     r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": task})
     assert r.status_code == 200 and r.json()["data"]["rewind"]["tasks_removed"] == 1, r.text
     assert await crewai_rows(pool, sid) == source
+
+
+async def claude_session(pool: asyncpg.Pool) -> dict[str, Any]:
+    """A Claude Agent SDK session as kagent holds it: tasks only (the conversation is in the agent pod's
+    transcript files). kagent-claude is not in kagent's repository on either line, so no runtime runs here: the
+    A2A tasks are the langgraph fixture's (the same kagent-core task store, under kagent's default user), with the
+    metadata kagent-claude's executor puts on its working status (`kagent.claude.app_name`, which kagent's task
+    store keeps in the task's metadata), no event, no checkpoint."""
+    fixture = fresh_copy(read_fixture("langgraph_3_turns"), new_user())
+    tables = fixture["tables"]
+    tables["lg_checkpoint"], tables["lg_checkpoint_write"] = [], []
+    for row in tables["task"]:
+        data = json.loads(row["data"])
+        data["metadata"] = {"kagent.claude.app_name": "kagent__NS__claude_agent"}
+        row["data"] = json.dumps(data, separators=(",", ":"))
+    async with pool.acquire() as conn:
+        await load_fixture(conn, fixture)
+    return fixture
+
+
+async def test_a_claude_session_is_refused_unless_tasks_only(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await claude_session(pool)
+    sid, user = fixture["session_id"], fixture["user"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [
+        (t["task_id"], "claude") for t in fixture["turns"]
+    ]
+    before = await table_fingerprint(pool)
+    task = fixture["turns"][2]["task_id"]
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {}),
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task, "dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "own pod" in r.json()["error"], (path, r.text)
+    assert await table_fingerprint(pool) == before
+
+
+async def test_a_claude_tasks_only_fork_copies_the_visible_chat_with_a_warning(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await claude_session(pool)
+    sid, user = fixture["session_id"], fixture["user"]
+    task = fixture["turns"][2]["task_id"]
+    body = {"tasks_only": True, "rewind_before_task_id": task, "task_layout": "per_task"}
+    r = await post(client, f"/api/sessions/{sid}/fork", user, body)
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert (fork["user_id"], fork["fork"]["framework"], fork["fork"]["tasks_copied"]) == (user, "claude", 2)
+    assert any("will not remember" in w for w in fork["fork"]["warnings"]), fork["fork"]["warnings"]
+    tasks = await fork_tasks(pool, fork["id"])
+    # the visible chat of turns 1-2, under the user the runtime wrote it under, naming the fork
+    assert [t["user_id"] for t in tasks] == [frameworks.KAGENT_DEFAULT_USER] * 2
+    questions = [t["question"] for t in fixture["turns"][:2]]
+    assert [t["doc"]["history"][0]["parts"][0]["text"] for t in tasks] == questions
+    assert {t["doc"]["contextId"] for t in tasks} == {fork["id"]}
+    assert [t["doc"]["metadata"] for t in tasks] == [{"kagent.claude.app_name": "kagent__NS__claude_agent"}] * 2
+    listed = await get(client, f"/api/sessions/{fork['id']}/invocations", user)
+    assert [t["framework"] for t in listed.json()["data"]] == ["claude", "claude"]

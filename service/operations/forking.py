@@ -443,7 +443,7 @@ async def written_elsewhere(
     if framework == "openai-agents" and not await store.sessions.has_events(conn, source.id, owner):
         return f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}"
     if (
-        framework in ("langgraph", "crewai")
+        framework in ("langgraph", "crewai", "claude")
         and await store.tasks.count_tasks(conn, source.id, owner) == 0
         and await store.tasks.count_tasks(conn, source.id, frameworks.KAGENT_DEFAULT_USER) > 0
     ):
