@@ -101,6 +101,13 @@ async def test_a_langgraph_session_is_listed_by_task_and_its_fork_copies_the_che
     assert [t["user_text"] for t in listed] == [t["question"] for t in fixture["turns"]]
     source = await checkpoints(pool, sid)
     source_writes = await writes(pool, sid)
+    before = await table_fingerprint(pool)
+    dry = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2], "dry_run": True})
+    assert dry.status_code == 200 and (dry.json()["data"]["framework"], dry.json()["data"]["tasks_copied"]) == (
+        "langgraph",
+        2,
+    )
+    assert await table_fingerprint(pool) == before
 
     r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2], "name": "lg"})
     assert r.status_code == 201, r.text
@@ -217,8 +224,14 @@ async def test_a_langgraph_session_without_checkpoints_in_the_database(client: A
     fixture = await loaded(pool, "langgraph_3_turns", drop=("lg_checkpoint", "lg_checkpoint_write"))
     sid, user = fixture["session_id"], fixture["user"]
     before = await table_fingerprint(pool)
-    r = await post(client, f"/api/sessions/{sid}/fork", user, {})
-    assert r.status_code == 422 and "not in kagent's database" in r.json()["error"], r.text
+    task = fixture["turns"][1]["task_id"]
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {}),
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task, "dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "not in kagent's database" in r.json()["error"], r.text
     assert await table_fingerprint(pool) == before
 
 
