@@ -3,18 +3,24 @@
 -- session id), written by kagent-langgraph through the controller; docs/frameworks.md.
 
 -- name: lg_checkpoints
--- The live checkpoints of thread $1 written under the users $2, oldest first (metadata: base64 JSON).
-SELECT user_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, created_at, metadata, checkpoint,
-       checkpoint_type, version
+-- The live checkpoints of thread $1 written under the users $2, oldest first: their keys, parents and metadata
+-- (base64 JSON, naming the turn's task), not their blobs (each holds the whole conversation so far).
+SELECT user_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, metadata
 FROM lg_checkpoint
 WHERE thread_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL
 ORDER BY created_at, checkpoint_id;
 
--- name: insert_lg_checkpoint
--- A fork's copy of one checkpoint: its id, parent and created_at kept, on the fork's thread $2.
+-- name: copy_lg_checkpoints
+-- A fork's copies of the checkpoints of thread $1 keyed by $3, $4, $5 (user, ns, id) on the fork's thread $2,
+-- each with its new metadata ($6, same order): id, parent, blob and created_at kept.
 INSERT INTO lg_checkpoint (user_id, thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, created_at,
                            updated_at, metadata, checkpoint, checkpoint_type, version)
-VALUES ($1, $2, $3, $4, $5, $6, NOW(), $7, $8, $9, $10);
+SELECT c.user_id, $2, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.created_at, NOW(), k.metadata,
+       c.checkpoint, c.checkpoint_type, c.version
+FROM lg_checkpoint c
+JOIN unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS k(user_id, ns, id, metadata)
+  ON c.user_id = k.user_id AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+WHERE c.thread_id = $1 AND c.deleted_at IS NULL;
 
 -- name: copy_lg_writes
 -- A fork's copies of the pending writes of the copied checkpoints (keys $3, $4, $5: user, ns, id) of thread

@@ -12,19 +12,13 @@ from service.kagent.store.base import Connection, Queries, row_count
 
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
+    """A checkpoint's key, parent and metadata (its blob stays in PostgreSQL)."""
+
     user_id: str
     checkpoint_ns: str
     checkpoint_id: str
     parent_checkpoint_id: str | None
-    created_at: datetime | None
     metadata: str  # base64 of the checkpoint's JSON metadata, as kagent stores it
-    checkpoint: str
-    checkpoint_type: str
-    version: int
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return self.user_id, self.checkpoint_ns, self.checkpoint_id
 
 
 def _keys(rows: Sequence[Checkpoint]) -> tuple[list[str], list[str], list[str]]:
@@ -42,16 +36,15 @@ class LangGraph:
         return [Checkpoint(**dict(r)) for r in rows]
 
     async def copy(self, conn: Connection, thread_id: str, new_thread_id: str, rows: Sequence[Checkpoint]) -> int:
-        """Write `rows` (their metadata already the fork's) on the new thread, with the writes of each copied
-        from the source thread; how many writes were copied."""
-        await conn.executemany(
-            self.q["insert_lg_checkpoint"],
-            [
-                (c.user_id, new_thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.created_at,
-                 c.metadata, c.checkpoint, c.checkpoint_type, c.version)
-                for c in rows
-            ],
-        )  # fmt: skip
+        """Copy `rows` (their metadata already the fork's) to the new thread inside PostgreSQL, with the writes of
+        each; how many writes were copied."""
+        copied = row_count(
+            await conn.execute(
+                self.q["copy_lg_checkpoints"], thread_id, new_thread_id, *_keys(rows), [c.metadata for c in rows]
+            )
+        )
+        if copied != len(rows):  # the fork's snapshot holds them all: anything else is no copy to keep
+            raise LookupError(f"{copied} of {len(rows)} checkpoints copied")
         return row_count(await conn.execute(self.q["copy_lg_writes"], thread_id, new_thread_id, *_keys(rows)))
 
     async def hide(self, conn: Connection, thread_id: str, rows: Sequence[Checkpoint], stamp: datetime) -> int:
