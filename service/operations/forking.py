@@ -420,9 +420,9 @@ async def _refusals(
 async def runtime_session(
     svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
 ) -> SessionRow | None:
-    """The session row of the same id that the agent's runtime keeps under kagent's default user, when the
-    runtime wrote the conversation there and not under the session's owner (kagent-openai 0.10.4 forwards
-    no user). None: the owner's rows hold the conversation."""
+    """The session row of the same id that the agent's runtime keeps under kagent's default user (or, when it
+    made none, the owner's row as that user's), when the runtime wrote the conversation there and not under the
+    session's owner (the 0.10.4 runtimes forward no user). None: the owner's rows hold the conversation."""
     if await written_elsewhere(svc, conn, source, framework) is None:
         return None
     row = await svc.store.sessions.get_session(conn, source.id, frameworks.KAGENT_DEFAULT_USER)
@@ -434,9 +434,9 @@ async def runtime_session(
 async def written_elsewhere(
     svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
 ) -> str | None:
-    """Why a fork or rewind cannot work on this session yet: its runtime (kagent-openai 0.10.4) wrote the
-    conversation under kagent's default user, not under the session's owner, and such rows are not read
-    yet (docs/frameworks.md). None: the owner's rows hold it."""
+    """Why this session's rows are read from kagent's default user's and not the owner's: its runtime wrote
+    them there (kagent-openai 0.10.4: its events, tasks and a session row; kagent-langgraph, kagent-crewai,
+    kagent-claude: their tasks), docs/frameworks.md. None: the owner's rows hold them."""
     owner, store = source.user_id, svc.store
     if owner == frameworks.KAGENT_DEFAULT_USER:
         return None
