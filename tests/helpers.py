@@ -36,6 +36,11 @@ async def table_fingerprint(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
         "fork": "SELECT * FROM kagent_fork.fork",
         "idempotency": "SELECT * FROM kagent_fork.idempotency",
         "rewind": "SELECT * FROM kagent_fork.rewind",
+        # kagent 0.10.x's BYO framework state (LangGraph checkpoints, CrewAI memory and flow state).
+        "lg_checkpoint": "SELECT * FROM lg_checkpoint",
+        "lg_checkpoint_write": "SELECT * FROM lg_checkpoint_write",
+        "crewai_agent_memory": "SELECT * FROM crewai_agent_memory",
+        "crewai_flow_state": "SELECT * FROM crewai_flow_state",
     }
     out = {}
     async with pool.acquire() as conn:

@@ -4,8 +4,9 @@ from kagent-langgraph and kagent-openai 0.10.4) and on kagent's ADK rows."""
 
 from __future__ import annotations
 
+import base64
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -54,27 +55,167 @@ async def test_kagents_adk_and_openai_rows(client: Any, pool: asyncpg.Pool, styl
     assert dry.json()["data"]["framework"] == expected
 
 
-async def test_a_langgraph_session_is_listed_by_task_and_refused_with_its_reason(
+async def checkpoints(pool: asyncpg.Pool, thread: str, *, live: bool = True) -> list[dict[str, Any]]:
+    """The thread's checkpoints, oldest first, their metadata decoded."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT user_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, created_at, metadata, checkpoint, "
+            "checkpoint_type, version, deleted_at FROM lg_checkpoint WHERE thread_id = $1"
+            + (" AND deleted_at IS NULL" if live else "")
+            + " ORDER BY created_at, checkpoint_id",
+            thread,
+        )
+    return [{**dict(r), "meta": json.loads(base64.b64decode(r["metadata"]))} for r in rows]
+
+
+async def writes(pool: asyncpg.Pool, thread: str) -> list[tuple[Any, ...]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT user_id, checkpoint_ns, checkpoint_id, write_idx, value, value_type, channel, task_id, created_at "
+            "FROM lg_checkpoint_write WHERE thread_id = $1 AND deleted_at IS NULL ORDER BY 3, 4",
+            thread,
+        )
+    return [tuple(r) for r in rows]
+
+
+async def fork_tasks(pool: asyncpg.Pool, sid: str) -> list[dict[str, Any]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT id, user_id, data FROM task WHERE session_id = $1 AND deleted_at IS NULL ORDER BY created_at", sid
+        )
+    return [{**dict(r), "doc": json.loads(r["data"])} for r in rows]
+
+
+async def test_a_langgraph_session_is_listed_by_task_and_its_fork_copies_the_checkpoints_of_the_kept_turns(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    fixture = await loaded(pool, "langgraph_3_turns")
+    sid, user, admin = fixture["session_id"], fixture["user"], frameworks.KAGENT_DEFAULT_USER
+    turns = [t["task_id"] for t in fixture["turns"]]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    listed = r.json()["data"]
+    # kagent-langgraph wrote its tasks under kagent's default user: they are still this session's turns.
+    assert [(t["task_id"], t["invocation_id"], t["framework"]) for t in listed] == [
+        (t, None, "langgraph") for t in turns
+    ]
+    assert [t["user_text"] for t in listed] == [t["question"] for t in fixture["turns"]]
+    source = await checkpoints(pool, sid)
+    source_writes = await writes(pool, sid)
+    before = await table_fingerprint(pool)
+    dry = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2], "dry_run": True})
+    assert dry.status_code == 200 and (dry.json()["data"]["framework"], dry.json()["data"]["tasks_copied"]) == (
+        "langgraph",
+        2,
+    )
+    assert await table_fingerprint(pool) == before
+
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2], "name": "lg"})
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert (fork["user_id"], fork["fork"]["framework"], fork["fork"]["tasks_copied"]) == (user, "langgraph", 2)
+    fid = fork["id"]
+    async with pool.acquire() as conn:  # the caller owns the fork; no session row the source lacks is made
+        assert [tuple(x) for x in await conn.fetch("SELECT user_id FROM session WHERE id = $1", fid)] == [(user,)]
+    tasks = await fork_tasks(pool, fid)
+    # the tasks are the runtime's (admin's), and name the fork's thread, which a human-in-the-loop resume reads
+    assert [t["user_id"] for t in tasks] == [admin, admin]
+    assert [t["doc"]["metadata"]["thread_id"] for t in tasks] == [fid, fid]
+    assert not any(sid in t["data"] or old in t["data"] for t in tasks for old in turns)
+
+    # the checkpoints of turns 1-2, ids, parents and blobs kept, under the user they were written under
+    kept = [c for c in source if c["meta"]["a2a_task_id"] in turns[:2]]
+    assert len(kept) == 8 and source[len(kept)]["meta"] == {**source[len(kept)]["meta"], "source": "input"}
+    copied = await checkpoints(pool, fid)
+    same = ("user_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "created_at", "checkpoint", "version")
+    assert [tuple(c[k] for k in same) for c in copied] == [tuple(c[k] for k in same) for c in kept]
+    # their metadata names the fork's tasks (paired in order) and thread, and is otherwise the same
+    mapping = dict(zip(turns[:2], [t["id"] for t in tasks], strict=True))
+    for old, new in zip(kept, copied, strict=True):
+        expected = {**old["meta"], "a2a_task_id": mapping[old["meta"]["a2a_task_id"]], "a2a_context_id": fid}
+        expected["gen_ai.task.id"], expected["gen_ai.conversation.id"] = expected["a2a_task_id"], fid
+        assert new["meta"] == expected
+    kept_ids = {c["checkpoint_id"] for c in kept}
+    assert [w[:2] + w[3:] for w in await writes(pool, fid)] == [
+        w[:2] + w[3:] for w in source_writes if w[2] in kept_ids
+    ] and await writes(pool, fid)
+    assert await checkpoints(pool, sid) == source and await writes(pool, sid) == source_writes  # source untouched
+
+    # a fork of the fork is cut again by the fork's own tasks
+    r = await post(client, f"/api/sessions/{fid}/fork", user, {"rewind_before_task_id": tasks[1]["id"]})
+    assert r.status_code == 201, r.text
+    again = r.json()["data"]["id"]
+    first = [c for c in copied if c["meta"]["a2a_task_id"] == tasks[0]["id"]]
+    assert [c["checkpoint_id"] for c in await checkpoints(pool, again)] == [c["checkpoint_id"] for c in first]
+    assert {c["meta"]["a2a_task_id"] for c in await checkpoints(pool, again)} == {
+        t["id"] for t in await fork_tasks(pool, again)
+    }
+
+    # a whole-session fork copies every checkpoint
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {})
+    assert r.status_code == 201, r.text
+    assert len(await checkpoints(pool, r.json()["data"]["id"])) == len(source)
+
+
+async def test_a_langgraph_rewind_hides_the_checkpoints_of_the_hidden_turns_and_undo_restores_them(
     client: Any, pool: asyncpg.Pool
 ) -> None:
     fixture = await loaded(pool, "langgraph_3_turns")
     sid, user = fixture["session_id"], fixture["user"]
-    r = await get(client, f"/api/sessions/{sid}/invocations", user)
-    turns = r.json()["data"]
-    # kagent-langgraph wrote its tasks under kagent's default user: they are still this session's turns.
-    assert [(t["task_id"], t["invocation_id"], t["framework"]) for t in turns] == [
-        (t["task_id"], None, "langgraph") for t in fixture["turns"]
-    ]
-    assert [t["user_text"] for t in turns] == [t["question"] for t in fixture["turns"]]
+    turns = [t["task_id"] for t in fixture["turns"]]
     before = await table_fingerprint(pool)
-    task = fixture["turns"][2]["task_id"]
-    for path, body in [
-        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task}),
-        (f"/api/sessions/{sid}/fork", {"dry_run": True}),
-        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
-    ]:
-        r = await post(client, path, user, body)
-        assert r.status_code == 422 and "LangGraph" in r.json()["error"] and "checkpoint" in r.json()["error"], r.text
+    source = await checkpoints(pool, sid)
+    r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": turns[1]})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["rewind"]["tasks_removed"] == 2
+    # the runtime reads the newest live checkpoint of its thread: turn 1's last
+    live = await checkpoints(pool, sid)
+    assert live == [c for c in source if c["meta"]["a2a_task_id"] == turns[0]] and len(live) == 5
+    hidden = [c for c in await checkpoints(pool, sid, live=False) if c["deleted_at"] is not None]
+    assert len(hidden) == len(source) - 5 and len({c["deleted_at"] for c in hidden}) == 1
+    async with pool.acquire() as conn:
+        hidden_writes = await conn.fetchval(
+            "SELECT count(*) FROM lg_checkpoint_write WHERE thread_id = $1 AND deleted_at = $2",
+            sid, hidden[0]["deleted_at"],
+        )  # fmt: skip
+    assert (
+        hidden_writes
+        == len(
+            [
+                w
+                for w in fixture["tables"]["lg_checkpoint_write"]
+                if w["checkpoint_id"] in {c["checkpoint_id"] for c in hidden}
+            ]
+        )
+        and hidden_writes > 0
+    )
+    rewind = r.json()["data"]["rewind"]["id"]
+    undo = await post(client, f"/api/sessions/{sid}/rewinds/{rewind}/undo", user, {})
+    assert undo.status_code == 200, undo.text
+    after = await table_fingerprint(pool)
+    for table in ("lg_checkpoint", "lg_checkpoint_write", "event"):
+        assert after[table] == before[table], table
+    assert await checkpoints(pool, sid) == source
+
+
+async def test_a_langgraph_fork_that_cannot_be_made_whole_writes_nothing(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await loaded(pool, "langgraph_3_turns")
+    sid, user = fixture["session_id"], fixture["user"]
+    turns = [t["task_id"] for t in fixture["turns"]]
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"task_layout": "merged"})
+    assert r.status_code == 422 and "per_task" in r.json()["error"], r.text
+    # a turn-2 checkpoint whose parent is one of turn 3: the kept turns are no whole chain, so the fork
+    # (its tasks already copied in its transaction) is refused and leaves nothing
+    source = await checkpoints(pool, sid)
+    second = next(c for c in source if c["meta"]["a2a_task_id"] == turns[1] and c["meta"]["source"] == "loop")
+    third = next(c for c in source if c["meta"]["a2a_task_id"] == turns[2])
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE lg_checkpoint SET parent_checkpoint_id = $2 WHERE thread_id = $1 AND checkpoint_id = $3",
+            sid, third["checkpoint_id"], second["checkpoint_id"],
+        )  # fmt: skip
+    before = await table_fingerprint(pool)
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2]})
+    assert r.status_code == 422 and "checkpoint" in r.json()["error"], r.text
     assert await table_fingerprint(pool) == before
 
 
@@ -83,8 +224,14 @@ async def test_a_langgraph_session_without_checkpoints_in_the_database(client: A
     fixture = await loaded(pool, "langgraph_3_turns", drop=("lg_checkpoint", "lg_checkpoint_write"))
     sid, user = fixture["session_id"], fixture["user"]
     before = await table_fingerprint(pool)
-    r = await post(client, f"/api/sessions/{sid}/fork", user, {})
-    assert r.status_code == 422 and "not in kagent's database" in r.json()["error"], r.text
+    task = fixture["turns"][1]["task_id"]
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {}),
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task, "dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "not in kagent's database" in r.json()["error"], r.text
     assert await table_fingerprint(pool) == before
 
 
@@ -161,3 +308,170 @@ async def test_tasks_only_is_for_agents_that_keep_their_conversation_elsewhere(c
     r = await post(client, f"/api/sessions/{conv.session_id}/fork", conv.user_id, {"tasks_only": True})
     assert r.status_code == 422 and "tasks_only" in r.json()["error"]
     assert await table_fingerprint(pool) == before
+
+
+def _go_json(value: Any) -> str:
+    """JSON as kagent's Go handlers store a map (encoding/json: keys sorted, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+async def crewai_session(pool: asyncpg.Pool, changed_in_turn: int) -> dict[str, Any]:
+    """A CrewAI session as kagent 0.10.x holds it (no CrewAI runtime runs here, so it is built from what the code
+    writes): the chatting user's session row and the A2A tasks of the langgraph fixture (written by the same
+    kagent-core task store under kagent's default user), their metadata as kagent-crewai's executor sends it
+    (`app_name`, `session_id`), no event; one crewai_agent_memory row (handlers/crewai.go: the payload's
+    memory_data map marshalled by Go, UpsertCrewAIMemory) and one crewai_flow_state row per flow method
+    (state_data, UpsertCrewAIFlowState), under kagent's default user (the runtime's user_id when the request
+    context names none), last upserted during turn `changed_in_turn`."""
+    fixture = fresh_copy(read_fixture("langgraph_3_turns"), new_user())
+    tables, sid, admin = fixture["tables"], fixture["session_id"], frameworks.KAGENT_DEFAULT_USER
+    tables["lg_checkpoint"], tables["lg_checkpoint_write"] = [], []
+    for row in tables["task"]:
+        data = json.loads(row["data"])
+        data["metadata"] = {"app_name": "kagent__NS__crewai_agent", "session_id": sid}
+        row["data"] = json.dumps(data, separators=(",", ":"))
+    starts = [datetime.fromisoformat(t["created_at"]) for t in tables["task"]]
+    first, changed = starts[0] + timedelta(milliseconds=50), starts[changed_in_turn - 1] + timedelta(milliseconds=50)
+    memory = {"task_description": "status of web-1", "score": 0.9, "metadata": {"agent": "sre"}, "datetime": "1"}
+    tables["crewai_agent_memory"] = [
+        {"user_id": admin, "thread_id": sid, "created_at": first.isoformat(), "updated_at": changed.isoformat(),
+         "deleted_at": None, "memory_data": _go_json(memory)},
+    ]  # fmt: skip
+    tables["crewai_flow_state"] = [
+        {"user_id": admin, "thread_id": sid, "method_name": method, "created_at": first.isoformat(),
+         "updated_at": changed.isoformat(), "deleted_at": None, "state_data": _go_json({"id": sid, "step": method})}
+        for method in ("gather", "answer")
+    ]  # fmt: skip
+    async with pool.acquire() as conn:
+        await load_fixture(conn, fixture)
+    return fixture
+
+
+async def crewai_rows(pool: asyncpg.Pool, thread: str) -> list[tuple[Any, ...]]:
+    async with pool.acquire() as conn:
+        memory = await conn.fetch(
+            "SELECT user_id, '', created_at, updated_at, memory_data FROM crewai_agent_memory WHERE thread_id = $1",
+            thread,
+        )
+        flows = await conn.fetch(
+            "SELECT user_id, method_name, created_at, updated_at, state_data FROM crewai_flow_state "
+            "WHERE thread_id = $1 ORDER BY method_name",
+            thread,
+        )
+    return [tuple(r) for r in [*memory, *flows]]
+
+
+async def test_a_crewai_session_forked_whole_copies_its_memory_and_flow_state(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await crewai_session(pool, changed_in_turn=3)
+    sid, user = fixture["session_id"], fixture["user"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [
+        (t["task_id"], "crewai") for t in fixture["turns"]
+    ]
+    source = await crewai_rows(pool, sid)
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"name": "crew", "task_layout": "per_task"})
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert (fork["fork"]["framework"], fork["fork"]["tasks_copied"]) == ("crewai", 3)
+    assert not any("CrewAI" in w for w in fork["fork"]["warnings"])
+    assert await crewai_rows(pool, fork["id"]) == source and len(source) == 3  # same user, data, times
+    assert await crewai_rows(pool, sid) == source
+
+
+async def test_a_crewai_cut_is_refused_when_its_memory_changed_from_that_turn_on(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    fixture = await crewai_session(pool, changed_in_turn=3)
+    sid, user = fixture["session_id"], fixture["user"]
+    before = await table_fingerprint(pool)
+    for turn in (2, 1):  # a cut before turn 3 (where they were last written) or earlier: their old values are gone
+        task = fixture["turns"][turn]["task_id"]
+        for path, body in [
+            (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task}),
+            (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task, "dry_run": True}),
+            (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+            (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task, "dry_run": True}),
+        ]:
+            r = await post(client, path, user, body)
+            assert r.status_code == 422, (path, body, r.text)
+            assert "CrewAI" in r.json()["error"] and "changed at or after" in r.json()["error"]
+    assert await table_fingerprint(pool) == before
+
+
+async def test_a_crewai_cut_after_its_memory_last_changed_shares_it_as_it_is(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await crewai_session(pool, changed_in_turn=2)
+    sid, user = fixture["session_id"], fixture["user"]
+    source = await crewai_rows(pool, sid)
+    task = fixture["turns"][2]["task_id"]
+    r = await post(
+        client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": task, "task_layout": "per_task"}
+    )
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]["fork"]
+    assert fork["tasks_copied"] == 2 and any("shared as they are" in w for w in fork["warnings"]), fork
+    assert await crewai_rows(pool, r.json()["data"]["id"]) == source
+    # before turn 2, where they changed: refused
+    r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": fixture["turns"][1]["task_id"]})
+    assert r.status_code == 422, r.text
+    # a rewind before turn 3 hides turn 3 and leaves the memory as it is
+    r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": task})
+    assert r.status_code == 200 and r.json()["data"]["rewind"]["tasks_removed"] == 1, r.text
+    assert await crewai_rows(pool, sid) == source
+
+
+async def claude_session(pool: asyncpg.Pool) -> dict[str, Any]:
+    """A Claude Agent SDK session as kagent holds it: tasks only (the conversation is in the agent pod's
+    transcript files). kagent-claude is not in kagent's repository on either line, so no runtime runs here: the
+    A2A tasks are the langgraph fixture's (the same kagent-core task store, under kagent's default user), with the
+    metadata kagent-claude's executor puts on its working status (`kagent.claude.app_name`, which kagent's task
+    store keeps in the task's metadata), no event, no checkpoint."""
+    fixture = fresh_copy(read_fixture("langgraph_3_turns"), new_user())
+    tables = fixture["tables"]
+    tables["lg_checkpoint"], tables["lg_checkpoint_write"] = [], []
+    for row in tables["task"]:
+        data = json.loads(row["data"])
+        data["metadata"] = {"kagent.claude.app_name": "kagent__NS__claude_agent"}
+        row["data"] = json.dumps(data, separators=(",", ":"))
+    async with pool.acquire() as conn:
+        await load_fixture(conn, fixture)
+    return fixture
+
+
+async def test_a_claude_session_is_refused_unless_tasks_only(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await claude_session(pool)
+    sid, user = fixture["session_id"], fixture["user"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [
+        (t["task_id"], "claude") for t in fixture["turns"]
+    ]
+    before = await table_fingerprint(pool)
+    task = fixture["turns"][2]["task_id"]
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {}),
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": task, "dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": task}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "own pod" in r.json()["error"], (path, r.text)
+    assert await table_fingerprint(pool) == before
+
+
+async def test_a_claude_tasks_only_fork_copies_the_visible_chat_with_a_warning(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await claude_session(pool)
+    sid, user = fixture["session_id"], fixture["user"]
+    task = fixture["turns"][2]["task_id"]
+    body = {"tasks_only": True, "rewind_before_task_id": task, "task_layout": "per_task"}
+    r = await post(client, f"/api/sessions/{sid}/fork", user, body)
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert (fork["user_id"], fork["fork"]["framework"], fork["fork"]["tasks_copied"]) == (user, "claude", 2)
+    assert any("will not remember" in w for w in fork["fork"]["warnings"]), fork["fork"]["warnings"]
+    tasks = await fork_tasks(pool, fork["id"])
+    # the visible chat of turns 1-2, under the user the runtime wrote it under, naming the fork
+    assert [t["user_id"] for t in tasks] == [frameworks.KAGENT_DEFAULT_USER] * 2
+    questions = [t["question"] for t in fixture["turns"][:2]]
+    assert [t["doc"]["history"][0]["parts"][0]["text"] for t in tasks] == questions
+    assert {t["doc"]["contextId"] for t in tasks} == {fork["id"]}
+    assert [t["doc"]["metadata"] for t in tasks] == [{"kagent.claude.app_name": "kagent__NS__claude_agent"}] * 2
+    listed = await get(client, f"/api/sessions/{fork['id']}/invocations", user)
+    assert [t["framework"] for t in listed.json()["data"]] == ["claude", "claude"]

@@ -46,6 +46,9 @@ _USER_ROLE = {TaskDialect.LEGACY: "user", TaskDialect.V1: "ROLE_USER"}
 
 # kagent readers look for adk_<key> first, then kagent_<key>.
 _PREFIXES = ("adk_", "kagent_")
+# The session kagent-langgraph names in its tasks' metadata (`session_id`; the thread: 0.10.x `thread_id`, main
+# `kagent_thread_id`), which a human-in-the-loop resume reads: a fork's copy names the fork's.
+_THREAD_KEYS = ("session_id", "thread_id", "kagent_thread_id")
 
 # An id made only of these characters appears verbatim in any JSON encoding of it (no encoder has a
 # reason to escape them), so a plain text search finds it.
@@ -534,6 +537,9 @@ def _rewrite_metadata(metadata: object, rw: Rewrite) -> object:
             out[prefix + "session_id"] = rw.context_id
         if prefix + "user_id" in out:
             out[prefix + "user_id"] = rw.user_id
+    for key in _THREAD_KEYS:
+        if key in out:
+            out[key] = rw.context_id
     return out
 
 
@@ -582,6 +588,7 @@ def _metadata_targets(metadata: object, out: RewriteTargets) -> None:
                 out.context_ids.append(metadata[prefix + "session_id"])
             if prefix + "user_id" in metadata:
                 out.user_ids.append(metadata[prefix + "user_id"])
+        out.context_ids.extend(metadata[key] for key in _THREAD_KEYS if key in metadata)
 
 
 def rewrite_targets(task: JSON) -> RewriteTargets | None:

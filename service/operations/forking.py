@@ -24,7 +24,7 @@ from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import KeptTasks
-from service.operations import copying, plan, summary
+from service.operations import checkpoints, copying, crewai_state, plan, summary
 from service.operations.copying import (
     Cut,
     Guess,
@@ -322,7 +322,15 @@ async def _fork_once(
         source = runtime or visible
         sid, owner = source.id, source.user_id
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
-        if last_task is not None and not req.tasks_only and not await store.sessions.has_events(conn, sid, owner):
+        if framework == "langgraph":
+            # Its checkpoints name each turn's task: one copy per task (_refusals refused merged).
+            req = msgspec.structs.replace(req, task_layout="per_task")
+        elif (
+            framework != "crewai"  # kagent-crewai writes tasks and its crewai rows, no event
+            and last_task is not None
+            and not req.tasks_only
+            and not await store.sessions.has_events(conn, sid, owner)
+        ):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
         large = (
             not req.dry_run
@@ -339,6 +347,7 @@ async def _fork_once(
             name=req.name or await _default_name(svc, conn, dataclasses.replace(source, name=visible.name)),
             root_id=root_id, root_owner=root_owner, depth=depth, into=into, mapped=mapped, framework=framework,
             notes=notes, parent=visible, runtime_user=runtime.user_id if runtime else None,
+            runtime_row=runtime is not None and await store.sessions.get_session(conn, sid, owner) is not None,
         )  # fmt: skip
         if mapped:
             # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
@@ -400,44 +409,46 @@ async def _refusals(
                 "this session's agent (LangGraph) keeps its state in its graph's own checkpointer, not in "
                 "kagent's database (kagent main): it cannot be forked from the database"
             )
-        raise Unprocessable(
-            "this session's agent (LangGraph) keeps its state in kagent's lg_checkpoint tables, which a fork "
-            "does not copy yet"
-        )
-    if framework == "crewai":
-        raise Unprocessable(
-            "this session's agent (CrewAI) keeps memory and flow state in kagent's crewai tables, which a fork "
-            "does not copy yet"
-        )
+        if req.task_layout == "merged":
+            raise Unprocessable(
+                "task_layout merged on a LangGraph session: its checkpoints name each turn's task, so its "
+                "tasks are copied one by one (per_task)"
+            )
     return ()
 
 
 async def runtime_session(
     svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
 ) -> SessionRow | None:
-    """The session row of the same id that the agent's runtime keeps under kagent's default user, when the
-    runtime wrote the conversation there and not under the session's owner (kagent-openai 0.10.4 forwards
-    no user). None: the owner's rows hold the conversation."""
+    """The session row of the same id that the agent's runtime keeps under kagent's default user (or, when it
+    made none, the owner's row as that user's), when the runtime wrote the conversation there and not under the
+    session's owner (the 0.10.4 runtimes forward no user). None: the owner's rows hold the conversation."""
     if await written_elsewhere(svc, conn, source, framework) is None:
         return None
-    return await svc.store.sessions.get_session(conn, source.id, frameworks.KAGENT_DEFAULT_USER)
+    row = await svc.store.sessions.get_session(conn, source.id, frameworks.KAGENT_DEFAULT_USER)
+    # kagent-langgraph 0.10.4 writes tasks under that user with no session row of his: the rows are his all
+    # the same (a fork copies them under him, and writes no row the source lacks).
+    return row or dataclasses.replace(source, user_id=frameworks.KAGENT_DEFAULT_USER)
 
 
 async def written_elsewhere(
     svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
 ) -> str | None:
-    """Why a fork or rewind cannot work on this session yet: its runtime (kagent-openai 0.10.4) wrote the
-    conversation under kagent's default user, not under the session's owner, and such rows are not read
-    yet (docs/frameworks.md). None: the owner's rows hold it."""
-    owner = source.user_id
-    if framework != "openai-agents" or owner == frameworks.KAGENT_DEFAULT_USER:
+    """Why this session's rows are read from kagent's default user's and not the owner's: its runtime wrote
+    them there (kagent-openai 0.10.4: its events, tasks and a session row; kagent-langgraph, kagent-crewai,
+    kagent-claude: their tasks), docs/frameworks.md. None: the owner's rows hold them."""
+    owner, store = source.user_id, svc.store
+    if owner == frameworks.KAGENT_DEFAULT_USER:
         return None
-    if await svc.store.sessions.has_events(conn, source.id, owner):
-        return None
-    return (
-        f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}, "
-        "not under the session's owner: such rows are not copied or hidden yet"
-    )
+    if framework == "openai-agents" and not await store.sessions.has_events(conn, source.id, owner):
+        return f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}"
+    if (
+        framework in ("langgraph", "crewai", "claude")
+        and await store.tasks.count_tasks(conn, source.id, owner) == 0
+        and await store.tasks.count_tasks(conn, source.id, frameworks.KAGENT_DEFAULT_USER) > 0
+    ):
+        return f"this session's agent ({framework}) wrote its tasks under {frameworks.KAGENT_DEFAULT_USER}"
+    return None
 
 
 async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
@@ -481,6 +492,7 @@ class _Fork:
     framework: frameworks.Framework
     parent: SessionRow  # the session forked, as the caller sees it (`source`: where its rows are read)
     runtime_user: str | None  # the user the runtime wrote the rows under, when not the owner: copies are his
+    runtime_row: bool = False  # that user has a session row of the source's id (kagent-openai): the fork gets one
     notes: tuple[str, ...] = ()  # warnings the agent's framework adds (a Claude agent's tasks_only fork)
     proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
@@ -524,6 +536,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = [*fork.notes, *cut.warnings]
+    if fork.framework == "crewai" and cut.tasks_before is not None:
+        await crewai_state.check_cut(store, conn, sid, fork.parent.user_id, cut.tasks_before, "a fork")
+        warnings.append(crewai_state.SHARED)
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
@@ -570,7 +585,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         agent_id=fork.into.agent_id or source.agent_id,
         source="user",
     )
-    if fork.runtime_user is not None:
+    if fork.runtime_row and fork.runtime_user is not None:
         # The runtime's own row of the fork, as it made the source's: the runtime finds its copies by it.
         await store.sessions.insert_session(
             conn, session_id=new_id, user_id=fork.runtime_user, name=None,
@@ -583,6 +598,13 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     finally:
         if settle is not None:
             await cancelled(settle)
+    if fork.framework == "crewai":
+        await crewai_state.copy(store, conn, sid, fork.parent.user_id, new_id)
+    if fork.framework == "langgraph":
+        # The graph's state of the kept turns, named after the fork's tasks, in this same transaction.
+        await checkpoints.copy_thread(
+            store, conn, source=(sid, owner), fork=(new_id, copier.user_id), before=cut.tasks_before
+        )
     layout = copier.layout
     warnings += copier.warnings
     # The source turns the fork left behind: the events from where its events end (a guessed cut's

@@ -22,7 +22,7 @@ from service.kagent.store.base import Connection
 from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
-from service.operations import copying, plan, summary
+from service.operations import checkpoints, copying, crewai_state, plan, summary
 from service.operations.forking import NamedTurn, mapped_boundary, named_turn, runtime_session
 from service.schemas import RewindRequest, Session, Summary, one_boundary, rfc3339, session_json
 from service.services import Services
@@ -66,8 +66,6 @@ class RewindPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 # Agents whose memory a rewind of kagent's event and task rows would not change (docs/frameworks.md).
 _KEPT_ELSEWHERE: dict[str, str] = {
-    "langgraph": "its LangGraph agent keeps its state in checkpoints, which a rewind does not hide (yet)",
-    "crewai": "its CrewAI agent keeps memory and flow state that are overwritten as the chat goes",
     "claude": "its Claude Agent SDK agent keeps its conversation in its own pod",
 }
 
@@ -168,6 +166,14 @@ async def _rewind_locked(
     framework = await frameworks.detect(store, conn, sid, owner)
     if framework in _KEPT_ELSEWHERE:
         raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
+    if (
+        framework == "langgraph"
+        and not (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
+    ):
+        raise Unprocessable(
+            "this session cannot be rewound: its LangGraph agent keeps its state in its graph's own checkpointer, "
+            "not in kagent's database (kagent main)"
+        )
     # The rows are hidden where the agent's runtime wrote them: under kagent's default user in its own row of
     # the session (kagent-openai 0.10.4), else the owner's; the record stays the owner's (docs/frameworks.md).
     runtime = await runtime_session(svc, conn, source, framework)
@@ -183,6 +189,8 @@ async def _rewind_locked(
     # With the turn map both searches and the summary are reads of it: no second connection.
     async with copying.snapshot_reader(svc, conn, wanted=large and not mapped) as reader:
         boundary = await _boundary(svc, conn, reader, rows, named, mapped=mapped)
+        if framework == "crewai":  # its memory stays as it is: only if it did not change from the turn on
+            await crewai_state.check_cut(store, conn, sid, owner, boundary.tasks_from, "a rewind")
         telling = None
         if reader is not None:
             telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, keeper, boundary.events_from))
@@ -209,6 +217,8 @@ async def _rewind_locked(
             events, hidden = await store.rewinds.hide_from(
                 conn, sid, keeper, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
             )
+            if framework == "langgraph":  # the graph's state of the hidden turns, with the same stamp
+                await checkpoints.hide_hidden_turns(store, conn, sid, keeper, stamp)
             if telling is not None:
                 hides = await telling
         finally:
@@ -261,6 +271,7 @@ async def undo(svc: Services, caller: Caller, session_id: str, rewind_id: str) -
             raise Conflict(refusal)
         mapped = await turn_map.usable(store, conn, source.id, source.user_id)
         restored = await store.rewinds.restore(conn, record)
+        await store.langgraph.restore(conn, source.id, record.deleted_at)  # a LangGraph rewind's checkpoints
         session = await store.sessions.touch_session(conn, source.id, source.user_id)
         await turn_map.after_undo(
             store, conn, source.id, source.user_id, restored=restored,

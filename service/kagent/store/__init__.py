@@ -9,17 +9,32 @@ import re
 from pathlib import Path
 
 from service.kagent.store.base import IndexUse, Queries
+from service.kagent.store.crewai import CrewAI
 from service.kagent.store.database import Database
 from service.kagent.store.events import Events
 from service.kagent.store.experiments import Experiments
 from service.kagent.store.jobs import Jobs
+from service.kagent.store.langgraph import LangGraph
 from service.kagent.store.lineage import LineageStore
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
 from service.kagent.store.tasks import Tasks
 from service.kagent.store.turn_map import TurnMaps
 
-_PARTS = ("base", "database", "events", "experiments", "jobs", "lineage", "rewinds", "sessions", "tasks", "turn_map")
+_PARTS = (
+    "base",
+    "crewai",
+    "database",
+    "events",
+    "experiments",
+    "jobs",
+    "langgraph",
+    "lineage",
+    "rewinds",
+    "sessions",
+    "tasks",
+    "turn_map",
+)
 
 
 class Store:
@@ -47,6 +62,8 @@ class Store:
         self.lineage = LineageStore(self.queries)
         self.rewinds = Rewinds(self.queries)
         self.jobs = Jobs(self.queries)
+        self.crewai = CrewAI(self.queries)
+        self.langgraph = LangGraph(self.queries)
         self.experiments = Experiments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:

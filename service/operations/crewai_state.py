@@ -1,0 +1,35 @@
+"""The memory and flow state of CrewAI agents on kagent 0.10.x: one crewai_agent_memory row per user and thread
+and one crewai_flow_state row per flow method, upserted by kagent-crewai as the chat goes (thread_id = the
+session id). They hold no history, so a cut can keep them only if they did not change from the chosen turn on
+(docs/frameworks.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from service.errors import Unprocessable
+from service.kagent.frameworks import runtime_users
+from service.kagent.store import Store
+from service.kagent.store.base import Connection
+
+SHARED = (
+    "this session's agent (CrewAI) keeps memory and flow state that it overwrites as the chat goes; they did not "
+    "change from the chosen turn on, so they are shared as they are"
+)
+
+
+async def check_cut(store: Store, conn: Connection, sid: str, owner: str, before: datetime, what: str) -> None:
+    """422 when the session's CrewAI rows changed at or after `before` (the chosen turn's task was created):
+    their values before it are gone, so `what` (a fork or a rewind before that turn) cannot give them back."""
+    changed = await store.crewai.last_change(conn, sid, runtime_users(owner))
+    if changed is not None and changed >= before:
+        raise Unprocessable(
+            f"this session's agent (CrewAI) keeps memory and flow state that it overwrites as the chat goes; they "
+            f"changed at or after the chosen turn began, and their earlier values are gone: {what} before that turn "
+            "cannot give the agent what it knew then (a fork of the whole session can)"
+        )
+
+
+async def copy(store: Store, conn: Connection, sid: str, owner: str, new_sid: str) -> tuple[int, int]:
+    """The session's CrewAI rows copied to the fork's thread, under the users that wrote them."""
+    return await store.crewai.copy(conn, sid, runtime_users(owner), new_sid)
