@@ -280,6 +280,9 @@ async def test_a_whatif_into_turn_3_is_answered_from_turns_1_and_2(agent: Agent,
 async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(
     agents: dict[str, Agent], http: httpx.AsyncClient
 ) -> None:
+    """A fork of a chat whose last turn waits for an approval leaves that turn out (the contract: a fork never
+    holds a non-terminal task); the question asked again in the fork interrupts the graph on the fork's
+    thread, and the approval answered there resumes the fork's thread, never the source's."""
     a, user, t = agents["langgraph"], new_user(), tag()
     q = [f"A1 {t}: hello", f"A2 {t}: delete pod web-{t}"]
     a.model.on(q[1], call("delete_pod", name=f"web-{t}"), say(f"Deleted web-{t}."))
@@ -290,20 +293,23 @@ async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(
     source_before = await checkpoints(a.line.pool, source)
 
     forked = await fork(a, http, source, user, None)
+    assert any("left out" in w or "running" in w for w in forked["fork"]["warnings"]), forked["fork"]["warnings"]
     listing = await api(a, http, "GET", f"/api/sessions/{forked['id']}/invocations", user)
     listed = listing["invocations"] if isinstance(listing, dict) else listing
-    assert [x["task_id"] != waiting["id"] for x in listed] == [True, True], listed  # both turns, copied
-    pending = listed[-1]["task_id"]
+    assert [x["user_text"] for x in listed] == [q[0]], listed  # the waiting turn is left out
 
-    # the approval, as kagent's UI sends it for the fork's waiting task: the runtime resumes the interrupted
-    # graph on the thread that task names (the fork's), runs delete_pod and gives the model its result
-    answer = await chat(a, http, user, forked["id"], approval(), task_id=pending)
+    # asked again in the fork: the graph resumes from the fork's copied checkpoints and interrupts there
+    again = await chat(a, http, user, forked["id"], q[1])
+    assert again["status"]["state"] == "input-required", a.process.log_tail()
+    assert user_texts(asked(a, q[1])[-1]) == [q[0], q[1]]  # turn 1 and the question, nothing else
+    # the approval, as kagent's UI sends it for the fork's waiting task: delete_pod runs in the fork's graph
+    answer = await chat(a, http, user, forked["id"], approval(), task_id=again["id"])
     assert answer["status"]["state"] == "completed", a.process.log_tail()
     resumed = asked(a, q[1])[-1]
     assert (resumed[-1]["role"], resumed[-1]["content"]) == ("tool", f"deleted pod web-{t}")
     assert resumed[-2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"name": f"web-{t}"})
     newest = (await checkpoints(a.line.pool, forked["id"]))[-1]["metadata"]
-    assert (newest["a2a_task_id"], newest["a2a_context_id"], newest["resume"]) == (pending, forked["id"], True)
+    assert (newest["a2a_task_id"], newest["a2a_context_id"], newest["resume"]) == (again["id"], forked["id"], True)
     # the source's thread and task are as they were: still waiting for their own approval
     assert await checkpoints(a.line.pool, source) == source_before
     async with a.line.pool.acquire() as conn:
