@@ -59,7 +59,9 @@ LIMIT $3;
 -- What the session holds that names its agent's framework (service/kagent/frameworks.py), among the rows
 -- of the users in $2 (the owner, and kagent's default user, under which kagent 0.10.x stores checkpoint
 -- and crewai rows and some runtimes write their events and tasks): LangGraph checkpoints and CrewAI rows
--- of its thread, the shapes of its oldest events, and its first task's text.
+-- of its thread, the shapes of some of its events, and one task's text. Any rows will do (one agent writes
+-- a session, in one shape): unordered, they are the first the index gives, where the oldest would sort
+-- every event of the session (kagent indexes event by session_id only: 60 ms at 100,000 events).
 SELECT
     EXISTS (SELECT 1 FROM lg_checkpoint
             WHERE thread_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL) AS langgraph,
@@ -75,10 +77,10 @@ SELECT
         FROM (SELECT created_at, {schema}.try_jsonb(data) AS doc FROM event
               WHERE session_id = $1 AND user_id = ANY($2::text[]) AND deleted_at IS NULL
                 AND created_at IS NOT NULL
-              ORDER BY created_at LIMIT 8) AS oldest
+              LIMIT 8) AS sampled
         WHERE jsonb_typeof(doc) = 'object') AS kinds
      WHERE kind IS NOT NULL) AS event_kinds,
     (SELECT data FROM task
      WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
        AND (user_id = ANY($2::text[]) OR user_id IS NULL)
-     ORDER BY created_at LIMIT 1) AS first_task;
+     LIMIT 1) AS first_task;

@@ -85,7 +85,7 @@ class Sessions:
     async def framework_signals(
         self, conn: Connection, session_id: str, users: list[str]
     ) -> tuple[bool, bool, list[str], str | None]:
-        """(LangGraph checkpoints, CrewAI rows, the oldest events' kinds, the first task's text)."""
+        """(LangGraph checkpoints, CrewAI rows, the kinds of a few events, one task's text)."""
         row = await conn.fetchrow(self.q["framework_signals"], session_id, users)
         assert row is not None
         return bool(row["langgraph"]), bool(row["crewai"]), list(row["event_kinds"] or []), row["first_task"]
