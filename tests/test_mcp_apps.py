@@ -6,6 +6,7 @@ controller does: with the RemoteMCPServer's own headers only (none here), never 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import functools
@@ -392,4 +393,40 @@ async def test_an_experiment_from_a_turn_fills_its_grid(
     await expect(again.locator("#grid")).to_have_attribute("data-status", "completed")
     await expect(again.locator("#grid tr[data-row]")).to_have_count(2)
     await expect(again.locator("#form")).to_be_hidden()
+    await chat.clean()
+
+
+async def test_a_running_experiment_is_cancelled_from_its_grid(
+    chat: Chat, served: tuple[str, Seen], pool: asyncpg.Pool
+) -> None:
+    """Cancel, while the slow agent holds its turn: the grid says cancelled, the agent's task is cancelled over
+    A2A, and the button is gone."""
+    seen = served[1]
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=2, user_id=user)
+    await chat.agent_calls(user, "show_experiment", {"session_id": conv.session_id})
+    app = chat.app()
+    await expect(app.locator("#form")).to_be_visible()
+    await app.locator("#turn").select_option(conv.invocation_ids[1])
+    seen.release.clear()
+    seen.hold_on_turn = 0
+    cancelled_before = len(seen.cancelled)
+    try:
+        await app.locator("#agents").fill(f"kagent/{SLOW}")
+        await app.locator("#start").click()
+        grid = app.locator("#grid")
+        await expect(grid).to_have_attribute("data-status", "running", timeout=30_000)
+        await expect(grid.locator("tr[data-row]").first.locator("td").nth(2)).to_have_text("answering…")
+        await app.locator("#cancel").click()
+        await expect(grid).to_have_attribute("data-status", "cancelled", timeout=30_000)
+        await expect(app.locator("#cancel")).to_be_hidden()
+        for _ in range(100):  # the agent's task, cancelled over A2A by the cancel or by the runner just after
+            if len(seen.cancelled) > cancelled_before:
+                break
+            await asyncio.sleep(0.1)
+        assert len(seen.cancelled) > cancelled_before
+    finally:
+        seen.release.set()
+        seen.hold_on_turn = 0
+    assert chat.app_calls.count("app_cancel_experiment") == 1
     await chat.clean()

@@ -288,8 +288,22 @@ async def app_experiment(
     return await _as_app(ctx, app_token, op)
 
 
+async def app_cancel_experiment(
+    ctx: Context[Any, Any, Any],
+    app_token: AppToken,
+    experiment_id: Annotated[str, Field(description="The experiment.")],
+) -> CallToolResult:
+    """Cancel a running experiment's branches (POST /api/experiments/{id}/cancel's operation): its grid."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await experiments.cancel(svc, caller, checked_id(experiment_id, "experiment id"))
+
+    return await _as_app(ctx, app_token, op)
+
+
 APP_TOOLS: list[Callable[..., Any]] = [
     app_branches, app_fork, app_rewind, app_undo, app_compare, app_start_experiment, app_experiment,
+    app_cancel_experiment,
 ]  # fmt: skip
 
 

@@ -48,7 +48,19 @@ const ExperimentView = (() => {
     }
   }
 
+  async function cancel(experimentId) {
+    const button = $("cancel");
+    button.disabled = true;
+    try {
+      render(await Bridge.call("app_cancel_experiment", { app_token: state.token, experiment_id: experimentId }));
+    } catch (error) {
+      show($("status"), error.message, "error");
+      button.disabled = false;
+    }
+  }
+
   async function follow(experimentId) {
+    $("cancel").onclick = () => cancel(experimentId);
     try {
       const grid = await Bridge.call("app_experiment", { app_token: state.token, experiment_id: experimentId });
       render(grid);
@@ -82,6 +94,7 @@ const ExperimentView = (() => {
     table.replaceChildren(head, ...body);
     table.hidden = false;
     table.dataset.status = grid.status;
+    $("cancel").hidden = grid.status !== "running";
     show($("status"), "Experiment " + grid.status + (grid.finished_at ? " (finished)" : ""),
       grid.status === "failed" ? "error" : grid.status === "running" ? "" : "ok");
   }
