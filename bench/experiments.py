@@ -50,7 +50,7 @@ async def finished(b: Bench, path: str, *, sample: Any = None, limit_s: float = 
         if sample is not None:
             sample()
         data: dict[str, Any] = (await b.client.get(path, headers=HEADERS)).json()["data"]
-        if data["status"] not in ("running", "pending", "queued"):
+        if data["status"] != "running":  # jobs and experiments: running until they end
             return data
         await asyncio.sleep(0.1)
     raise RuntimeError(f"{path} still running after {limit_s:.0f} s")
