@@ -83,21 +83,23 @@ async def ensure(store: Store, conn: Connection, session_id: str, owner: str) ->
     """Make the map true now: nothing to do, an extension, or a rebuild. One at a time per session."""
     maps = store.turn_maps
     lock = store.lineage.key_lock(conn, "turn-map", f"{session_id}\n{owner}")
-    async with lock, conn.transaction(isolation="repeatable_read"):
-        state, marks, last_run = await maps.guard(conn, session_id, owner)
-        if trusted(state, marks, last_run):
-            return True
-        if (
-            state is not None
-            and _intact(state, marks, last_run)
-            and await _extend(store, conn, session_id, owner, state, marks)
-        ):
-            return True
-        await _build(store, conn, session_id, owner, marks)
+    async with lock:
+        async with conn.transaction(isolation="repeatable_read"):
+            state, marks, last_run = await maps.guard(conn, session_id, owner)
+            if trusted(state, marks, last_run):
+                return True
+            if (
+                state is not None
+                and _intact(state, marks, last_run)
+                and await _extend(store, conn, session_id, owner, state, marks)
+            ):
+                return True
+            counts = await _build(store, conn, session_id, owner, marks)
+        await store.database.refresh_map_statistics(conn, counts.runs)
         return True
 
 
-async def _build(store: Store, conn: Connection, session_id: str, owner: str, marks: KagentMarks) -> None:
+async def _build(store: Store, conn: Connection, session_id: str, owner: str, marks: KagentMarks) -> MapCounts:
     maps = store.turn_maps
     await maps.forget(conn, session_id, owner, rows=True)
     await maps.map_runs_from(conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0)
@@ -112,7 +114,7 @@ async def _build(store: Store, conn: Connection, session_id: str, owner: str, ma
             batch = []
     await maps.add_tasks(conn, session_id, owner, batch)
     await maps.refresh_turns(conn, session_id, owner, None)
-    await _save(store, conn, session_id, owner, marks)
+    return await _save(store, conn, session_id, owner, marks)
 
 
 async def _extend(
@@ -253,8 +255,12 @@ async def after_rewind(
     if not was_trusted or (first is not None and first[1]):
         await maps.forget(conn, session_id, owner, rows=False)
         return
+    # Turns hidden whole are dropped as they are (read before their runs and tasks go); only the turns
+    # with rows on both sides of the cut, and those its replacement task carries, are made again.
+    gone = await maps.drop_hidden_turns(conn, session_id, owner, events_from, tasks_from)
     touched = set(await maps.drop_runs_from(conn, session_id, owner, first[0])) if first is not None else set()
     touched.update(await maps.forget_tasks_from(conn, session_id, owner, tasks_from))
+    touched -= gone
     if replacement is not None:
         digest = _digest(session_id, owner, *replacement)
         touched.update(digest.invocation_ids)

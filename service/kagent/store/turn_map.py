@@ -256,6 +256,12 @@ class TurnMaps:
         await conn.execute(self.q["turns_from_tasks"], session_id, owner, of)
         await conn.execute(self.q["turns_settle"], session_id, owner, of)
 
+    async def drop_hidden_turns(
+        self, conn: Connection, session_id: str, owner: str, events_from: datetime, tasks_from: datetime
+    ) -> set[str]:
+        """The turns a rewind from (`events_from`, `tasks_from`) hid whole, dropped; their invocations."""
+        return set(await conn.fetchval(self.q["turns_drop_hidden"], session_id, owner, events_from, tasks_from))
+
     async def live_task_stamps(self, conn: Connection, session_id: str, owner: str) -> list[TaskStamp]:
         rows = await conn.fetch(self.q["live_task_stamps"], session_id, owner)
         return [TaskStamp(id=r["id"], created_at=r["created_at"], updated_at=r["updated_at"]) for r in rows]
