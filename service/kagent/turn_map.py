@@ -123,26 +123,28 @@ async def _extend(
     """The map extended by kagent's rows written since it was made; False: they are not only new rows
     (the caller rebuilds)."""
     maps = store.turn_maps
-    live, after = await maps.live_events_after(conn, session_id, owner, state.watermark)
+    last = await maps.last_run(conn, session_id, owner)
+    # One pass over the session's rows counts them and names the events of the runs to make again (the
+    # last run, which new events may continue, and the new ones), read then by key.
+    live, after, ids = await maps.live_events_after(
+        conn, session_id, owner, state.watermark, last.first if last is not None else None
+    )
     if live != state.events + after:
         return False
     touched: set[str] = set()
     if after:
-        last = await maps.last_run(conn, session_id, owner)
         if last is None:
-            _, made = await maps.map_runs_from(conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0)
+            _, made = await maps.map_runs_from(
+                conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0, ids=ids
+            )
         else:
-            # New events may continue the last run: it is mapped again with them.
             touched.update(await maps.drop_runs_from(conn, session_id, owner, last.seq))
             _, made = await maps.map_runs_from(
                 conn, session_id, owner, last.first, seq=last.seq, events=last.events_before,
-                bytes_=last.bytes_before, text_chars=last.text_chars_before,
+                bytes_=last.bytes_before, text_chars=last.text_chars_before, ids=ids,
             )  # fmt: skip
         touched.update(made)
-    mapped = await maps.mapped_task_stamps(conn, session_id, owner)
-    stamps = await maps.live_task_stamps(conn, session_id, owner)
-    changed = [s.id for s in stamps if s.id not in mapped or mapped[s.id][0] != s.updated_at]
-    gone = mapped.keys() - {s.id for s in stamps}
+    changed, gone = await maps.changed_tasks(conn, session_id, owner)
     if changed or gone:
         touched.update(await maps.forget_tasks(conn, session_id, owner, [*changed, *gone]))
         rows = await maps.tasks_by_id(conn, session_id, owner, changed)

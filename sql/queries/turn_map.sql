@@ -84,6 +84,8 @@ WITH read AS MATERIALIZED (
     ) AS m
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
       AND ($3::timestamptz IS NULL OR (e.created_at >= $3 AND (e.created_at, e.id) >= ($3, $4)))
+      -- an extension names the rows (live_events_after read them): looked up by kagent's key (id, user_id)
+      AND ($9::text[] IS NULL OR e.id = ANY($9))
 ), marked AS (
     SELECT *, CASE WHEN lag(id) OVER w IS NOT NULL AND lag(invocation_id) OVER w IS NOT DISTINCT FROM invocation_id
                    THEN 0 ELSE 1 END AS opens
@@ -165,10 +167,13 @@ ORDER BY rank
 LIMIT 1;
 
 -- name: live_events_after
--- The extension's count, without parsing: the session's live events, and those after the watermark
--- ($3, $4; NULL: none mapped). Reads the session's rows (kagent's event has no index on created_at).
+-- The extension's count, without parsing: the session's live events, those after the watermark ($3, $4;
+-- NULL: none mapped), and the ids of those from ($5, $6) on (the last run's first event: the runs made
+-- again), so that map_runs_from reads them by key instead of reading the session's rows a second time.
+-- Reads the session's rows once (kagent's event has no index on created_at).
 SELECT count(*) AS live,
-       count(*) FILTER (WHERE $3::timestamptz IS NULL OR (created_at, id) > ($3, $4)) AS after
+       count(*) FILTER (WHERE $3::timestamptz IS NULL OR (created_at, id) > ($3, $4)) AS after,
+       coalesce(array_agg(id) FILTER (WHERE $5::timestamptz IS NULL OR (created_at, id) >= ($5, $6)), '{}') AS ids
 FROM event
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL;
 
@@ -282,8 +287,16 @@ FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2};
 
--- name: mapped_task_stamps
-SELECT task_id, updated_at, invocation_ids FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2;
+-- name: changed_tasks
+-- What an extension reads again of the tasks, in one pass over each side (no task text read, nothing
+-- compared in Python): the live tasks of the session (kagent's owner rule) that are new or whose
+-- updated_at moved since they were mapped (kagent's upserts), and the mapped ones no longer live (gone).
+SELECT coalesce(t.id, m.task_id) AS id, t.id IS NULL AS gone
+FROM (SELECT id, updated_at FROM task
+      WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND {task_owned_by_$2}) AS t
+FULL JOIN (SELECT task_id, updated_at FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2) AS m
+    ON m.task_id = t.id
+WHERE t.id IS NULL OR m.task_id IS NULL OR m.updated_at IS DISTINCT FROM t.updated_at;
 
 -- name: tasks_by_id
 -- The live tasks of the session with ids $3, oldest first.
