@@ -31,7 +31,9 @@ def runtime_users(owner: str) -> list[str]:
 
 def from_task(text: str | None) -> Framework | None:
     """What a task's metadata says: kagent-langgraph names its thread (`thread_id` on 0.10.x,
-    `kagent_thread_id` on main), kagent-claude writes `kagent.claude.*` keys."""
+    `kagent_thread_id` on main), kagent-claude writes `kagent.claude.*` keys, kagent-crewai 0.10.x writes
+    `app_name` and `session_id` and nothing else (kagent-langgraph 0.10.x writes them too, with its thread;
+    kagent's other runtimes write `kagent_`-prefixed keys)."""
     if text is None:
         return None
     try:
@@ -44,6 +46,8 @@ def from_task(text: str | None) -> Framework | None:
         return "langgraph"
     if any(key.startswith("kagent.claude.") for key in keys):
         return "claude"
+    if keys == {"app_name", "session_id"}:
+        return "crewai"
     return None
 
 

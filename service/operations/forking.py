@@ -536,9 +536,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = [*fork.notes, *cut.warnings]
-    if fork.framework == "crewai" and cut.tasks_before is not None:
-        await crewai_state.check_cut(store, conn, sid, fork.parent.user_id, cut.tasks_before, "a fork")
-        warnings.append(crewai_state.SHARED)
+    if fork.framework == "crewai":
+        said = await crewai_state.fork_warning(store, conn, sid, fork.parent.user_id, cut.tasks_before)
+        warnings += [said] if said is not None else []
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
