@@ -448,6 +448,43 @@ async def test_a_crewai_session_as_kagent_crewai_writes_it_is_forked_with_its_ta
     assert r.status_code == 200 and r.json()["data"]["rewind"]["tasks_removed"] == 2, r.text
 
 
+async def test_a_crewai_flow_keeps_its_state_in_its_pod_so_only_its_visible_chat_is_forked(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    """kagent-crewai 0.10.4 running a flow (crewai_flow_3_turns: its tasks tell the flow's methods, no crewai row):
+    the flow restores its state from its pod by the session's id, so a fork or a rewind is refused as for a Claude
+    agent, and a tasks_only fork copies the visible chat with the warning."""
+    fixture = await loaded(pool, "crewai_flow_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    task_rows = fixture["tables"]["task"]
+    assert all(frameworks.crewai_flow(t["data"]) for t in task_rows)
+    assert not any(frameworks.crewai_flow(t["data"]) for t in read_fixture("crewai_3_turns")["tables"]["task"])
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [(t["task_id"], "crewai") for t in turns]
+    before = await table_fingerprint(pool)
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {}),
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": turns[2]["task_id"], "dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": turns[2]["task_id"]}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "CrewAI flow" in r.json()["error"], (path, r.text)
+    assert await table_fingerprint(pool) == before
+    body = {"tasks_only": True, "rewind_before_task_id": turns[2]["task_id"], "task_layout": "per_task"}
+    r = await post(client, f"/api/sessions/{sid}/fork", user, body)
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]["fork"]
+    assert (fork["framework"], fork["tasks_copied"]) == ("crewai", 2)
+    assert [w for w in fork["warnings"] if "CrewAI" in w or "remember" in w] == [
+        "a fork of the visible chat only: the agent keeps its conversation in its own pod and will not remember "
+        "this one"
+    ]
+    # a crew's session (no per-session state) is forked without tasks_only
+    crew = await loaded(pool, "crewai_3_turns")
+    r = await post(client, f"/api/sessions/{crew['session_id']}/fork", crew["user"], {"tasks_only": True})
+    assert r.status_code == 422 and "tasks_only" in r.json()["error"], r.text
+
+
 async def claude_session(pool: asyncpg.Pool) -> dict[str, Any]:
     """A Claude Agent SDK session as kagent holds it: tasks only (the conversation is in the agent pod's
     transcript files). kagent-claude is not in kagent's repository on either line, so no runtime runs here: the

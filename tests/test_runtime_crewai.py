@@ -1,11 +1,12 @@
 """kagent-crewai 0.10.4 (crewai 1.6.1) runs here, and forks of its chats follow the CrewAI rules (docs/frameworks.md).
 
-The crew (tests/support/runtime_agents/crewai_agent.py, kagent's research-crew sample with `memory=True`) runs as
-its own process from .venv-kagent-crewai against the controller stand-in (which answers /api/crewai as
-handlers/crewai.go does, on kagent's tables of a database of the 0.10.x line) and the scripted model, which also
-answers crewai's task evaluation (what its long-term memory keeps) and its embeddings. Each test talks to it
-through the stand-in's A2A path, asks the service for a fork as the API contract says, and asserts what the
-model was sent when the crew answered in the fork.
+The crew (tests/support/runtime_agents/crewai_agent.py, kagent's research-crew sample with `memory=True`) and the
+flow (crewai_flow_agent.py, as kagent's poem_flow sample: a state under `@persist`) run, each as its own process
+from .venv-kagent-crewai, against the controller stand-in (which answers /api/crewai as handlers/crewai.go does,
+on kagent's tables of a database of the 0.10.x line) and the scripted model, which also answers crewai's task
+evaluation (what its long-term memory keeps) and its embeddings. Each test talks to an agent through the
+stand-in's A2A path, asks the service for a fork as the API contract says, and asserts what the model was sent
+when the agent answered in the fork.
 
 What the runtime showed:
 - as kagent ships it, the crew's memory never reaches kagent: kagent-crewai's executor gives its
@@ -16,7 +17,10 @@ What the runtime showed:
   memory: GET /api/crewai/memory under kagent's default user (the runtime forwards no user), thread = the
   session id; its save still fails (crewai calls `save(..., datetime=...)`, KagentMemoryStorage takes
   `timestamp`), so the memory row those tests need is written through the stand-in's endpoint, as that save
-  would write it, at the moment a turn would have.
+  would write it, at the moment a turn would have;
+- a flow's state is restored, each turn, from a SQLite file in the pod under the session's id (`@persist`
+  gives the flow its own persistence; the executor's `persistence` attribute is never read): no row either,
+  and a fork (another id) starts the flow afresh, so it is refused unless `tasks_only`.
 """
 
 from __future__ import annotations
@@ -93,16 +97,15 @@ async def line(server_url: str, settings: Settings) -> AsyncIterator[Line]:
 
 @pytest.fixture(scope="module")
 async def crews(line: Line) -> AsyncIterator[dict[str, Crew]]:
-    """The crew as kagent's sample writes it (`plain`), and the one whose memory reaches kagent (`kagent`),
-    started side by side as kagent starts a BYO agent."""
-    refs = {"plain": "kagent/crewai-agent", "kagent": "kagent/crewai-memory-agent"}
+    """The crew as kagent's sample writes it (`plain`), the one whose memory reaches kagent (`kagent`) and the
+    flow (`flow`), started side by side as kagent starts a BYO agent."""
+    refs = {"plain": "kagent/crewai-agent", "kagent": "kagent/crewai-memory-agent", "flow": "kagent/crewai-flow-agent"}
     specs = {}
     for kind, ref in refs.items():
         async with line.pool.acquire() as conn:
             await register_agent(conn, ref, {"type": "BYO"})
-        spec = byo_agent(
-            "kagent-crewai", "crewai_agent.py", ref, kagent_url=line.controller.url, model_url=line.model.url
-        )
+        source = "crewai_flow_agent.py" if kind == "flow" else "crewai_agent.py"
+        spec = byo_agent("kagent-crewai", source, ref, kagent_url=line.controller.url, model_url=line.model.url)
         env = {**spec.env, "CREW_MEMORY_IN_KAGENT": "1" if kind == "kagent" else "0"}
         specs[kind] = dataclasses.replace(spec, env=env)
     with ExitStack() as stack:
@@ -326,3 +329,40 @@ async def test_the_stand_in_answers_crewai_memory_and_flow_state_as_kagents_hand
         assert (await http.post(f"{base}/flows/state", json=body, headers=who)).status_code == 201
     got = (await http.get(f"{base}/flows/state", params={"thread_id": thread}, headers=who)).json()["data"]
     assert got == {"thread_id": thread, "method_name": "answer", "state_data": {"id": thread, "m": "answer"}}
+
+
+async def test_a_flow_keeps_its_state_in_its_pod_so_only_its_visible_chat_can_be_forked(
+    crews: dict[str, Crew], http: httpx.AsyncClient
+) -> None:
+    c, user, t = crews["flow"], new_user(), tag()
+    q = [f"F1 {t}: status of web-1?", f"F2 {t}: replicas?", f"F3 {t}: thanks"]
+    calls = len(c.line.controller.controller.calls.seen)
+    source, tasks = await conversation(c, http, user, q)
+
+    def asked(question: str) -> list[str]:
+        (request,) = c.model.requests_for(question)
+        return [message_text(m) for m in request["messages"] if m["role"] == "user"]
+
+    assert asked(q[2]) == q  # the flow's state holds the earlier questions: restored from its pod by the session id
+    assert not any("/api/crewai" in path for _, path, _ in c.line.controller.controller.calls.seen[calls:])
+    assert await crewai_rows(c.line.pool, source) == []
+    before = await table_fingerprint(c.line.pool)
+    for path, body in [
+        (f"/api/sessions/{source}/fork", {}),
+        (f"/api/sessions/{source}/fork", {"rewind_before_task_id": tasks[2]}),
+        (f"/api/sessions/{source}/rewind", {"rewind_before_task_id": tasks[2]}),
+    ]:
+        r = await api(c, http, "POST", path, user, json=body)
+        assert r.status_code == 422 and "CrewAI flow" in r.json()["error"], (path, r.text)
+    assert await table_fingerprint(c.line.pool) == before
+    body = {"tasks_only": True, "rewind_before_task_id": tasks[2], "task_layout": "per_task"}
+    r = await api(c, http, "POST", f"/api/sessions/{source}/fork", user, json=body)
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]
+    assert fork["fork"]["tasks_copied"] == 2 and any("will not remember" in w for w in fork["fork"]["warnings"])
+    # as the warning says: in the fork the flow starts afresh, while the source's flow still holds every turn
+    question, again = f"F4 {t}: and now?", f"F5 {t}: and in the source?"
+    await chat(c, http, user, fork["id"], question)
+    assert asked(question) == [question]
+    await chat(c, http, user, source, again)
+    assert asked(again) == [*q, again]

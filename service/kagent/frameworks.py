@@ -6,6 +6,7 @@ conversation in different places (docs/frameworks.md)."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from service.kagent import dialects
@@ -49,6 +50,28 @@ def from_task(text: str | None) -> Framework | None:
     if keys == {"app_name", "session_id"}:
         return "crewai"
     return None
+
+
+# What kagent-crewai 0.10.x's listener says, in a task's history, as a flow's method runs.
+_FLOW_METHOD = re.compile(r"Method \S+ from flow \S+ (started|finished) execution\.")
+
+
+def crewai_flow(text: str | None) -> bool:
+    """Whether a task of kagent-crewai ran a CrewAI flow (its history tells each flow method's start and end),
+    not a crew."""
+    if text is None:
+        return False
+    try:
+        task = dialects.decode(text)
+    except dialects.TaskFormatError:
+        return False
+    history = task.get("history")
+    for message in history if isinstance(history, list) else []:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str) and _FLOW_METHOD.fullmatch(part["text"]):
+                return True
+    return False
 
 
 def decide(langgraph: bool, crewai: bool, event_kinds: list[str], first_task: str | None) -> Framework:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from service.errors import Unprocessable
+from service.kagent import frameworks
 from service.kagent.frameworks import runtime_users
 from service.kagent.store import Store
 from service.kagent.store.base import Connection
@@ -20,10 +21,21 @@ SHARED = (
 
 IN_POD = (
     "this session's agent (CrewAI) keeps no memory or flow state in kagent's database: kagent-crewai 0.10.4 keeps "
-    "them in its pod (a crew's memory shared by all its sessions, a flow's state under the session's id, which "
-    "the fork does not carry); each turn is sent only its own question, so the fork holds the chat as it was and "
-    "the agent answers from what its pod holds now"
+    "them in its pod (a crew's memory is shared by all its sessions); a crew is sent each turn's question and what "
+    "its pod remembers, no earlier turn, so the fork holds the chat as it was"
 )
+FLOW_IN_POD = (
+    "this session's agent (a CrewAI flow) keeps its state in its own pod under the session's id, not in kagent's "
+    "database (kagent-crewai 0.10.4)"
+)
+
+
+async def flow_in_pod(store: Store, conn: Connection, sid: str, owner: str) -> bool:
+    """Whether the session's agent is a CrewAI flow whose state is not in kagent's database: its tasks tell a
+    flow's methods and the thread has no crewai row. Such a flow restores its state by the session's id from its
+    pod, so a fork (another id) starts it afresh and a rewind leaves it knowing the hidden turns."""
+    _, crewai_rows, _, task = await store.sessions.framework_signals(conn, sid, runtime_users(owner))
+    return not crewai_rows and frameworks.crewai_flow(task)
 
 
 async def fork_warning(store: Store, conn: Connection, sid: str, owner: str, before: datetime | None) -> str | None:

@@ -2,14 +2,14 @@
 
     TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python -m tests.support.capture_frameworks
 
-For each runtime (kagent-langgraph, kagent-openai and kagent-crewai 0.10.4, from .venv-kagent-<name>, made by
-scripts/runtime-venv): a throw-away database of kagent's 0.10.x line (migration 7), the controller stand-in
-and the scripted model on it, the runtime started as kagent starts a BYO agent, a session created through
-the stand-in as kagent's UI does and three turns sent through the stand-in's A2A path (the first calls the
-`lookup` tool; the crew, which has no tool, gets its memory's task evaluation answered instead); then every
-row of kagent's tables, the turns, the model's requests and the controller endpoints the runtime called are
-written as <framework>_3_turns.json, and the database dropped. The runtime's ids and timestamps are its own, so each
-capture differs; the tests read the files, they never capture.
+For each runtime (kagent-langgraph, kagent-openai and kagent-crewai 0.10.4 with a crew and a flow, from
+.venv-kagent-<name>, made by scripts/runtime-venv): a throw-away database of kagent's 0.10.x line (migration 7),
+the controller stand-in and the scripted model on it, the runtime started as kagent starts a BYO agent, a
+session created through the stand-in as kagent's UI does and three turns sent through the stand-in's A2A path
+(the first calls the `lookup` tool; the crew and the flow have no tool: the crew's memory gets its task
+evaluation answered); then every row of kagent's tables, the turns, the model's requests and the controller
+endpoints the runtime called are written as <framework>_3_turns.json, and the database dropped. The runtime's
+ids and timestamps are its own, so each capture differs; the tests read the files, they never capture.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ RUNTIMES = {
     "langgraph": ("kagent-langgraph", "langgraph_agent.py", "kagent/langgraph-agent"),
     "openai": ("kagent-openai", "openai_agent.py", "kagent/openai-agent"),
     "crewai": ("kagent-crewai", "crewai_agent.py", "kagent/crewai-agent"),
+    "crewai_flow": ("kagent-crewai", "crewai_flow_agent.py", "kagent/crewai-flow-agent"),
 }
 # What crewai's TaskEvaluator asks after each task of a crew with memory (the answer its long-term memory
 # keeps), and the evaluation the scripted model gives.
@@ -52,6 +53,8 @@ CREWAI_SUGGESTION = "Name the pod and its namespace"
 
 def script(model: ScriptedModel, framework: str, first_question: str) -> None:
     """The scripted model's answers for one runtime's conversation."""
+    if framework == "crewai_flow":
+        return  # no tool: each turn answered "Answer to: <question>"
     if framework == "crewai":
         # first: the evaluator's prompt quotes the turn's question, so its cue must be matched before any other
         evaluation = {"suggestions": [CREWAI_SUGGESTION], "quality": 8.0, "entities": []}
