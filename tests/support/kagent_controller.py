@@ -22,6 +22,9 @@ go/core/internal/database/{client_postgres.go,queries}), not copied from it:
   or soft-deleted); ``GET /api/tasks/{id}``: ``GetTask`` with the NULL-owner rule, 404 otherwise. kagent
   stores the task re-encoded by trpc-a2a-go after a round trip through a2a-go's v1 types; here it is
   re-encoded by a2a-sdk's 0.3 model (same keys and values, key order may differ).
+- ``/api/langgraph/checkpoints...`` (handlers/checkpoints.go, langgraph.sql) and ``/api/crewai/memory`` /
+  ``/api/crewai/flows/state`` (handlers/crewai.go, crewai.sql: upserts under the caller, the payload's map stored
+  as Go marshals it; the memory's search by ``q``, its hard delete; a flow's newest state by ``created_at``).
 - ``/api/a2a/{namespace}/{name}/...``: passed through to the agent registered under that name, with the
   caller's ``X-User-Id`` (the share owner's with a share token), as ``A2ARequestHandler`` forwards it.
 
