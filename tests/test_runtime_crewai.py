@@ -366,3 +366,31 @@ async def test_a_flow_keeps_its_state_in_its_pod_so_only_its_visible_chat_can_be
     assert asked(question) == [question]
     await chat(c, http, user, source, again)
     assert asked(again) == [*q, again]
+
+
+async def test_a_whatif_into_turn_3_of_a_crew_is_answered_and_a_flows_is_refused(
+    crews: dict[str, Crew], http: httpx.AsyncClient, evaluated: str
+) -> None:
+    user, t = new_user(), tag()
+    c = crews["plain"]
+    q = [f"Q1 {t}: status of web-1?", f"Q2 {t}: replicas?", f"Q3 {t}: which is oldest?"]
+    source, tasks = await conversation(c, http, user, q)
+    body = {"rewind_before_task_id": tasks[2], "agent_ref": c.ref}
+    r = await api(c, http, "POST", f"/api/sessions/{source}/whatif", user, json=body)
+    assert r.status_code == 202, r.text
+    job_id = r.json()["data"]["job"]["id"]
+    deadline = asyncio.get_running_loop().time() + 120
+    while (job := (await api(c, http, "GET", f"/api/whatif/{job_id}", user)).json()["data"])["status"] == "running":
+        assert asyncio.get_running_loop().time() < deadline, job
+        await asyncio.sleep(0.2)
+    assert job["status"] == "completed", (job, c.process.log_tail())
+    # turn 3 asked again in the what-if's fork: the crew is sent it as the source's turn 3 was
+    sent = [r for r in c.model.requests_for(q[2]) if "response_format" not in r]
+    assert len(sent) == 2 and sent[1] == sent[0]
+    assert job["result"]["last_agent_text"].startswith("Answer to: ") and q[2] in job["result"]["last_agent_text"]
+
+    f = crews["flow"]
+    source, tasks = await conversation(f, http, user, [f"Q4 {t}: hello", f"Q5 {t}: again"])
+    body = {"rewind_before_task_id": tasks[1], "agent_ref": f.ref}
+    r = await api(f, http, "POST", f"/api/sessions/{source}/whatif", user, json=body)
+    assert r.status_code == 422 and "CrewAI flow" in r.json()["error"], r.text
