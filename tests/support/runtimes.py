@@ -181,7 +181,7 @@ def _card(agent_ref: str, kagent_url: str, description: str) -> dict[str, object
 
 
 def byo_agent(runtime: str, source: str, agent_ref: str, *, kagent_url: str, model_url: str) -> RuntimeSpec:
-    """A BYO agent of kagent's `runtime` (kagent-langgraph, kagent-openai) as kagent runs its Deployment: the
+    """A BYO agent of kagent's `runtime` (kagent-langgraph, -openai, -crewai) as kagent runs its Deployment: the
     image's command (`python agent.py`, here the file `source` of runtime_agents/ beside its agent-card.json)
     with KAGENT_URL, KAGENT_NAME, KAGENT_NAMESPACE and PORT set, and the agent's own env (the model)."""
     import json
