@@ -166,6 +166,10 @@ async def _rewind_locked(
     framework = await frameworks.detect(store, conn, sid, owner)
     if framework in _KEPT_ELSEWHERE:
         raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
+    if framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, owner):
+        raise Unprocessable(
+            f"this session cannot be rewound: {crewai_state.FLOW_IN_POD}, where it keeps the hidden turns"
+        )
     if (
         framework == "langgraph"
         and not (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
