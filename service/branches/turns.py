@@ -290,6 +290,25 @@ async def _read_page(
     if indexed and use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
         page, last = await _indexed_page(svc, conn, source, limit, after)
         return Page(items=[_item(t, framework) for t in page], last=last)
+    ordered = await ordered_turns(svc, conn, source, framework)
+    start = 0
+    if after is not None:
+        # A turn is named by its invocation id, or by its task when it has none.
+        index = next(
+            (i for i, t in enumerate(ordered) if after in (t.invocation_id, t.invocation_id.replace(TASK_TURN, "", 1))),
+            None,
+        )
+        if index is None:
+            raise BadRequest(f"after names no turn of this session: {after}")
+        start = index + 1
+    page = ordered[start : start + limit]
+    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
+
+
+async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, framework: str) -> list[TurnInfo]:
+    """Every turn of the session in the listing's order, read from all of its rows (no map, no index): for an
+    agent that writes no invocation id, one turn per task (keyed TASK_TURN + its id), in the tasks' order.
+    Needs a transaction."""
     turns = {
         t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
     }
@@ -303,19 +322,7 @@ async def _read_page(
             # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
             if not _complete(turns, row, None):
                 turns[TASK_TURN + row.id] = _task_turn(row)
-    ordered = sorted(turns.values(), key=lambda t: t.started_at)
-    start = 0
-    if after is not None:
-        # A turn is named by its invocation id, or by its task when it has none.
-        index = next(
-            (i for i, t in enumerate(ordered) if after in (t.invocation_id, t.invocation_id.replace(TASK_TURN, "", 1))),
-            None,
-        )
-        if index is None:
-            raise BadRequest(f"after names no turn of this session: {after}")
-        start = index + 1
-    page = ordered[start : start + limit]
-    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
+    return sorted(turns.values(), key=lambda t: t.started_at)
 
 
 def _item(t: TurnInfo, framework: str) -> Invocation:
