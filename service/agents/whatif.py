@@ -335,12 +335,16 @@ async def task_span(
         if row is None or message is None:
             raise Unprocessable(f"the turn of task {tid} has no user message to send")
         turns.append(SourceTurn(invocation_id=tid, message=message, started_at=row.created_at, task_id=tid))
-    times = [t.started_at for t in turns]
-    chars = await svc.store.events.text_chars_before_each(conn, rows.id, rows.user_id, sorted(set(times)))
+    if at is None:
+        chars = await svc.store.events.text_chars_before_each(conn, rows.id, rows.user_id, [turns[0].started_at])
+        tokens = [math.ceil(chars.get(turns[0].started_at, 0) / 4)]
+    else:
+        # The context before each turn: the chat text of the turns before it (their events hold no ADK text).
+        before = [sum(t.text_chars for t in listed[: at + i]) for i in range(len(turns))]
+        tokens = [math.ceil(n / 4) for n in before]
     return Span(
         source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None,
-        dialect=plan.dialect_of(found[task_id]), turns=turns, tokens=[math.ceil(chars.get(at, 0) / 4) for at in times],
-        position=None if at is None else at + 1,
+        dialect=plan.dialect_of(found[task_id]), turns=turns, tokens=tokens, position=None if at is None else at + 1,
     )  # fmt: skip
 
 

@@ -72,6 +72,7 @@ class TurnInfo:
     state: str | None = None
     task_ids: list[str] = field(default_factory=list)
     marks: dialects.ChatMarks = field(default_factory=dialects.ChatMarks)
+    text_chars: int = 0  # a turn known only by its task: its chat's characters (dialects.chat_text_chars)
 
 
 async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dict[str, TurnInfo]:
@@ -101,8 +102,10 @@ def _task_turn(row: TaskRow) -> TurnInfo:
         data = dialects.decode(row.data)
     except dialects.TaskFormatError:
         return turn
-    text = dialects.first_user_text(data, plan.dialect_of(row))
+    dialect = plan.dialect_of(row)
+    text = dialects.first_user_text(data, dialect)
     turn.user_text, turn.state = (text[:USER_TEXT_CHARS] if text else None), dialects.state(data)
+    turn.text_chars = dialects.chat_text_chars(data, dialect)
     return turn
 
 
