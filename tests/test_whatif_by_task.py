@@ -5,6 +5,7 @@ fork as kagent's agents do. The turns are the turn listing's (one per task, in t
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -17,6 +18,12 @@ from tests.support.a2a_agent import APPROVAL_LEGACY, LEGACY, NAMESPACE, Seen, ru
 from tests.test_experiments import until
 from tests.test_frameworks import claude_session, loaded
 from tests.test_whatif import ended, job_until, service, whatif_settings
+
+
+def answers_to(turns: list[dict[str, Any]]) -> list[str]:
+    """The source's answers to these fixture turns (the scripted model's, after turn 1's tool call)."""
+    return [f"Answer to: {t['question']}" for t in turns]
+
 
 # The fixtures' tasks are kagent 0.10.x's (legacy A2A JSON): the agents answer in that dialect.
 FIXTURES = {"openai-agents": "openai_3_turns", "langgraph": "langgraph_3_turns"}
@@ -184,4 +191,12 @@ async def test_refusals_of_turns_named_by_task_write_nothing(wclient: Any, pool:
     # another user's session is not there
     r = await post(wclient, f"{base}/experiments", new_user(), {**agents, "rewind_before_task_id": turns[1]["task_id"]})
     assert r.status_code == 404
+    # the gate's estimate: before each turn, the chat text its earlier turns' tasks hold (question and answer), / 4
+    chars = [
+        len(t["question"]) + len(a) for t, a in zip(turns, ["web-1 is Running.", *answers_to(turns[1:])], strict=True)
+    ]
+    estimate = 0 + math.ceil(chars[0] / 4) + math.ceil((chars[0] + chars[1]) / 4)
+    body = {**agents, "rewind_before_task_id": turns[0]["task_id"], "turns": "all", "max_context_tokens": estimate - 1}
+    r = await post(wclient, f"{base}/experiments", user, body)
+    assert r.status_code == 422 and f"about {estimate} tokens" in r.json()["error"], r.text
     assert await caller_fingerprint(pool, *users) == before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import math
 import re
@@ -306,7 +307,8 @@ async def task_span(
         named = await svc.store.tasks.owned_task(conn, rows.id, rows.user_id, task_id)
         if named is None:
             raise NotFound(f"task {task_id} not found in session {session_id}")
-        ids = [task_id]
+        _count(wanted, 1, task_id)
+        ids, found = [task_id], {task_id: named}
     else:
         # The turns from it on, as long as they are known by their tasks.
         ids = []
@@ -314,24 +316,19 @@ async def task_span(
             if not t.invocation_id.startswith(turn_listing.TASK_TURN) or t.task_id is None:
                 break
             ids.append(t.task_id)
-    ids = ids[: _count(wanted, len(ids), task_id)]
-    found = {
-        r.id: r
-        for r in await svc.store.tasks.runtime_tasks_by_id(
-            conn, source.id, source.user_id, frameworks.runtime_users(source.user_id), ids
-        )
-    }
-    if task_id not in found:  # the ADK case above: the task is the owner's (or the runtime's) row
-        named = await svc.store.tasks.owned_task(conn, rows.id, rows.user_id, task_id)
-        if named is not None:
-            found[task_id] = named
+        ids = ids[: _count(wanted, len(ids), task_id)]
+        users = frameworks.runtime_users(source.user_id)
+        found = {
+            r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)
+        }
     turns: list[SourceTurn] = []
     for tid in ids:
-        row = found.get(tid)
-        try:
-            message = dialects.first_user_message(dialects.decode(row.data), plan.dialect_of(row)) if row else None
-        except dialects.TaskFormatError:
-            message = None
+        row, message = found.get(tid), None
+        if row is not None:
+            try:
+                message = dialects.first_user_message(dialects.decode(row.data), plan.dialect_of(row))
+            except dialects.TaskFormatError:
+                message = None
         if row is None or message is None:
             raise Unprocessable(f"the turn of task {tid} has no user message to send")
         turns.append(SourceTurn(invocation_id=tid, message=message, started_at=row.created_at, task_id=tid))
@@ -340,8 +337,9 @@ async def task_span(
         tokens = [math.ceil(chars.get(turns[0].started_at, 0) / 4)]
     else:
         # The context before each turn: the chat text of the turns before it (their events hold no ADK text).
-        before = [sum(t.text_chars for t in listed[: at + i]) for i in range(len(turns))]
-        tokens = [math.ceil(n / 4) for n in before]
+        before = list(itertools.accumulate((t.text_chars for t in listed[at : at + len(turns) - 1]), initial=0))
+        chars_before = sum(t.text_chars for t in listed[:at])
+        tokens = [math.ceil((chars_before + n) / 4) for n in before]
     return Span(
         source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None,
         dialect=plan.dialect_of(found[task_id]), turns=turns, tokens=tokens, position=None if at is None else at + 1,
