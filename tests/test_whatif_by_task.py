@@ -16,7 +16,7 @@ from service.config import Settings
 from tests.helpers import caller_fingerprint, new_user
 from tests.support.a2a_agent import APPROVAL_LEGACY, LEGACY, NAMESPACE, Seen, running_agents
 from tests.test_experiments import until
-from tests.test_frameworks import claude_session, loaded
+from tests.test_frameworks import claude_session, crewai_session, loaded
 from tests.test_whatif import ended, job_until, service, whatif_settings
 
 
@@ -200,3 +200,29 @@ async def test_refusals_of_turns_named_by_task_write_nothing(wclient: Any, pool:
     r = await post(wclient, f"{base}/experiments", user, body)
     assert r.status_code == 422 and f"about {estimate} tokens" in r.json()["error"], r.text
     assert await caller_fingerprint(pool, *users) == before
+
+
+async def test_a_crewai_turn_named_by_its_task_where_the_fork_proceeds(
+    wclient: Any, pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> None:
+    """A CrewAI session (its memory last changed in turn 2): an experiment from turn 3 proceeds as the fork does;
+    one from turn 2 is refused as the fork is (422), writing nothing."""
+    _, seen = agents
+    fixture = await crewai_session(pool, changed_in_turn=2)
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    before = await caller_fingerprint(pool, user)
+    body = {"rewind_before_task_id": turns[1]["task_id"], "agents": [ref(LEGACY)], "turns": "all"}
+    r = await post(wclient, f"/api/sessions/{sid}/experiments", user, body)
+    assert r.status_code == 422 and "CrewAI" in r.json()["error"], r.text
+    assert await caller_fingerprint(pool, user) == before
+
+    r = await post(
+        wclient, f"/api/sessions/{sid}/experiments", user, {**body, "rewind_before_task_id": turns[2]["task_id"]}
+    )
+    assert r.status_code == 202, r.text
+    done = await until(wclient, r.json()["data"]["experiment"]["id"], user)
+    assert done["status"] == "completed", done
+    (branch,) = done["branches"]
+    assert [t["question"] for t in branch["turns"]] == [turns[2]["question"]]
+    assert [t["answer"] for t in done["source"]["turns"]] == answers_to(turns[2:])
+    assert [texts(m) for m in seen.messages if m.context_id == branch["session_id"]] == [[turns[2]["question"]]]
