@@ -396,6 +396,37 @@ async def test_an_experiment_from_a_turn_fills_its_grid(
     await chat.clean()
 
 
+async def test_an_experiment_from_a_turn_known_by_its_task(
+    chat: Chat, served: tuple[str, Seen], pool: asyncpg.Pool
+) -> None:
+    """A session of an agent that writes no invocation id (kagent-openai's rows): the view lists its turns by
+    task and starts the experiment from one by its task; the grid shows the source's and the branch's turns."""
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=3, event_style="openai", user_id=user)
+    await chat.agent_calls(user, "show_experiment", {"session_id": conv.session_id})
+    app = chat.app()
+    await expect(app.locator("#form")).to_be_visible()
+    await app.locator("#turn").select_option(conv.turns[1].task_id)
+    await expect(app.locator("#question")).to_have_value(conv.turns[1].user_text)
+    await app.locator("#turns").fill("all")
+    await app.locator("#agents").fill(f"kagent/{V1}")
+    await app.locator("#start").click()
+    grid = app.locator("#grid")
+    await expect(grid).to_have_attribute("data-status", "completed", timeout=60_000)
+    rows = grid.locator("tr[data-row]")
+    await expect(rows).to_have_count(2)
+    await expect(rows.first).to_contain_text(conv.turns[1].user_text)
+    await expect(rows.nth(1).locator("td").nth(2)).to_contain_text("by the other agent")
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT rewind_before_invocation_id, rewind_before_task_id FROM kagent_fork.experiment"
+            " WHERE source_session_id = $1",
+            conv.session_id,
+        )
+    assert tuple(row) == (None, conv.turns[1].task_id)
+    await chat.clean()
+
+
 async def test_a_running_experiment_is_cancelled_from_its_grid(
     chat: Chat, served: tuple[str, Seen], pool: asyncpg.Pool
 ) -> None:

@@ -277,6 +277,84 @@ async def test_a_whatif_into_turn_3_is_answered_from_turns_1_and_2(agent: Agent,
     assert len(sent) == 2 and sent[1] == sent[0]
 
 
+def replayed(a: Agent, since: int, questions: list[str]) -> list[list[dict[str, Any]]]:
+    """The messages of the model requests made since `since` for the turns of `questions`, in order."""
+    return [r["messages"] for r in a.model.requests[since:] if any(q in json.dumps(r["messages"]) for q in questions)]
+
+
+def without_echo(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request without the copies of its own question among its history: kagent-openai 0.10.4 writes a turn's
+    input item and reads its session's items at once, so the history it reads sometimes holds the question
+    already (seen in the source's turns and in a fork's alike: the runtime's race, not the rows)."""
+    question = messages[-1]
+    return [m for m in messages[:-1] if not (m["role"] == "user" and m == question)] + [question]
+
+
+async def test_a_whatif_of_every_turn_from_turn_2_sends_the_model_turn_1_then_each_question(
+    agent: Agent, http: httpx.AsyncClient
+) -> None:
+    """`turns: "all"` from a turn named by its task: turn 2 re-asked after exactly turn 1, then turn 3 after
+    turns 1 and 2 as the fork now holds them, the requests the source's own turns 2 and 3 made."""
+    user, t = new_user(), tag()
+    q = [f"M1 {t}: status of web-1?", f"M2 {t}: replicas?", f"M3 {t}: which is oldest?"]
+    source, tasks = await conversation(agent, http, user, q)
+    since = len(agent.model.requests)
+    started = await api(
+        agent, http, "POST", f"/api/sessions/{source}/whatif", user,
+        json={"rewind_before_task_id": tasks[1], "agent_ref": agent.ref, "turns": "all"},
+    )  # fmt: skip
+    assert (started["job"]["turns_total"], started["job"]["rewind_before_task_id"]) == (2, tasks[1])
+    job = await job_done(agent, http, started["job"]["id"], user)
+    assert job["status"] == "completed", (job, agent.process.log_tail())
+    assert job["turns_done"] == 2 and job["result"]["last_agent_text"] == f"Answer to: {q[2]}"
+
+    replay = replayed(agent, since, q)
+    # one model request per re-asked turn: turn 2's question after turn 1 (its tool call and result included),
+    # then turn 3's after turns 1-2, exactly as the source's turns 2 and 3 were sent
+    assert len(replay) == 2, [user_texts(m) for m in replay]
+    assert [without_echo(m) for m in replay] == [without_echo(asked(agent, x)[0]) for x in q[1:]]
+    assert sorted(user_texts(replay[0])) == sorted(q[:2]) and sorted(user_texts(replay[1])) == sorted(q)
+    assert any(m.get("tool_calls") for m in replay[0])  # turn 1's lookup, as the source holds it
+
+
+async def test_an_experiment_on_the_openai_runtime_from_a_turn_named_by_its_task(
+    agents: dict[str, Agent], http: httpx.AsyncClient
+) -> None:
+    """One agent, two repeats (a second runtime process costs a start of its own): each branch re-asks turns 2
+    and 3 in its own fork, the model gets what the source's turns got, and the grid's source column reads the
+    source's answers from its tasks."""
+    a, user, t = agents["openai-agents"], new_user(), tag()
+    q = [f"X1 {t}: status of web-1?", f"X2 {t}: replicas?", f"X3 {t}: which is oldest?"]
+    source, tasks = await conversation(a, http, user, q)
+    since = len(a.model.requests)
+    started = await api(
+        a, http, "POST", f"/api/sessions/{source}/experiments", user,
+        json={"rewind_before_task_id": tasks[1], "agents": [a.ref], "turns": "all", "repeats": 2},
+    )  # fmt: skip
+    experiment = started["experiment"]
+    assert (experiment["rewind_before_task_id"], experiment["rewind_before_invocation_id"]) == (tasks[1], None)
+    deadline = time.monotonic() + 180
+    while experiment["status"] == "running":
+        assert time.monotonic() < deadline, experiment
+        await asyncio.sleep(0.3)
+        experiment = await api(a, http, "GET", f"/api/experiments/{experiment['id']}", user)
+    assert experiment["status"] == "completed", (experiment, a.process.log_tail())
+
+    answers = [f"Answer to: {x}" for x in q[1:]]
+    assert [x["question"] for x in experiment["source"]["turns"]] == q[1:]
+    assert [x["answer"] for x in experiment["source"]["turns"]] == answers
+    assert len(experiment["branches"]) == 2 and experiment["by_agent"][0]["totals"]["turns"]["mean"] == 2
+    for branch in experiment["branches"]:
+        assert branch["status"] == "completed" and branch["stopped_at"] is None, branch
+        assert [x["question"] for x in branch["turns"]] == q[1:]
+        assert [x["answer"] for x in branch["turns"]] == answers
+        assert [x["state"] for x in branch["turns"]] == ["completed", "completed"]
+    # every branch's model requests are the source's turns 2 and 3's (the branches ran side by side)
+    replay = replayed(a, since, q)
+    source_requests = [without_echo(asked(a, x)[0]) for x in q[1:]]
+    assert sorted(json.dumps(without_echo(m)) for m in replay) == sorted(map(json.dumps, source_requests * 2))
+
+
 async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(
     agents: dict[str, Agent], http: httpx.AsyncClient
 ) -> None:

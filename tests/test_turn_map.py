@@ -239,7 +239,8 @@ async def _spans(svc: Services, caller: Caller, session_id: str, invocations: li
     for inv in invocations:
         async with svc.pool.acquire() as conn:
             try:
-                span = await whatif.span_of(svc, conn, caller, session_id, inv, "all")
+                boundary = whatif.Boundary(invocation_id=inv, task_id=None)
+                span = await whatif.span_of(svc, conn, caller, session_id, boundary, "all")
             except Exception as exc:  # the refusal itself must be the same
                 out[inv] = (type(exc).__name__, str(exc))
                 continue

@@ -27,7 +27,7 @@ from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
 from service.observability import EXPERIMENTS, WHATIF_JOBS
 from service.operations import forking
-from service.schemas import ForkedSession, ForkRequest, Text, one_boundary
+from service.schemas import ForkedSession, Text
 from service.services import Services
 
 MAX_BRANCHES = 8
@@ -84,28 +84,16 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Check everything, write every branch's fork and job, start them: (answer, replayed)."""
-    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
-    whatif.a2a_base(svc)
-    if req.agents is not None:
-        _agents(req, None)  # the shape of the list, before reading anything
-    whatif.whole_tokens(req.max_context_tokens, 1)
-    boundary = await whatif.turn_named(
-        svc, caller, session_id, req.rewind_before_invocation_id, req.rewind_before_task_id
+    # The shape of the agents' list is checked before anything is read.
+    boundary = await whatif.begin(svc, caller, session_id, req, lambda: req.agents is None or _agents(req, None))
+    req = msgspec.structs.replace(
+        req, rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id
     )
-    req = msgspec.structs.replace(req, rewind_before_invocation_id=boundary)
-    if idempotency_key is None:
-        return await _checked_start(svc, runner, caller, session_id, req, boundary, None, authorization), False
-    key = f"experiment:{idempotency_key}"
     digest = _encoder.encode([session_id, req]).hex()
-    async with svc.connection() as conn, svc.store.lineage.key_lock(conn, key, caller.user_id):
-        stored = await svc.store.lineage.idempotent_answer(
-            conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
-        )
-        if stored is not None:
-            if stored[0] != digest:
-                raise Unprocessable("Idempotency-Key was already used with a different request")
-            return msgspec.Raw(stored[1].encode()), True
-        return await _checked_start(svc, runner, caller, session_id, req, boundary, (key, digest), authorization), False
+    return await whatif.once(
+        svc, caller, "experiment", idempotency_key, digest,
+        lambda idempotency: _checked_start(svc, runner, caller, session_id, req, boundary, idempotency, authorization),
+    )  # fmt: skip
 
 
 async def _checked_start(
@@ -114,7 +102,7 @@ async def _checked_start(
     caller: Caller,
     session_id: str,
     req: ExperimentRequest,
-    boundary: str,
+    boundary: whatif.Boundary,
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
@@ -134,12 +122,12 @@ async def _checked_start(
     row = ExperimentRow(
         id=str(uuid.uuid4()), user_id=caller.user_id, source_session_id=span.source.id,
         source_user_id=span.source.user_id, source_agent_ref=span.agent_ref,
-        rewind_before_invocation_id=boundary,
+        rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id,
         turns_requested="all" if req.turns == "all" else str(int(req.turns)), turns=len(span.turns),
         message=_encoder.encode(req.message).decode() if req.message else None, on_approval=req.on_approval,
         repeats=repeats, source_turns=None, status="running", created_at=datetime.min, finished_at=None,
     )  # fmt: skip
-    fork_req = ForkRequest(rewind_before_invocation_id=boundary, if_boundary_missing="error")
+    fork_req = boundary.fork_request(None)
     jobs: list[WhatifJob] = []
     forks: list[ForkedSession] = []
     for ref, repeat in branches:

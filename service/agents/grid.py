@@ -14,14 +14,16 @@ import statistics
 
 import msgspec
 
-from service.agents import a2a_client
-from service.agents.runner import TurnFigures, question_of, sent_parts, turn_figures
+from service.agents import a2a_client, whatif
+from service.agents.runner import TurnFigures, question_of, sent_parts, task_text, turn_figures
 from service.branches import turns as turn_listing
 from service.errors import NotFound
 from service.identity import Caller
+from service.kagent import frameworks
 from service.kagent.store.base import BEGINNING, Connection
 from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
+from service.kagent.store.sessions import SessionRow
 from service.schemas import rfc3339
 from service.services import Services
 
@@ -72,7 +74,8 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     status: str
     source_session_id: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
     turns_requested: int | str
     message: dict[str, str] | None
     created_at: str
@@ -89,7 +92,8 @@ class Listed(msgspec.Struct, frozen=True, kw_only=True):
 
     id: str
     status: str
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
     turns_requested: int | str
     turns: int
     repeats: int
@@ -105,7 +109,8 @@ def _requested(text: str) -> int | str:
 def listed(row: ExperimentRow) -> Listed:
     return Listed(
         id=row.id, status=row.status, rewind_before_invocation_id=row.rewind_before_invocation_id,
-        turns_requested=_requested(row.turns_requested), turns=row.turns, repeats=row.repeats,
+        rewind_before_task_id=row.rewind_before_task_id, turns_requested=_requested(row.turns_requested),
+        turns=row.turns, repeats=row.repeats,
         on_approval=row.on_approval, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None,
     )  # fmt: skip
@@ -164,6 +169,8 @@ async def source_turns(svc: Services, conn: Connection, row: ExperimentRow) -> l
     source = await svc.store.sessions.get_session(conn, row.source_session_id, row.source_user_id)
     if source is None:
         return []
+    if row.rewind_before_task_id is not None:
+        return await _task_source_turns(svc, conn, source, row.rewind_before_task_id, row.turns)
     listed_turns = await svc.store.events.event_turns(conn, source.id, source.user_id)
     ids = [t.invocation_id for t in listed_turns]
     if row.rewind_before_invocation_id not in ids:
@@ -187,6 +194,33 @@ async def source_turns(svc: Services, conn: Connection, row: ExperimentRow) -> l
                 state=a2a_client.state_label(infos[t.invocation_id].state),
             )
         )
+    return out
+
+
+async def _task_source_turns(
+    svc: Services, conn: Connection, source: SessionRow, task_id: str, count: int
+) -> list[TurnFigures]:
+    """source_turns for a span that starts at a turn known by its task alone: the turns as the listing gives
+    them (one per task), each one's question and state from the listing, its answer from its task (the
+    events of such agents are not ADK's), the other figures from the events of its time."""
+    framework, rows = await whatif.turns_read_from(svc, conn, source)
+    listed = await turn_listing.ordered_turns(svc, conn, source, framework)
+    keys = [t.invocation_id for t in listed]
+    if turn_listing.TASK_TURN + task_id not in keys:
+        return []
+    first = keys.index(turn_listing.TASK_TURN + task_id)
+    span = listed[first : first + count]
+    users = frameworks.runtime_users(source.user_id)
+    ids = [t.task_id for t in span if t.task_id is not None]
+    tasks = {r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)}
+    out = []
+    for i, t in enumerate(span):
+        until = listed[first + i + 1].started_at if first + i + 1 < len(listed) else None
+        task = tasks.get(t.task_id or "")
+        answer = task_text(task) if task is not None else None
+        state = a2a_client.state_label(t.state)
+        figures = turn_figures(svc, rows.id, rows.user_id, t.started_at, until, question=t.user_text, state=state)
+        out.append(msgspec.structs.replace(await figures, answer=answer))
     return out
 
 
@@ -224,7 +258,8 @@ async def experiment(
     )  # fmt: skip
     return Experiment(
         id=row.id, status=row.status, source_session_id=row.source_session_id,
-        rewind_before_invocation_id=row.rewind_before_invocation_id, turns_requested=_requested(row.turns_requested),
+        rewind_before_invocation_id=row.rewind_before_invocation_id, rewind_before_task_id=row.rewind_before_task_id,
+        turns_requested=_requested(row.turns_requested),
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
@@ -256,7 +291,9 @@ def markdown(e: Experiment) -> str:
     lines = [
         f"# Experiment {e.id}: {e.status}",
         "",
-        f"Source `{e.source_session_id}` from turn `{e.rewind_before_invocation_id}`, {e.turns_requested} turn(s), "
+        f"Source `{e.source_session_id}` from turn `{e.rewind_before_invocation_id or e.rewind_before_task_id}`"
+        + ("" if e.rewind_before_invocation_id else " (its task)")
+        + f", {e.turns_requested} turn(s), "
         f"on approval: {e.on_approval}"
         + (f", first question asked as: {e.message['text']!r}" if e.message else "")
         + ".",

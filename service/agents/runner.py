@@ -29,6 +29,7 @@ from service.errors import NotConfigured, ServiceError
 from service.kagent import dialects, frameworks
 from service.kagent.store.base import CONNECTION_ERRORS, Connection
 from service.kagent.store.jobs import JobTurn, WhatifJob
+from service.kagent.store.tasks import TaskRow
 from service.observability import (
     EXPERIMENTS,
     TURN_DURATION,
@@ -246,6 +247,9 @@ class Runner:
                 rejected_tool_calls=turn.rejected, state=state,
             )  # fmt: skip
             async with self.svc.connection() as conn:
+                if figures.answer is None and turn.task_id is not None:
+                    answer = await task_answer(self.svc, conn, job, turn.task_id)
+                    figures = msgspec.structs.replace(figures, answer=answer)
                 await self.svc.store.jobs.whatif_turn_end(
                     conn, job.id, row.ordinal, state, _encoder.encode(figures).decode(), stopped
                 )
@@ -277,12 +281,10 @@ class Runner:
         async with svc.connection() as conn:
             tally = await summary.tally(svc.store, conn, job.session_id, job.user_id, job.created_at)
             answer = tally.last_agent_text
-            framework = await frameworks.detect(svc.store, conn, job.session_id, job.user_id)
-            if answer is None and framework not in ("adk", "adk-go"):
-                # An agent whose events this service does not read (every framework but ADK): its last task's answer.
+            if answer is None:
                 turns = await svc.store.jobs.whatif_turns(conn, job.id)
                 task_id = next((t.task_id for t in reversed(turns) if t.task_id is not None), None)
-                answer = await _task_answer(svc, conn, task_id, job.session_id) if task_id is not None else None
+                answer = await task_answer(svc, conn, job, task_id) if task_id is not None else None
             result = JobResult(
                 last_agent_text=answer, tool_calls=dict(sorted(tally.tool_calls.items())),
                 total_tokens=tally.total_tokens,
@@ -303,12 +305,17 @@ class Runner:
             )  # fmt: skip
 
 
-async def _task_answer(svc: Services, conn: Connection, task_id: str, session_id: str) -> str | None:
-    """The last agent text of the job's A2A task as kagent's table holds it (cut as summary.tally cuts an
-    event's)."""
-    row = await svc.store.tasks.task_by_id(conn, task_id, session_id)
-    if row is None:
+async def task_answer(svc: Services, conn: Connection, job: WhatifJob, task_id: str) -> str | None:
+    """The answer of a job's turn by an agent whose events this service does not read (every framework but
+    ADK): the last agent text of its A2A task in kagent's table. None for an ADK agent (its events say it)."""
+    if await frameworks.detect(svc.store, conn, job.session_id, job.user_id) in ("adk", "adk-go"):
         return None
+    row = await svc.store.tasks.task_by_id(conn, task_id, job.session_id)
+    return None if row is None else task_text(row)
+
+
+def task_text(row: TaskRow) -> str | None:
+    """A task's last agent text, cut as summary.tally cuts an event's (None: none, or not JSON)."""
     try:
         text = dialects.last_agent_text(dialects.decode(row.data), plan.dialect_of(row))
     except (dialects.TaskFormatError, ServiceError):

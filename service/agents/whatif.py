@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import math
 import re
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol, TypeVar
 
 import msgspec
 from msgspec import Meta
 
 from service.agents import a2a_client
 from service.agents.runner import JobResult, Runner, headers
+from service.branches import turns as turn_listing
 from service.errors import BadRequest, Conflict, NotConfigured, NotFound, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent import dialects, frameworks, turn_map
@@ -41,6 +44,7 @@ __all__ = ["Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_ses
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("kagent_fork")
+T = TypeVar("T")
 
 # A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
 AGENT_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -74,6 +78,17 @@ class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_context_tokens: Tokens | None = None
     turns: TurnCount = 1
     message: MessageEdit | None = None
+
+
+class StartRequest(Protocol):
+    """What `begin` reads of a what-if's or an experiment's request."""
+
+    @property
+    def rewind_before_invocation_id(self) -> str | None: ...
+    @property
+    def rewind_before_task_id(self) -> str | None: ...
+    @property
+    def max_context_tokens(self) -> int | float | None: ...
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
@@ -173,70 +188,161 @@ def default_name(span: Span, agent_ref: str, repeat: int | None = None) -> str:
     return name if repeat is None else f"{name} #{repeat}"[:256]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Boundary:
+    """The turn a what-if or an experiment starts from: by its invocation, or, for an agent that writes
+    none (every framework but ADK), by its task alone."""
+
+    invocation_id: str | None
+    task_id: str | None  # only for a turn known by its task alone
+
+    @property
+    def key(self) -> str:
+        """The turn's key in a job's turns and an experiment's rows: its invocation id, else its task id."""
+        key = self.invocation_id or self.task_id
+        assert key is not None
+        return key
+
+    def fork_request(self, name: str | None) -> ForkRequest:
+        return ForkRequest(
+            rewind_before_invocation_id=self.invocation_id, rewind_before_task_id=self.task_id, name=name,
+            if_boundary_missing="error",
+        )  # fmt: skip
+
+
 async def turn_named(
-    svc: Services,
-    caller: Caller,
-    session_id: str,
-    invocation_id: str | None,
-    task_id: str | None,
-    *,
-    tasks: bool = False,
-) -> str:
-    """The invocation of the turn a what-if or an experiment starts from, named by invocation or by task
-    (one of the two, 400 otherwise). A task of an agent that writes none (every framework but ADK) is
-    answered as is when `tasks` (a what-if re-asks it alone), else refused (422: an experiment re-asks
-    turns by invocation)."""
+    svc: Services, caller: Caller, session_id: str, invocation_id: str | None, task_id: str | None
+) -> Boundary:
+    """The turn a what-if or an experiment starts from, named by invocation or by task (one of the two, 400
+    otherwise). A task of an ADK agent names its invocation's turn; a task of an agent that writes no
+    invocation id names the turn that starts with it."""
     one_boundary(invocation_id, task_id, required=True)
     if task_id is None:
-        assert invocation_id is not None  # one_boundary
-        return invocation_id
+        return Boundary(invocation_id=invocation_id, task_id=None)
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
-        rows = await _rows_of(svc, conn, source)
+        _, rows = await turns_read_from(svc, conn, source)
         named = await forking.named_turn(svc, conn, rows, None, task_id)
     if named.missing is not None:
         raise NotFound(f"task {task_id} not found in session {session_id}")
-    if named.invocation_id is None and tasks:
-        return task_id
     if named.invocation_id is None:
-        raise Unprocessable(
-            f"task {task_id} carries no invocation id (its agent is not an ADK agent): "
-            "experiments re-ask turns by invocation, which this agent does not write"
+        return Boundary(invocation_id=None, task_id=task_id)
+    return Boundary(invocation_id=named.invocation_id, task_id=None)
+
+
+async def begin(
+    svc: Services,
+    caller: Caller,
+    session_id: str,
+    req: StartRequest,
+    check: Callable[[], object],
+) -> Boundary:
+    """What a what-if and an experiment check before reading anything (the boundary named once, kagent's A2A
+    endpoint known, `check`: the agents' names, the token limit's type), then the turn they start from."""
+    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
+    a2a_base(svc)
+    check()
+    whole_tokens(req.max_context_tokens, 1)
+    return await turn_named(svc, caller, session_id, req.rewind_before_invocation_id, req.rewind_before_task_id)
+
+
+async def once(
+    svc: Services,
+    caller: Caller,
+    kind: str,
+    idempotency_key: str | None,
+    digest: str,
+    start: Callable[[tuple[str, str] | None], Awaitable[T]],
+) -> tuple[T | msgspec.Raw, bool]:
+    """`start` run once per Idempotency-Key and request (`digest`): (answer, replayed). Retries of one key
+    wait on its lock and replay the first answer, which `start` keeps under (key, digest) in its last
+    transaction; the lock's connection is the only one held meanwhile (each step takes and returns its own)."""
+    if idempotency_key is None:
+        return await start(None), False
+    key = f"{kind}:{idempotency_key}"
+    async with svc.connection() as conn, svc.store.lineage.key_lock(conn, f"{kind}:{caller.user_id}", idempotency_key):
+        stored = await svc.store.lineage.idempotent_answer(
+            conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
         )
-    return named.invocation_id
+        if stored is not None:
+            if stored[0] != digest:
+                raise Unprocessable("Idempotency-Key was already used with a different request")
+            return msgspec.Raw(stored[1].encode()), True
+        return await start((key, digest)), False
 
 
-async def _rows_of(svc: Services, conn: Connection, source: SessionRow) -> SessionRow:
-    """Where the session's turns are read: its runtime's own row when the runtime wrote them under kagent's
-    default user (forking.runtime_session), else the session's."""
+async def turns_read_from(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, SessionRow]:
+    """The session's framework, and where its turns are read: its runtime's own row when the runtime wrote
+    them under kagent's default user (forking.runtime_session), else the session's."""
     framework = await frameworks.detect(svc.store, conn, source.id, source.user_id)
-    return await forking.runtime_session(svc, conn, source, framework) or source
+    return framework, await forking.runtime_session(svc, conn, source, framework) or source
+
+
+def _count(wanted: int | float | str, available: int, boundary: str) -> int:
+    """How many turns `wanted` asks for, of the `available` ones from the boundary on (422 out of range)."""
+    count = available if wanted == "all" else whole(float(wanted), "turns")
+    if count < 1:
+        raise Unprocessable(f'turns must be 1 or more, or "all", got {count}')
+    if count > available:
+        raise Unprocessable(
+            f"turns: the source holds {available} turn{'s' if available != 1 else ''} from {boundary} on, not {count}"
+        )
+    return count
 
 
 async def task_span(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, task_id: str, wanted: object
+    svc: Services, conn: Connection, caller: Caller, session_id: str, task_id: str, wanted: int | float | str
 ) -> Span:
-    """The span of a turn known by its task alone (an agent without invocation ids): that turn, re-asked with
-    the task's first user message. Later turns are not re-asked (422): a job follows turns by invocation."""
-    if wanted != 1:
-        raise Unprocessable(f"turns: a turn named by a task without an invocation id is re-asked alone, not {wanted}")
+    """The span of a turn known by its task alone (an agent without invocation ids): that turn and the later
+    ones as the turn listing gives them (one turn per task, in the tasks' order), each re-asked with its task's
+    first user message. Needs a (repeatable read) transaction."""
     source, _ = await visible_session(svc, conn, caller, session_id)
-    rows = await _rows_of(svc, conn, source)
-    row = await svc.store.tasks.owned_task(conn, rows.id, rows.user_id, task_id)
-    if row is None:
-        raise NotFound(f"task {task_id} not found in session {session_id}")
-    dialect = plan.dialect_of(row)
-    try:
-        message = dialects.first_user_message(dialects.decode(row.data), dialect)
-    except dialects.TaskFormatError:
-        message = None
-    if message is None:
-        raise Unprocessable(f"the turn of task {task_id} has no user message to send")
-    chars = await svc.store.events.text_chars_before_each(conn, rows.id, rows.user_id, [row.created_at])
+    framework, rows = await turns_read_from(svc, conn, source)
+    listed = await turn_listing.ordered_turns(svc, conn, source, framework)
+    keys = [t.invocation_id for t in listed]
+    at = keys.index(turn_listing.TASK_TURN + task_id) if turn_listing.TASK_TURN + task_id in keys else None
+    if at is None:
+        # Not a turn of its own in the listing (an ADK turn just started: its task carries no invocation id
+        # yet, its events name the turn): it is re-asked alone.
+        named = await svc.store.tasks.owned_task(conn, rows.id, rows.user_id, task_id)
+        if named is None:
+            raise NotFound(f"task {task_id} not found in session {session_id}")
+        _count(wanted, 1, task_id)
+        ids, found = [task_id], {task_id: named}
+    else:
+        # The turns from it on, as long as they are known by their tasks.
+        ids = []
+        for t in listed[at:]:
+            if not t.invocation_id.startswith(turn_listing.TASK_TURN) or t.task_id is None:
+                break
+            ids.append(t.task_id)
+        ids = ids[: _count(wanted, len(ids), task_id)]
+        users = frameworks.runtime_users(source.user_id)
+        found = {
+            r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)
+        }
+    turns: list[SourceTurn] = []
+    for tid in ids:
+        row, message = found.get(tid), None
+        if row is not None:
+            try:
+                message = dialects.first_user_message(dialects.decode(row.data), plan.dialect_of(row))
+            except dialects.TaskFormatError:
+                message = None
+        if row is None or message is None:
+            raise Unprocessable(f"the turn of task {tid} has no user message to send")
+        turns.append(SourceTurn(invocation_id=tid, message=message, started_at=row.created_at, task_id=tid))
+    if at is None:
+        chars = await svc.store.events.text_chars_before_each(conn, rows.id, rows.user_id, [turns[0].started_at])
+        tokens = [math.ceil(chars.get(turns[0].started_at, 0) / 4)]
+    else:
+        # The context before each turn: the chat text of the turns before it (their events hold no ADK text).
+        before = list(itertools.accumulate((t.text_chars for t in listed[at : at + len(turns) - 1]), initial=0))
+        chars_before = sum(t.text_chars for t in listed[:at])
+        tokens = [math.ceil((chars_before + n) / 4) for n in before]
     return Span(
-        source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None, dialect=dialect,
-        turns=[SourceTurn(invocation_id=task_id, message=message, started_at=row.created_at, task_id=task_id)],
-        tokens=[math.ceil(chars.get(row.created_at, 0) / 4)], position=None,
+        source=source, agent_ref=agent_ref_of(source.agent_id) if source.agent_id else None,
+        dialect=plan.dialect_of(found[task_id]), turns=turns, tokens=tokens, position=None if at is None else at + 1,
     )  # fmt: skip
 
 
@@ -318,13 +424,17 @@ async def _tokens_before(
 
 
 async def span_of(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: str, wanted: int | float | str
+    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: Boundary, wanted: int | float | str
 ) -> Span:
-    """read_span in a read-only snapshot of its own, the source's turn map made true first (outside it)."""
+    """The span from the boundary (read_span, or task_span for a turn known by its task alone) in a read-only
+    snapshot of its own, the source's turn map made true first (outside it)."""
+    if boundary.task_id is not None:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            return await task_span(svc, conn, caller, session_id, boundary.task_id, wanted)
     source, _ = await visible_session(svc, conn, caller, session_id)
     mapped = await turn_map.prepare(svc.store, conn, source.id, source.user_id)
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        return await read_span(svc, conn, caller, session_id, boundary, wanted, mapped=mapped)
+        return await read_span(svc, conn, caller, session_id, boundary.key, wanted, mapped=mapped)
 
 
 async def read_span(
@@ -347,14 +457,7 @@ async def read_span(
         found = await _exact_from(svc, conn, source, boundary)
     task, dialect, later = found.task, found.dialect, found.later
     # A turn only its task knows (no events) can be asked; nothing after it is known.
-    available = max(len(later), 1)
-    count = available if wanted == "all" else whole(float(wanted), "turns")
-    if count < 1:
-        raise Unprocessable(f'turns must be 1 or more, or "all", got {count}')
-    if count > available:
-        raise Unprocessable(
-            f"turns: the source holds {available} turn{'s' if available != 1 else ''} from {boundary} on, not {count}"
-        )
+    count = _count(wanted, max(len(later), 1), boundary)
     turns = [
         SourceTurn(invocation_id=boundary, message=found.first, started_at=later[0][1] if later else task.created_at)
     ]
@@ -499,39 +602,20 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
-    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=True)
-    a2a_base(svc)
-    if req.agent_ref is not None:
-        checked_agent_ref(req.agent_ref)
-    whole_tokens(req.max_context_tokens, 1)
-    task_id = req.rewind_before_task_id
-    boundary = await turn_named(svc, caller, session_id, req.rewind_before_invocation_id, task_id, tasks=True)
-    if task_id is not None and boundary == task_id:  # a turn known by its task alone: the fork cuts at it
-        fork_req = ForkRequest(rewind_before_task_id=task_id, name=req.name, if_boundary_missing="error")
-    else:
-        req = msgspec.structs.replace(req, rewind_before_invocation_id=boundary, rewind_before_task_id=None)
-        fork_req = ForkRequest(rewind_before_invocation_id=boundary, name=req.name, if_boundary_missing="error")
-    if idempotency_key is None:
-        return (
-            await _checked_start(svc, runner, caller, session_id, req, boundary, fork_req, None, authorization),
-            False,
-        )
-    key = f"whatif:{idempotency_key}"
+    boundary = await begin(
+        svc, caller, session_id, req, lambda: req.agent_ref is None or checked_agent_ref(req.agent_ref)
+    )
+    req = msgspec.structs.replace(
+        req, rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id
+    )
+    fork_req = boundary.fork_request(req.name)
     digest = forking.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
-    # Retries of one key wait here and replay the first answer; the lock's connection is the only one
-    # held while the what-if starts (each step takes and returns its own).
-    async with svc.connection() as conn, svc.store.lineage.key_lock(conn, f"whatif:{caller.user_id}", idempotency_key):
-        stored = await svc.store.lineage.idempotent_answer(
-            conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
-        )
-        if stored is not None:
-            if stored[0] != digest:
-                raise Unprocessable("Idempotency-Key was already used with a different request")
-            return msgspec.Raw(stored[1].encode()), True
-        started = await _checked_start(
-            svc, runner, caller, session_id, req, boundary, fork_req, (key, digest), authorization
-        )
-        return started, False
+    return await once(
+        svc, caller, "whatif", idempotency_key, digest,
+        lambda idempotency: _checked_start(
+            svc, runner, caller, session_id, req, boundary, fork_req, idempotency, authorization
+        ),
+    )  # fmt: skip
 
 
 async def _checked_start(
@@ -540,18 +624,14 @@ async def _checked_start(
     caller: Caller,
     session_id: str,
     req: WhatifRequest,
-    boundary: str,
+    boundary: Boundary,
     fork_req: ForkRequest,
     idempotency: tuple[str, str] | None,
     authorization: str | None,
 ) -> Started:
     """The refusals a fork does not make (the turns' messages, the agent, the cost gate), then the start."""
     async with svc.connection() as conn:
-        if fork_req.rewind_before_task_id is not None:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                span = await task_span(svc, conn, caller, session_id, boundary, req.turns)
-        else:
-            span = await span_of(svc, conn, caller, session_id, boundary, req.turns)
+        span = await span_of(svc, conn, caller, session_id, boundary, req.turns)
     agent_ref = req.agent_ref or span.agent_ref
     if agent_ref is None:
         raise Unprocessable(

@@ -72,6 +72,7 @@ class TurnInfo:
     state: str | None = None
     task_ids: list[str] = field(default_factory=list)
     marks: dialects.ChatMarks = field(default_factory=dialects.ChatMarks)
+    text_chars: int = 0  # a turn known only by its task: its chat's characters (dialects.chat_text_chars)
 
 
 async def turn_index(svc: Services, conn: Connection, source: SessionRow) -> dict[str, TurnInfo]:
@@ -101,8 +102,10 @@ def _task_turn(row: TaskRow) -> TurnInfo:
         data = dialects.decode(row.data)
     except dialects.TaskFormatError:
         return turn
-    text = dialects.first_user_text(data, plan.dialect_of(row))
+    dialect = plan.dialect_of(row)
+    text = dialects.first_user_text(data, dialect)
     turn.user_text, turn.state = (text[:USER_TEXT_CHARS] if text else None), dialects.state(data)
+    turn.text_chars = dialects.chat_text_chars(data, dialect)
     return turn
 
 
@@ -290,6 +293,25 @@ async def _read_page(
     if indexed and use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
         page, last = await _indexed_page(svc, conn, source, limit, after)
         return Page(items=[_item(t, framework) for t in page], last=last)
+    ordered = await ordered_turns(svc, conn, source, framework)
+    start = 0
+    if after is not None:
+        # A turn is named by its invocation id, or by its task when it has none.
+        index = next(
+            (i for i, t in enumerate(ordered) if after in (t.invocation_id, t.invocation_id.replace(TASK_TURN, "", 1))),
+            None,
+        )
+        if index is None:
+            raise BadRequest(f"after names no turn of this session: {after}")
+        start = index + 1
+    page = ordered[start : start + limit]
+    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
+
+
+async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, framework: str) -> list[TurnInfo]:
+    """Every turn of the session in the listing's order, read from all of its rows (no map, no index): for an
+    agent that writes no invocation id, one turn per task (keyed TASK_TURN + its id), in the tasks' order.
+    Needs a transaction."""
     turns = {
         t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
     }
@@ -303,19 +325,7 @@ async def _read_page(
             # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
             if not _complete(turns, row, None):
                 turns[TASK_TURN + row.id] = _task_turn(row)
-    ordered = sorted(turns.values(), key=lambda t: t.started_at)
-    start = 0
-    if after is not None:
-        # A turn is named by its invocation id, or by its task when it has none.
-        index = next(
-            (i for i, t in enumerate(ordered) if after in (t.invocation_id, t.invocation_id.replace(TASK_TURN, "", 1))),
-            None,
-        )
-        if index is None:
-            raise BadRequest(f"after names no turn of this session: {after}")
-        start = index + 1
-    page = ordered[start : start + limit]
-    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
+    return sorted(turns.values(), key=lambda t: t.started_at)
 
 
 def _item(t: TurnInfo, framework: str) -> Invocation:

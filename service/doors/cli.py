@@ -303,7 +303,8 @@ def _show_comparison(c: dict[str, Any]) -> str:
 
 def _show_job(j: dict[str, Any]) -> str:
     lines = [
-        f"What-if {j['id']}: {j['status']}, {j['agent_ref']} answering turn {j['rewind_before_invocation_id']} "
+        f"What-if {j['id']}: {j['status']}, {j['agent_ref']} answering turn "
+        f"{j['rewind_before_invocation_id'] or 'of task ' + str(j['rewind_before_task_id'])} "
         f"of {j['parent_session_id']} in the fork {j['session_id']}"
     ]
     if j["error"]:

@@ -256,15 +256,25 @@ async def app_start_experiment(
     ctx: Context[Any, Any, Any],
     app_token: AppToken,
     session_id: SessionId,
-    rewind_before_invocation_id: Turn,
     agents: Annotated[list[str], Field(description='1 to 8 agents, each "namespace/name".')],
+    rewind_before_invocation_id: Annotated[
+        str | None, Field(description="The first turn, by its invocation id.")
+    ] = None,
+    rewind_before_task_id: Annotated[
+        str | None, Field(description="The first turn by its task, for an agent that writes no invocation id.")
+    ] = None,
     turns: Annotated[int | str, Field(description='How many turns to replay, or "all".')] = 1,
     message_text: Annotated[str | None, Field(description="The first question, edited.")] = None,
 ) -> CallToolResult:
     """Start an experiment (start_experiment's operation)."""
 
     async def op(svc: Services, caller: Caller) -> object:
-        fields: dict[str, object] = {"rewind_before_invocation_id": rewind_before_invocation_id, "agents": agents}
+        named = {
+            "rewind_before_invocation_id": rewind_before_invocation_id,
+            "rewind_before_task_id": rewind_before_task_id,
+        }
+        fields: dict[str, object] = {k: v for k, v in named.items() if v is not None}
+        fields["agents"] = agents
         fields["turns"] = turns
         if message_text:
             fields["message"] = {"text": message_text}

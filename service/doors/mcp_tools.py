@@ -343,8 +343,9 @@ async def start_experiment(
         int | None, Field(description="Refuse when every branch's turns' contexts add up to more (default 200,000).")
     ] = None,
 ) -> CallToolResult:
-    """Experiment: replay the conversation from the turn `rewind_before_invocation_id` on several agents at
-    once and compare them with the source, turn by turn. Each of `agents` (1 to 8 "namespace/name", default:
+    """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
+    writes no invocation id, `rewind_before_task_id`) on several agents at once and compare them with the
+    source, turn by turn. Each of `agents` (1 to 8 "namespace/name", default:
     the session's own agent) gets a fork before that turn, then is asked the session's later user questions
     in order: `turns` of them (a number, or "all"). `message_text` asks the first question differently.
     `repeats` (1-5) runs each agent that many times, to tell an agent's difference from chance.

@@ -259,6 +259,12 @@ def last_agent_text(task: JSON, dialect: TaskDialect) -> str | None:
     return None
 
 
+def chat_text_chars(task: JSON, dialect: TaskDialect) -> int:
+    """The characters of a task's turn as kagent's UI shows it (its first user text and its answer): the
+    token estimate's measure for an agent whose events hold no ADK text (text characters / 4)."""
+    return len(first_user_text(task, dialect) or "") + len(last_agent_text(task, dialect) or "")
+
+
 def first_user_text(task: JSON, dialect: TaskDialect, invocation_id: str | None = None) -> str | None:
     """The text of the task's first user message (of one invocation, when given)."""
     for index, message in enumerate(history(task)):

@@ -50,4 +50,4 @@ reply_sent_at, rejected_tool_calls, figures::text AS figures, ended_at
 -- An experiment row as the store reads it.
 id, user_id, source_session_id, source_user_id, source_agent_ref, rewind_before_invocation_id, turns_requested,
 turns, message::text AS message, on_approval, repeats, source_turns::text AS source_turns, status, created_at,
-finished_at
+finished_at, rewind_before_task_id

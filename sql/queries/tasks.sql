@@ -146,3 +146,11 @@ FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND ({task_owned_by_$2} OR task.user_id = ANY($3::text[]))
 ORDER BY created_at;
+
+-- name: runtime_tasks_by_id
+-- Of the tasks runtime_tasks reads, those named in $4 (the turns of a span known by their tasks), oldest first.
+SELECT id, created_at, protocol_version, data
+FROM task
+WHERE session_id = $1 AND id = ANY($4::text[]) AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ({task_owned_by_$2} OR task.user_id = ANY($3::text[]))
+ORDER BY created_at;

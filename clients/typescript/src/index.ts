@@ -720,7 +720,10 @@ export interface WhatifJob {
   /** The fork the agent answers in. */
   session_id: string;
   parent_session_id: string;
-  rewind_before_invocation_id: string;
+  /** The turn re-asked; null for a turn known by its task alone (an agent that writes no invocation id). */
+  rewind_before_invocation_id: string | null;
+  /** The turn re-asked, when it has no invocation id. */
+  rewind_before_task_id: string | null;
   agent_ref: string;
   /** The agent's A2A task, once it answered. */
   task_id: string | null;
@@ -756,6 +759,8 @@ export interface WhatifOptions extends ClientOptions {
   maxContextTokens?: number;
   /** A retry with the same key and request answers the first job instead of starting a second one. */
   idempotencyKey?: string;
+  /** Name the turn by its task instead (pass null as the invocation): an agent that writes no invocation id. */
+  rewindBeforeTaskId?: string;
 }
 
 /**
@@ -765,10 +770,12 @@ export interface WhatifOptions extends ClientOptions {
  */
 export async function startWhatif(
   sessionId: string,
-  rewindBeforeInvocationId: string,
+  rewindBeforeInvocationId: string | null,
   options: WhatifOptions = {},
 ): Promise<BaseResponse<WhatifStarted>> {
-  const body: Record<string, unknown> = { rewind_before_invocation_id: rewindBeforeInvocationId };
+  const body: Record<string, unknown> = {};
+  if (rewindBeforeInvocationId !== null) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.rewindBeforeTaskId !== undefined) body.rewind_before_task_id = options.rewindBeforeTaskId;
   if (options.agentRef !== undefined) body.agent_ref = options.agentRef;
   if (options.name !== undefined) body.name = options.name;
   if (options.turns !== undefined) body.turns = options.turns;
@@ -777,7 +784,7 @@ export async function startWhatif(
   const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   return call<WhatifStarted>(options, "POST", sessionPath(sessionId, "whatif"), body, extra, [
     sessionId,
-    rewindBeforeInvocationId,
+    rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? "",
   ]);
 }
 
@@ -841,7 +848,10 @@ export interface Experiment {
   id: string;
   status: "running" | "completed" | "failed" | "cancelled";
   source_session_id: string;
-  rewind_before_invocation_id: string;
+  /** The first turn replayed; null for a turn known by its task alone (an agent that writes no invocation id). */
+  rewind_before_invocation_id: string | null;
+  /** The first turn replayed, when it has no invocation id. */
+  rewind_before_task_id: string | null;
   turns_requested: number | string;
   message: { text: string } | null;
   created_at: string;
@@ -908,7 +918,8 @@ export async function startExperiment(
 export interface ExperimentListed {
   id: string;
   status: "running" | "completed" | "failed" | "cancelled";
-  rewind_before_invocation_id: string;
+  rewind_before_invocation_id: string | null;
+  rewind_before_task_id: string | null;
   turns_requested: number | string;
   turns: number;
   repeats: number;

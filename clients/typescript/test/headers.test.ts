@@ -131,6 +131,10 @@ test("what-if, experiments, transcript and rewinds: paths, query, bodies and the
   await startWhatif("s", "e-1", { baseUrl: "http://h", fetch });
   assert.deepEqual(sent[1]!.body, { rewind_before_invocation_id: "e-1" });
   assert.equal(sent[1]!.headers["idempotency-key"], undefined);
+  // a turn known by its task alone (an agent that writes no invocation id)
+  await startWhatif("s", null, { baseUrl: "http://h", fetch, rewindBeforeTaskId: "t-2", turns: "all" });
+  assert.deepEqual(sent[2]!.body, { rewind_before_task_id: "t-2", turns: "all" });
+  sent.pop();
   await getWhatif("j/1", o);
   await cancelWhatif("j/1", o);
   await listWhatifs("s", o);

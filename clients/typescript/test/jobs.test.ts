@@ -251,8 +251,8 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   assert.equal(answer.message, "Successfully listed experiments");
   const mine = experiments.find((e) => e.id === started.id);
   assert.deepEqual(mine && { ...mine, created_at: "", finished_at: "" }, {
-    id: started.id, status: "completed", rewind_before_invocation_id: second, turns_requested: 2, turns: 2,
-    repeats: 1, on_approval: "stop", created_at: "", finished_at: "",
+    id: started.id, status: "completed", rewind_before_invocation_id: second, rewind_before_task_id: null,
+    turns_requested: 2, turns: 2, repeats: 1, on_approval: "stop", created_at: "", finished_at: "",
   });
   assert.equal(typeof mine?.finished_at, "string");
   failed(await listExperiments(source, { userId: "alice@example.com" }), "Session not found");

@@ -3,15 +3,17 @@
 const ExperimentView = (() => {
   const state = { sessionId: null, token: null, turns: [] };
   const $ = (id) => document.getElementById(id);
+  const key = (turn) => turn.invocation_id ?? turn.task_id;
 
   async function showForm() {
     const data = await Bridge.call("app_branches", { app_token: state.token, session_id: state.sessionId });
     state.turns = data.turns;
     const select = $("turn");
+    // A turn is named by its invocation id, or by its task for an agent that writes none.
     select.replaceChildren(...data.turns.map((t, i) =>
-      el("option", { value: t.invocation_id }, (i + 1) + ". " + short(t.user_text || "(no text)", 70))));
+      el("option", { value: key(t) }, (i + 1) + ". " + short(t.user_text || "(no text)", 70))));
     const pick = () => {
-      const turn = state.turns.find((t) => t.invocation_id === select.value);
+      const turn = state.turns.find((t) => key(t) === select.value);
       $("question").value = (turn && turn.user_text) || "";
     };
     select.onchange = pick;
@@ -31,11 +33,13 @@ const ExperimentView = (() => {
     button.disabled = true;
     show($("status"), "Starting…");
     try {
-      const turn = state.turns.find((t) => t.invocation_id === $("turn").value);
+      const turn = state.turns.find((t) => key(t) === $("turn").value);
       const edited = $("question").value;
       const turns = $("turns").value.trim();
+      const named = turn && turn.invocation_id === null
+        ? { rewind_before_task_id: turn.task_id } : { rewind_before_invocation_id: $("turn").value };
       const answer = await Bridge.call("app_start_experiment", {
-        app_token: state.token, session_id: state.sessionId, rewind_before_invocation_id: $("turn").value,
+        app_token: state.token, session_id: state.sessionId, ...named,
         agents: $("agents").value.split(",").map((a) => a.trim()).filter(Boolean),
         turns: /^\d+$/.test(turns) ? Number(turns) : turns,
         message_text: turn && edited !== (turn.user_text || "") ? edited : null,

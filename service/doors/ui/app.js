@@ -74,9 +74,10 @@ function plain(value, indent = "") {
   }).join("\n");
 }
 
-// The turn (from 1) an invocation is in the open session, or null.
+// The turn (from 1) an invocation is in the open session, or null. A turn of an agent that writes no
+// invocation id is named by its task (a job's or an experiment's turn key).
 function turnNumber(inv) {
-  const index = state.session ? state.session.turns.findIndex((t) => t.invocation_id === inv) : -1;
+  const index = state.session ? state.session.turns.findIndex((t) => t.invocation_id === inv || (t.invocation_id === null && t.task_id === inv)) : -1;
   return index < 0 ? null : index + 1;
 }
 
@@ -469,7 +470,7 @@ async function showWhatifs() {
   const answer = await act("Listing what-ifs", () => api("GET", `/api/sessions/${enc(current())}/whatifs`));
   if (!answer) return;
   const items = answer.data.map((j) => el("li", { class: "turn", "data-id": j.id, "data-status": j.status },
-    ...jobWords(j, turnLabel(j.rewind_before_invocation_id)),
+    ...jobWords(j, turnLabel(j.rewind_before_invocation_id ?? j.rewind_before_task_id)),
     el("div", { class: "muted", text: `started ${when(j.created_at)}${j.finished_at ? `, ended ${when(j.finished_at)}` : ""}` })));
   $("whatifs").replaceChildren(...items);
   if (!items.length) $("whatifs").replaceChildren(el("li", { class: "muted", text: "No what-ifs from this session." }));

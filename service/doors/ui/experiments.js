@@ -94,7 +94,7 @@ async function showExperiments() {
   const answer = await act("Listing experiments", () => api("GET", `/api/sessions/${enc(current())}/experiments`));
   if (!answer) return;
   const items = answer.data.map((x) => el("li", { class: "turn", "data-id": x.id, "data-status": x.status },
-    el("b", { text: `Experiment ${x.status}: from ${turnLabel(x.rewind_before_invocation_id)}, ${plural(x.turns, "turn")}` }),
+    el("b", { text: `Experiment ${x.status}: from ${turnLabel(x.rewind_before_invocation_id ?? x.rewind_before_task_id)}, ${plural(x.turns, "turn")}` }),
     el("div", { class: "muted", text: `${x.repeats > 1 ? `${x.repeats} repeats of each agent · ` : ""}on approval: ${x.on_approval} · started ${when(x.created_at)}${x.finished_at ? `, ended ${when(x.finished_at)}` : ""}` }),
     el("button", { type: "button", onclick: () => followExperiment(x.id), text: "Show the grid" })));
   $("experiments").replaceChildren(...items);
@@ -179,7 +179,8 @@ function spread(s, digits = 0) {
 function experimentGrid(x) {
   const columns = [["source", x.source], ...x.branches.map((b, i) => [`b${i}`, b])];
   const rows = Math.max(...columns.map(([, c]) => c.turns.length));
-  const first = turnNumber(x.rewind_before_invocation_id);
+  const from = x.rewind_before_invocation_id ?? x.rewind_before_task_id;
+  const first = turnNumber(from);
   const body = Array.from({ length: rows }, (_, i) => el("tr", {},
     el("th", { class: "turn-no", text: first ? `Turn ${first + i}` : `Turn +${i}` }),
     ...columns.map(([col, c]) => gridCell(c.turns[i], col))));
@@ -187,7 +188,7 @@ function experimentGrid(x) {
   const parts = [
     el("p", { "data-status": x.status },
       el("b", { text: `Experiment ${x.status}: ` }),
-      `from ${turnLabel(x.rewind_before_invocation_id)}, ${span}, ${plural(x.branches.length, "branch", "branches")}, on approval: ${x.on_approval}, started ${when(x.created_at)}`),
+      `from ${turnLabel(from)}, ${span}, ${plural(x.branches.length, "branch", "branches")}, on approval: ${x.on_approval}, started ${when(x.created_at)}`),
     x.message ? el("p", { class: "muted", text: `The first question asked differently: ${quoted(x.message.text, 200)}` }) : null,
     x.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelExperiment(x.id), text: "Cancel the experiment" }) : null,
     el("div", { class: "grid-scroll" }, el("table", { class: "compare experiment" },

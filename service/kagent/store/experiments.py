@@ -17,7 +17,7 @@ class ExperimentRow:
     source_session_id: str
     source_user_id: str
     source_agent_ref: str | None
-    rewind_before_invocation_id: str
+    rewind_before_invocation_id: str | None  # None: a turn known by its task alone
     turns_requested: str  # "all" or a number, as asked
     turns: int
     message: str | None  # JSON {text}
@@ -27,6 +27,7 @@ class ExperimentRow:
     status: str
     created_at: datetime
     finished_at: datetime | None
+    rewind_before_task_id: str | None = None  # the turn's task, when it has no invocation id (migration 0012)
 
 
 class Experiments:
@@ -39,6 +40,7 @@ class Experiments:
         created: datetime = await conn.fetchval(
             self.q["insert_experiment"], e.id, e.user_id, e.source_session_id, e.source_user_id, e.source_agent_ref,
             e.rewind_before_invocation_id, e.turns_requested, e.turns, e.message, e.on_approval, e.repeats,
+            e.rewind_before_task_id,
         )  # fmt: skip
         return created
 

@@ -120,6 +120,13 @@ class Tasks:
         async for row in self._stream(conn, "runtime_tasks", session_id, owner, users):
             yield row
 
+    async def runtime_tasks_by_id(
+        self, conn: Connection, session_id: str, owner: str, users: list[str], task_ids: list[str]
+    ) -> list[TaskRow]:
+        """Of the tasks stream_runtime_tasks reads, those of `task_ids`, oldest first."""
+        rows = await conn.fetch(self.q["runtime_tasks_by_id"], session_id, owner, users, task_ids)
+        return [_task(r) for r in rows]
+
     async def stream_tasks_from(
         self, conn: Connection, session_id: str, owner: str, start: datetime
     ) -> AsyncIterator[TaskRow]:
