@@ -224,5 +224,8 @@ async def test_a_crewai_turn_named_by_its_task_where_the_fork_proceeds(
     assert done["status"] == "completed", done
     (branch,) = done["branches"]
     assert [t["question"] for t in branch["turns"]] == [turns[2]["question"]]
-    assert [t["answer"] for t in done["source"]["turns"]] == answers_to(turns[2:])
+    # the source's own answer, read from its task: kagent-crewai's model was sent crewai's whole task prompt,
+    # which names the question, and the scripted model echoed it (tests/fixtures/frameworks/crewai_3_turns.json)
+    (answer,) = [t["answer"] for t in done["source"]["turns"]]
+    assert answer.startswith("Answer to: ") and turns[2]["question"] in answer, answer
     assert [texts(m) for m in seen.messages if m.context_id == branch["session_id"]] == [[turns[2]["question"]]]
