@@ -1,4 +1,4 @@
-"""Where a fork's time goes: `python -m bench.breakdown [--turns 10000] [--op fork] [--index] [--cprofile]`.
+"""Where a fork's time goes: `python -m bench.breakdown [--turns 10000] [--op fork] [--cprofile]`.
 
 Runs one operation in-process (the same code the HTTP handlers call) on a generated session in a
 throw-away database (as bench.run), and prints the time spent in each store call (each SQL statement or
@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.generate import SessionSpec, insert_population, insert_session
 from bench.inprocess import kagent_database, service_parts
-from bench.run import USER, set_index
+from bench.run import USER
 
 Span = tuple[str, object, float, float]  # store call, connection, start, end (perf_counter)
 
@@ -103,8 +103,6 @@ async def profile(args: argparse.Namespace) -> None:
         session = await insert_session(conn, SessionSpec(turns=args.turns, dialect=args.dialect))
         await insert_population(conn, args.population)
         await conn.execute("VACUUM ANALYZE")
-        if args.index:
-            await set_index(conn, True)
         async with service_parts(dsn) as svc:
             if args.no_map:
                 svc.store.turn_map_min_tasks = None
@@ -163,7 +161,6 @@ def main() -> None:
     p.add_argument("--dialect", choices=["v1", "legacy"], default="v1")
     p.add_argument("--op", choices=["fork", "dry-run", "rewind", "invocations"], default="fork")
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
-    p.add_argument("--index", action="store_true", help="with the invocation index installed")
     p.add_argument("--no-map", action="store_true", help="without the turn map (made by the warm-up otherwise)")
     p.add_argument("--cprofile", action="store_true", help="also profile the Python functions")
     p.add_argument("--top", type=int, default=25, help="lines of the Python profile")

@@ -1,12 +1,11 @@
 """What each piece of the large-fork path buys: `python -m bench.pieces [--reps 3] [--turns 1000 10000]`.
 
 A large fork (at least copying.LARGE_FORK_TASKS tasks) takes a second connection in the same snapshot
-(the reader); without the task index it guesses its boundary task from the last turns
+(the reader); without the turn map it guesses its boundary task from the last turns
 (forking._guess_cut, undone by a savepoint when wrong); per_task tasks of the owner are copied by
 PostgreSQL while the reader checks them (copying._server_copy), other tasks are rewritten in Python.
 This times the same fork (before the last turn, in-process, as bench.breakdown) with each piece taken
-away in turn, without and with the invocation index, in one throw-away database, the variants
-alternating within each repetition:
+away in turn, in one throw-away database, the variants alternating within each repetition:
 
 - shipped: the code as it is;
 - no guess: forking._guess_cut answers None (the exact cut is searched first);
@@ -30,7 +29,7 @@ from typing import Any
 
 from bench.generate import GeneratedSession, SessionSpec, insert_population, insert_session
 from bench.inprocess import kagent_database, service_parts
-from bench.run import USER, set_index
+from bench.run import USER
 
 
 @contextlib.contextmanager
@@ -83,7 +82,6 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 async def measure(args: argparse.Namespace) -> None:
     from service.identity import Caller
-    from service.kagent import invocation_index
     from service.operations import forking
     from service.schemas import ForkRequest
 
@@ -98,34 +96,30 @@ async def measure(args: argparse.Namespace) -> None:
             # The pieces of the path a fork takes without a turn map (a mapped fork has none of them).
             svc.store.turn_map_min_tasks = None
             caller = Caller(user_id=USER, share_token=None)
-            for indexed in (False, True):
-                await set_index(conn, indexed)
-                async with svc.pool.acquire() as c:
-                    await invocation_index.refresh(svc.store, c)
-                for s in sessions:
-                    req = ForkRequest(rewind_before_invocation_id=s.invocation_ids[-1])
-                    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-                    for rep in range(args.reps + 1):  # the first repetition warms up, uncounted
-                        for name, variant in VARIANTS.items():
-                            await conn.execute("VACUUM event, task")
-                            await conn.execute("CHECKPOINT")
-                            with variant():
-                                started = time.perf_counter()
-                                out = await forking.fork(svc, caller, s.session_id, req)
-                                took = time.perf_counter() - started
-                            new_id = out.session_id
-                            assert new_id is not None
-                            for table in ("event", "task"):
-                                await conn.execute(f"DELETE FROM {table} WHERE session_id = $1", new_id)
-                            await conn.execute("DELETE FROM session WHERE id = $1", new_id)
-                            if rep:
-                                times[name].append(took)
-                    shipped = statistics.median(times["shipped"]) * 1000
-                    print(f"{s.events:,} events, {s.dialect}, index {'yes' if indexed else 'no'}:", flush=True)
-                    for name, samples in times.items():
-                        ms = statistics.median(samples) * 1000
-                        print(f"  {name:15s} {ms:7.0f} ms  {ms - shipped:+6.0f} ms  "
-                              f"{[round(x * 1000) for x in samples]}", flush=True)  # fmt: skip
+            for s in sessions:
+                req = ForkRequest(rewind_before_invocation_id=s.invocation_ids[-1])
+                times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+                for rep in range(args.reps + 1):  # the first repetition warms up, uncounted
+                    for name, variant in VARIANTS.items():
+                        await conn.execute("VACUUM event, task")
+                        await conn.execute("CHECKPOINT")
+                        with variant():
+                            started = time.perf_counter()
+                            out = await forking.fork(svc, caller, s.session_id, req)
+                            took = time.perf_counter() - started
+                        new_id = out.session_id
+                        assert new_id is not None
+                        for table in ("event", "task"):
+                            await conn.execute(f"DELETE FROM {table} WHERE session_id = $1", new_id)
+                        await conn.execute("DELETE FROM session WHERE id = $1", new_id)
+                        if rep:
+                            times[name].append(took)
+                shipped = statistics.median(times["shipped"]) * 1000
+                print(f"{s.events:,} events, {s.dialect}:", flush=True)
+                for name, samples in times.items():
+                    ms = statistics.median(samples) * 1000
+                    print(f"  {name:15s} {ms:7.0f} ms  {ms - shipped:+6.0f} ms  "
+                          f"{[round(x * 1000) for x in samples]}", flush=True)  # fmt: skip
 
 
 def main() -> None:

@@ -83,7 +83,7 @@ def percentile(samples: list[float], p: float) -> float:
 class Row:
     measure: str
     value: str
-    index: str = ""  # the variant measured: "plain" (neither), "map" (the turn map), "index" (the invocation index)
+    index: str = ""  # the variant measured: "plain" (without the turn map) or "map" (with it)
     floor: str = ""
     ratio: str = ""
     target: str = ""
@@ -402,7 +402,7 @@ async def measure_rewind(b: Bench, s: GeneratedSession) -> None:
 
 
 async def measure_reads(b: Bench, s: GeneratedSession, *, targets: bool) -> None:
-    """(g) Dry run and turn listing of a 100,000-event session (targets with the turn map or the index)."""
+    """(g) Dry run and turn listing of a 100,000-event session (targets with the turn map)."""
     body = {"rewind_before_invocation_id": s.invocation_ids[-1], "dry_run": True}
     # As warm_up does for forks: each pooled connection of both workers has prepared these statements
     # (and compiled the service's SQL functions) before the timed requests; a cold connection's first
@@ -778,24 +778,11 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
-VARIANTS = ("plain", "map", "index")
+VARIANTS = ("plain", "map")
 MEASURES = (
-    "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz", "writes",
+    "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz",
     "experiments",
 )  # fmt: skip
-
-
-async def set_index(conn: asyncpg.Connection, wanted: bool) -> None:
-    """The invocation index installed or removed, as an operator would (`kagent-fork index ...`)."""
-    from service.kagent import invocation_index
-    from service.kagent.migrate import migrate
-    from service.kagent.store import Store
-
-    store = Store("kagent_fork")
-    await migrate(conn, store.schema)
-    started = time.monotonic()
-    now = await (invocation_index.install if wanted else invocation_index.uninstall)(store, conn)
-    print(f"  invocation index {now.state} ({time.monotonic() - started:.1f} s)", flush=True)
 
 
 async def measure_all(
@@ -806,24 +793,11 @@ async def measure_all(
     report: Report,
     tmp: Path,
 ) -> None:
-    """Every measure in each variant (--variants: neither the turn map nor the invocation index, the map,
-    the index without the map), then kagent's own writes without and with the index."""
+    """Every measure in each variant (--variants: without the turn map, then with it)."""
     want = set(args.only or MEASURES) | ({"forks"} if "naive" in (args.only or ()) else set())
     for variant in args.variants:
         report.index = variant
-        indexed = variant == "index"
-        await phase(f"invocation index: {'install' if indexed else 'uninstall'}", set_index(conn, indexed))
         await measure_service(args, dsn, conn, sessions, report, tmp, want, variant=variant)
-    if "writes" in want:
-        from bench.kagent_writes import measure_writes
-
-        report.index = "no / yes"
-        rows = await phase("kagent's InsertEvent and task upsert, without and with the index",
-                           measure_writes(conn, sessions["v1_10k"], set_index, reps=2 * args.reps))  # fmt: skip
-        await set_index(conn, False)
-        for measure, without, with_index in rows:
-            row = ratio_row(measure, with_index, without, 1.10, unit="us")
-            report.add(row)
 
 
 async def measure_service(
@@ -839,7 +813,7 @@ async def measure_service(
 ) -> None:
     s10k, s100k, s200, legacy = (sessions[k] for k in ("v1_10k", "v1_100k", "v1_200", "legacy_10k"))
     fork_limit = 1.4  # issue 23's target, in every variant
-    indexed, mapped = variant == "index", variant == "map"
+    mapped = variant == "map"
     log = tmp / f"service-{variant}.log"
     env = {} if mapped else {"TURN_MAP_MIN_TASKS": "off"}
     async with serving(args, dsn, conn, report, log, env) as b:
@@ -858,7 +832,7 @@ async def measure_service(
             await phase("legacy 10k fork (merged) vs floor",
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
         if "reads" in want:
-            await phase("(g) dry run and turn listing", measure_reads(b, s100k, targets=indexed or mapped))
+            await phase("(g) dry run and turn listing", measure_reads(b, s100k, targets=mapped))
             await phase("(g') listing of a chat kagent writes to", measure_active_chat(b, s100k))
         if "transcript" in want:
             await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
@@ -939,8 +913,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--keep", action="store_true", help="keep the database (for profiling)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
-                   help="measure with neither the turn map nor the invocation index (plain), with the map, "
-                        "with the index (and no map), in this order")  # fmt: skip
+                   help="measure without the turn map (plain), then with it (map), in this order")  # fmt: skip
     args = p.parse_args(argv)
     started = time.monotonic()
     report = asyncio.run(run(args))

@@ -121,7 +121,7 @@ async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool)
     async with pool.acquire() as conn:
         schema = await check_kagent_schema(store, conn)
         version = await migrate(conn, settings.service_schema)
-        await invocation_index.refresh(store, conn)
+        await invocation_index.warn_if_present(store, conn)
     log.info(
         "kagent database: line %s (migration %s); service schema %s at version %s",
         schema.product_line,
@@ -129,18 +129,6 @@ async def prepare_database(settings: Settings, store: Store, pool: asyncpg.Pool)
         settings.service_schema,
         version,
     )
-
-
-async def _watch_index(svc: Services) -> None:
-    """Keep the store's view of the invocation index current: an operator installs or drops it while
-    the service runs, and an index PostgreSQL had to give up (invalid) must no longer be counted on."""
-    while True:
-        await asyncio.sleep(invocation_index.INDEX_CHECK_SECONDS)
-        try:
-            async with svc.connection() as conn:
-                await invocation_index.refresh(svc.store, conn)
-        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:  # type: ignore[misc]
-            log.warning("invocation index status not read: %s", type(exc).__name__)
 
 
 def head_as_get(app: Callable[..., Any]) -> Callable[..., Any]:
@@ -204,12 +192,10 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
             await runner.sweep()
             runner.start_sweeping()
-            watch = asyncio.get_running_loop().create_task(_watch_index(app.state.services))
             try:
                 async with tools.session_manager.run():
                     yield
             finally:
-                watch.cancel()
                 await runner.stop()
         finally:
             await close_pool(pool)

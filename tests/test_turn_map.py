@@ -27,8 +27,8 @@ from service.schemas import RewindRequest
 from service.services import Services
 from tests.conftest import create_database, drop_database
 from tests.helpers import new_user, seed
+from tests.support import answers as reading
 from tests.support.conversations import build_conversation, insert_conversation
-from tests.test_invocation_index import _answers, _pages
 from tests.test_server_copy import ODDITIES, _oddity, copies, same_fork_both_ways
 
 
@@ -59,14 +59,14 @@ async def _exact(svc: Services, caller: Caller, session_id: str, invocations: li
     """The answers read from kagent's rows, the map left alone."""
     svc.store.turn_map_min_tasks = None
     try:
-        return await _answers(svc, caller, session_id, invocations)
+        return await reading.answers(svc, caller, session_id, invocations)
     finally:
         svc.store.turn_map_min_tasks = 0
 
 
 async def _mapped(svc: Services, caller: Caller, session_id: str, invocations: list[str]) -> dict[str, Any]:
     """The answers with the map, which must be trusted after the first of them made it true."""
-    answers = await _answers(svc, caller, session_id, invocations)
+    answers = await reading.answers(svc, caller, session_id, invocations)
     async with svc.pool.acquire() as conn:
         assert await turn_map.usable(svc.store, conn, session_id, caller.user_id)
     return answers
@@ -102,10 +102,10 @@ async def test_a_long_session_lists_and_counts_the_same_from_the_map(svc: Servic
         s = await insert_session(conn, SessionSpec(turns=120))
     caller = Caller(user_id=s.user_id)
     svc.store.turn_map_min_tasks = None
-    exact = {limit: await _pages(svc, caller, s.session_id, limit) for limit in (7, 40, 120, 200)}
+    exact = {limit: await reading.pages(svc, caller, s.session_id, limit) for limit in (7, 40, 120, 200)}
     svc.store.turn_map_min_tasks = 0
     for limit, pages in exact.items():
-        assert await _pages(svc, caller, s.session_id, limit) == pages, limit
+        assert await reading.pages(svc, caller, s.session_id, limit) == pages, limit
     state = await _state(svc, s.session_id, s.user_id)
     assert (state.events, state.runs) == (1200, 120)
 

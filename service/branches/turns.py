@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,15 +21,7 @@ from service.schemas import rfc3339
 from service.services import Services
 
 MAX_PAGE = 1000
-# Pages up to this many turns are read through the invocation index (44 ms for 100 turns of a 100,000-event
-# session, against 2.0 s to read all of it); a larger page looks up so many turns that one pass over the
-# whole session is as fast (1,000 turns: 2.8 s by lookups, 2.6 s in one pass; bench/README.md).
-INDEXED_PAGE_MAX = 200
 USER_TEXT_CHARS = 200
-# A page walks the session's events in time order; its first walk assumes this many events a turn (the
-# next ones use what it found), and no walk reads more than WALK_MAX events at once.
-WALK_FIRST_EVENTS_PER_TURN = 4
-WALK_MAX = 1000
 # The key of a turn known only by its task (its agent writes no invocation id) among the turns keyed by
 # invocation id: PostgreSQL text holds no NUL, so no invocation id starts with one.
 TASK_TURN = "\x00task:"
@@ -153,79 +144,6 @@ def _turn_info(t: EventTurn) -> TurnInfo:
                     user_text=t.user_text)  # fmt: skip
 
 
-async def _indexed_page(
-    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None
-) -> tuple[list[TurnInfo], bool]:
-    """One page of the listing read through the invocation index: the events of the page's turns and the
-    tasks of its time span, not the whole session. The same page as sorting turn_index, but for turns
-    that start at the same instant as `after` (those all follow it here)."""
-    store, sid, owner = svc.store, source.id, source.user_id
-    await store.database.custom_plans(conn)
-    start = None
-    if after is not None:
-        known = {t.invocation_id: _turn_info(t) for t in await store.events.event_turns(conn, sid, owner, [after])}
-        for row in await store.tasks.tasks_carrying_any(conn, sid, owner, [after]):
-            _complete(known, row, {after})
-        if after not in known:
-            raise BadRequest(f"after names no turn of this session: {after}")
-        start = known[after].started_at
-    # The event turns in start order, from `start`, until one more than the page holds (each turn
-    # measured whole by its invocation id: its events may lie beyond the part walked).
-    found: dict[str, TurnInfo] = {}
-    seen: set[str] = set()
-    walked = 0
-    waiting: list[str] = []  # walked, not yet measured: in the order they first appear
-    cursor: tuple[datetime, str] | None = (start, "") if start is not None else None
-    exhausted = False
-    while len(found) <= limit:
-        if not waiting:
-            # As many events as the turns still wanted hold, at the events per turn walked so far.
-            per_turn = walked / len(seen) if seen else WALK_FIRST_EVENTS_PER_TURN
-            count = min(WALK_MAX, math.ceil((limit + 1 - len(found)) * per_turn * 1.1) + 10)
-            batch = await store.events.event_walk(conn, sid, owner, cursor, count)
-            if not batch:
-                exhausted = True
-                break
-            walked += len(batch)
-            cursor = (batch[-1][1], batch[-1][0])
-            waiting = list(dict.fromkeys(inv for _, _, inv in batch if inv is not None and inv not in seen))
-            seen.update(waiting)
-            continue
-        # Only as many as the page still needs: a turn first seen later starts later.
-        wanted, waiting = waiting[: limit + 1 - len(found)], waiting[limit + 1 - len(found) :]
-        for t in await store.events.event_turns(conn, sid, owner, wanted):
-            if t.invocation_id != after and (start is None or t.started_at >= start):
-                found[t.invocation_id] = _turn_info(t)
-    ordered = sorted(found.values(), key=lambda t: t.started_at)[: limit + 1]
-    end = ordered[limit].started_at if len(ordered) > limit and not exhausted else None
-    # The turns only tasks know whose first task lies in the span: such a turn starts at that task.
-    window: dict[str, TurnInfo] = {}
-    spanned = await store.tasks.tasks_between(conn, sid, owner, start, end)
-    for row in spanned:
-        _complete(window, row, None)
-    candidates = [i for i in window if i not in found and i != after]
-    if candidates:
-        event_turns = {t.invocation_id for t in await store.events.event_turns(conn, sid, owner, candidates)}
-        firsts: dict[str, TurnInfo] = {}
-        wanted_ids = set(candidates)
-        for row in await store.tasks.tasks_carrying_any(conn, sid, owner, candidates):
-            _complete(firsts, row, wanted_ids)
-        for inv in candidates:
-            first = firsts.get(inv)
-            if inv not in event_turns and first is not None and first.started_at == window[inv].started_at:
-                ordered.append(window[inv])
-    ordered.sort(key=lambda t: t.started_at)
-    page = ordered[:limit]
-    # Each turn of the page completed by its tasks, as with_tasks does over every task: those of the span,
-    # read above, and those outside it that carry one of the page's turns.
-    ids = [t.invocation_id for t in page]
-    by_id = {t.invocation_id: t for t in page}
-    outside = await store.tasks.tasks_carrying_any(conn, sid, owner, ids, besides=(start, end)) if ids else []
-    for row in sorted([*spanned, *outside], key=lambda r: r.created_at):
-        _complete(by_id, row, by_id)
-    return page, len(ordered) <= limit
-
-
 async def invocations(
     svc: Services, caller: Caller, session_id: str, *, limit: int = 100, after: str | None = None
 ) -> Page:
@@ -241,12 +159,12 @@ async def invocations(
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             source, _ = await visible_session(svc, conn, caller, session_id)
             framework = await frameworks.detect(store, conn, source.id, source.user_id)
-            # The turn map and the invocation index know turns by invocation id: an agent that writes none
-            # (every framework but ADK) has its turns read from its tasks.
+            # The turn map knows turns by invocation id: an agent that writes none (every framework but ADK)
+            # has its turns read from its tasks.
             adk = framework in ("adk", "adk-go", "unknown")
             if adk and mapped and await turn_map.usable(store, conn, source.id, source.user_id):
                 return await _mapped_page(svc, conn, source, limit, after, framework)
-            return await _read_page(svc, conn, source, limit, after, framework, indexed=adk)
+            return await _read_page(svc, conn, source, limit, after, framework)
 
 
 async def _mapped_page(
@@ -286,13 +204,9 @@ def _mapped(t: MapTurn) -> TurnInfo:
 
 
 async def _read_page(
-    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str, *, indexed: bool
+    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
 ) -> Page:
-    """A page read from kagent's rows: through the invocation index when it is there, else all of them."""
-    use = svc.store.index_use
-    if indexed and use.event_invocation and use.event_time and use.task_invocations and limit <= INDEXED_PAGE_MAX:
-        page, last = await _indexed_page(svc, conn, source, limit, after)
-        return Page(items=[_item(t, framework) for t in page], last=last)
+    """A page read from kagent's rows: all of them, sorted."""
     ordered = await ordered_turns(svc, conn, source, framework)
     start = 0
     if after is not None:

@@ -391,7 +391,7 @@ async def readyz(request: AnyRequest) -> Response[bytes]:
     try:
         async with asyncio.timeout(5), svc.connection() as conn:
             schema = await check_kagent_schema(svc.store, conn)
-            index = await invocation_index.refresh(svc.store, conn)
+            index = await invocation_index.status(svc.store, conn)
     except ServiceError:
         raise
     except Exception as exc:  # any failure to reach or read the database means "not ready"

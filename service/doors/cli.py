@@ -483,23 +483,24 @@ async def _job_command(svc: Services, caller: Caller, command: str, name: str) -
 
 
 async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
+    from service.errors import Unprocessable
     from service.kagent import invocation_index
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)  # a build can take minutes: say what it does meanwhile
 
-    async with pool.acquire() as conn:  # outside any transaction, as CREATE INDEX CONCURRENTLY needs
-        if action == "install":
-            now = await invocation_index.install(store, conn, say)
-        elif action == "uninstall":
+    if action == "install":
+        raise Unprocessable(f"{invocation_index.RETIRED}; nothing was installed")
+    async with pool.acquire() as conn:  # outside any transaction, as DROP INDEX CONCURRENTLY needs
+        if action == "uninstall":
             now = await invocation_index.uninstall(store, conn, say)
         else:
             now = await invocation_index.status(store, conn)
-    lines = [f"invocation index: {now.state}"] + [
+    lines = [f"invocation index (retired): {now.state}"] + [
         f"  {i.name} on {i.table}: {i.state}{f', {i.bytes:,} bytes' if i.bytes else ''}" for i in now.indexes
     ]
-    if now.state == "incomplete":
-        lines.append("  (kagent-fork index install builds what is missing and rebuilds what is invalid or outdated)")
+    if now.state != "absent":
+        lines.append("  (still on kagent's tables, costing its writes: kagent-fork index uninstall removes it)")
     return msgspec.to_builtins(now), "\n".join(lines)
 
 
@@ -638,10 +639,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--wait", action="store_true", help="wait until every branch ended, then print the table")
     ix = commands.add_parser(
         "index",
-        help="the optional invocation index on kagent's tables: install, status, uninstall",
-        description="Expression indexes on kagent's event and task tables that let every boundary search find "
-        "a turn without reading the whole session (CREATE INDEX CONCURRENTLY: kagent keeps writing meanwhile). "
-        "Uninstall before a kagent migration that alters event or task.",
+        help="the retired invocation index on kagent's tables: status, uninstall",
+        description="The expression indexes that earlier versions added to kagent's event and task tables on "
+        "request. Retired: the turn map, in the service's own schema, serves every read they served and adds "
+        "nothing to kagent's writes. status says whether one is still there; uninstall removes it (DROP INDEX "
+        "CONCURRENTLY: kagent keeps writing meanwhile); install is refused.",
         epilog=EXIT_HELP,
         formatter_class=formatter,
     )

@@ -360,11 +360,11 @@ async def _fork_once(
         reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
         fork = dataclasses.replace(fork, reader=reader)
         boundary = req.rewind_before_invocation_id
-        # Without the invocation index the exact cut decompresses every task of the session; a guess
-        # from the last turns, proven by the server copy, spares that. With it the exact cut is a lookup.
+        # Without the turn map the exact cut decompresses every task of the session; a guess from the last
+        # turns, proven by the server copy, spares that. With it the exact cut is a read of the map.
         # Only the server copy (per_task tasks of the owner) proves a guess: a guess for a merged fork
         # was always undone (360 ms lost at 100,000 legacy events, bench/pieces.py), so none is made.
-        guessing = not mapped and not store.index_use.task_invocations and caller.user_id == owner
+        guessing = not mapped and caller.user_id == owner
         if guessing and reader is not None and boundary is not None and await _always_per_task(svc, conn, source, req):
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:

@@ -96,28 +96,6 @@ WITH parsed AS MATERIALIZED (
     WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
 ), {turns_of_parsed};
 
--- name: event_turns_of
--- event_turns of the invocations $3 only, looked up by the invocation index. Run with custom plans only
--- (Store.custom_plans): for a generic plan PostgreSQL takes a session for a handful of rows and reads
--- all of it (1.4 s at 100,000 events instead of 20 ms).
-WITH parsed AS MATERIALIZED (
-    SELECT created_at, {schema}.try_jsonb(data) AS doc
-    FROM event
-    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-      AND {schema}.invocation_id_of(data) = ANY($3::text[])
-), {turns_of_parsed};
-
--- name: event_walk
--- The session's next $5 events after ($3, $4) in (created_at, id) order, with their invocation id: a
--- turn listing page reads the events of its own turns only (by the invocation index's (session, owner,
--- created_at) part). The first call passes ('-infinity', '').
-SELECT id, created_at, {schema}.invocation_id_of(data) AS invocation_id
-FROM event
-WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND created_at >= $3 AND (created_at, id) > ($3, $4)
-ORDER BY created_at, id
-LIMIT $5;
-
 -- name: events_tally
 -- What the live events with $3 <= created_at < $4 (NULL: no end) hold, for a branch summary, a
 -- comparison, a what-if's result or an experiment's turn: events, turns, model calls, tool calls by

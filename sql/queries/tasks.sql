@@ -83,29 +83,6 @@ WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND crea
   AND {task_owned_by_$2}
 ORDER BY created_at;
 
--- name: tasks_carrying_any
--- The live tasks that may carry any of the invocations $3 (the invocation index; '' adds the rows
--- PostgreSQL cannot read), oldest first: candidates, a superset, which the caller confirms with its
--- own reader (tasks_mentioning's when the index is valid; the tasks of a listing page's turns).
--- $4, $5: leave out the tasks created in [$4, $5) (NULL: leave none out; $5 NULL: no end), which a
--- listing page has read already.
-SELECT id, created_at, protocol_version, data
-FROM task
-WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND {task_owned_by_$2}
-  AND {schema}.task_invocation_candidates(data) && array_append($3::text[], '')
-  AND NOT coalesce(created_at >= $4 AND ($5::timestamptz IS NULL OR created_at < $5), false)
-ORDER BY created_at;
-
--- name: tasks_between
--- The live tasks created at or after $3 and before $4 (NULL: no end), oldest first.
-SELECT id, created_at, protocol_version, data
-FROM task
-WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND created_at >= $3 AND ($4::timestamptz IS NULL OR created_at < $4)
-  AND {task_owned_by_$2}
-ORDER BY created_at;
-
 -- name: first_task
 -- The session's oldest live task (its first user message names an unnamed fork).
 SELECT id, created_at, protocol_version, data

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from service.kagent.store.base import IndexUse, Queries
+from service.kagent.store.base import Queries
 from service.kagent.store.crewai import CrewAI
 from service.kagent.store.database import Database
 from service.kagent.store.events import Events
@@ -77,11 +77,3 @@ class Store:
     @property
     def q(self) -> dict[str, str]:
         return self.queries.q
-
-    @property
-    def index_use(self) -> IndexUse:
-        return self.queries.index_use
-
-    @index_use.setter
-    def index_use(self, value: IndexUse) -> None:
-        self.queries.index_use = value

@@ -8,7 +8,6 @@ import contextlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeAlias
@@ -121,17 +120,6 @@ def copy_text_fields(*values: str | datetime | None) -> bytes:
     return b"".join(copy_text(v) + b"\t" for v in values)
 
 
-@dataclass(frozen=True, kw_only=True)
-class IndexUse:
-    """Which indexes of the optional invocation index (service/kagent/invocation_index.py) are valid, so that
-    the store may choose a query that needs one. Queries that are the same either way need no flag:
-    PostgreSQL's planner uses a valid index and ignores an invalid one by itself."""
-
-    event_invocation: bool = False
-    event_time: bool = False
-    task_invocations: bool = False
-
-
 # Before any row: the lower bound of a range query that has none.
 BEGINNING = datetime.min.replace(tzinfo=UTC)
 
@@ -148,7 +136,6 @@ class Queries:
     def __init__(self, schema: str, directory: Path | None = None, *, max_fork_events: int = 0) -> None:
         self.schema = schema
         self.q = load_queries(directory or sql_dir() / "queries", schema, max_fork_events)
-        self.index_use = IndexUse()
 
     def __getitem__(self, name: str) -> str:
         return self.q[name]

@@ -1,4 +1,5 @@
-"""kagent's schema as the service finds it, snapshots, statement settings and the invocation index's DDL."""
+"""kagent's schema as the service finds it, snapshots, the retired invocation index's removal, and the planner's
+statistics of the turn map's tables."""
 
 from __future__ import annotations
 
@@ -18,10 +19,6 @@ class IndexRow:
     valid: bool
     comment: str | None
     bytes: int
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 class Database:
@@ -55,30 +52,14 @@ class Database:
             raise ValueError(f"not a snapshot id: {snapshot!r}")
         await conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
 
-    async def custom_plans(self, conn: Connection) -> None:
-        """Plan every statement of this transaction for its own parameters, and never JIT-compile one: a
-        prepared statement's generic plan (from its sixth run) assumes a session of a few rows, and for
-        event_turns_of reads all of it; a custom plan's estimate for a large session's rows can pass
-        jit_above_cost, and compiling then took 8 ms of a 10 ms lookup of a listing page's tasks."""
-        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL jit = off")
-
     async def index_rows(self, conn: Connection, names: list[str]) -> list[IndexRow]:
         rows = await conn.fetch(self.q["index_states"], names)
         return [IndexRow(name=r["name"], valid=r["valid"], comment=r["comment"], bytes=int(r["bytes"])) for r in rows]
-
-    async def ddl(self, conn: Connection, statement: str) -> None:
-        await conn.execute(statement)
 
     async def drop_index(self, conn: Connection, name: str) -> None:
         # DDL takes no bind parameter: the name is the service's schema (validated at start-up) and a
         # constant of invocation_index.py.
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-
-    async def comment_index(self, conn: Connection, name: str, comment: str) -> None:
-        await conn.execute(f"COMMENT ON INDEX {name} IS {_literal(comment)}")
-
-    async def analyze_kagent_tables(self, conn: Connection) -> None:
-        await conn.execute("ANALYZE event, task")
 
     async def refresh_map_statistics(self, conn: Connection, runs: int) -> bool:
         """Outside a transaction, after a map of `runs` runs was built: the planner's statistics of the map's

@@ -10,7 +10,6 @@ from typing import Literal
 import msgspec
 
 from service.kagent.store.base import (
-    BEGINNING,
     TASK_FETCH_BATCH,
     Connection,
     Queries,
@@ -192,23 +191,9 @@ class Events:
         texts = [p["text"] for p in decoded if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "\n".join(texts) or None
 
-    async def event_walk(
-        self, conn: Connection, session_id: str, owner: str, after: tuple[datetime, str] | None, count: int
-    ) -> list[tuple[str, datetime, str | None]]:
-        """The next (up to) `count` events after `after` (created_at, id) in that order: (id, created_at,
-        invocation id)."""
-        at, event_id = after if after is not None else (BEGINNING, "")
-        rows = await conn.fetch(self.q["event_walk"], session_id, owner, at, event_id, count)
-        return [(r["id"], r["created_at"], r["invocation_id"]) for r in rows]
-
-    async def event_turns(
-        self, conn: Connection, session_id: str, owner: str, of: list[str] | None = None
-    ) -> list[EventTurn]:
-        """The turns the events show, in order; `of`: only these invocations (by the invocation index)."""
-        if of is None:
-            rows = await conn.fetch(self.q["event_turns"], session_id, owner)
-        else:
-            rows = await conn.fetch(self.q["event_turns_of"], session_id, owner, of)
+    async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
+        """The turns the events show, in order."""
+        rows = await conn.fetch(self.q["event_turns"], session_id, owner)
         return [
             EventTurn(
                 invocation_id=r["invocation_id"], started_at=r["started_at"], event_count=int(r["event_count"]),

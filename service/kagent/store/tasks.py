@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from service.kagent.store.base import (
-    BEGINNING,
     TASK_COLUMNS,
     TASK_FETCH_BATCH,
     TASK_TEXT_COLUMNS,
@@ -60,12 +59,8 @@ class Tasks:
         self, conn: Connection, session_id: str, owner: str, invocation_id: str, *, prefilter: bool
     ) -> list[TaskRow]:
         """The candidates for the tasks that carry the invocation, oldest first (the caller confirms
-        in the parsed JSON): by the invocation index when it is valid, else every task that mentions
-        the id (each decompressed)."""
-        if self.q.index_use.task_invocations:
-            return await self.tasks_carrying_any(conn, session_id, owner, [invocation_id])
-        else:
-            rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, invocation_id, prefilter)
+        in the parsed JSON): every task that mentions the id (each decompressed)."""
+        rows = await conn.fetch(self.q["tasks_mentioning"], session_id, owner, invocation_id, prefilter)
         return [_task(r) for r in rows]
 
     async def tasks_mentioning_before(
@@ -170,24 +165,3 @@ class Tasks:
             ],
             columns=TASK_COLUMNS,
         )
-
-    async def tasks_carrying_any(
-        self,
-        conn: Connection,
-        session_id: str,
-        owner: str,
-        ids: list[str],
-        besides: tuple[datetime | None, datetime | None] | None = None,
-    ) -> list[TaskRow]:
-        """Candidates for the tasks carrying any of `ids` (the invocation index), oldest first; `besides`:
-        but those created in [start, end) (None: no bound), read already."""
-        start, end = (besides[0] or BEGINNING, besides[1]) if besides is not None else (None, None)
-        rows = await conn.fetch(self.q["tasks_carrying_any"], session_id, owner, ids, start, end)
-        return [_task(r) for r in rows]
-
-    async def tasks_between(
-        self, conn: Connection, session_id: str, owner: str, start: datetime | None, end: datetime | None
-    ) -> list[TaskRow]:
-        """The live tasks created in [start, end), oldest first (None: no bound)."""
-        since = start if start is not None else BEGINNING
-        return [_task(r) for r in await conn.fetch(self.q["tasks_between"], session_id, owner, since, end)]
