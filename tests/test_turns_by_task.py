@@ -190,8 +190,11 @@ async def test_mcp_tools_name_turns_by_task(live_url: str, pool: asyncpg.Pool) -
                 "show_transcript", {"session_id": conv.session_id, "before_task": task, "format": "json"}
             )
         )
-        # The transcript reads ADK events only (docs/frameworks.md): the cut is found, the turns are not shown.
-        assert before["session_id"] == conv.session_id and before["turns"] == []
+        # The transcript reads the conversation_items events: turns 1-2, each with its task (docs/frameworks.md).
+        assert before["session_id"] == conv.session_id
+        assert [(t["task_id"], t["messages"][0]["text"]) for t in before["turns"]] == [
+            (t.task_id, text) for t, text in zip(conv.turns[:2], conv.user_texts[:2], strict=True)
+        ]
         dry = ok(
             await mcp.call_tool(
                 "fork_session", {"session_id": conv.session_id, "rewind_before_task_id": task, "dry_run": True}

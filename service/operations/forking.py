@@ -61,6 +61,10 @@ class NamedTurn:
     invocation_id: str | None  # as asked, or the first turn the named task carries
     task: TaskRow | None = None  # the named task, when it carries no invocation id: the turn starts at it
     missing: str | None = None  # the task id asked for, when no live task of the session has it
+    # With `task`: where the turn's events begin (its input event in an OpenAI Agents SDK session, else the
+    # task's creation), and why the task's creation was taken when the input event could not be told.
+    events_from: datetime | None = None
+    note: str | None = None
 
 
 async def named_turn(
@@ -78,7 +82,18 @@ async def named_turn(
         invocation = dialects.first_turn_invocation(dialects.decode(row.data))
     except dialects.TaskFormatError:
         invocation = None
-    return NamedTurn(invocation_id=invocation, task=None if invocation is not None else row)
+    if invocation is not None:
+        return NamedTurn(invocation_id=invocation)
+    # A turn known by its task alone. In an OpenAI Agents SDK session its events begin at its input event,
+    # which kagent-openai writes a few ms after the task, or before it (docs/frameworks.md, "Naming a turn").
+    found = await svc.store.events.turn_input(conn, source.id, source.user_id, row.id)
+    note = None
+    if found.inputs and not found.paired:
+        note = (
+            f"the session's turn inputs do not pair one to one with its tasks: the turn of task {row.id} is cut "
+            "at the task's creation, not at its input event"
+        )
+    return NamedTurn(invocation_id=None, task=row, events_from=found.at or row.created_at, note=note)
 
 
 async def _find_cut(
@@ -99,9 +114,11 @@ async def _find_cut(
     partial = None
     found = False
     if named.task is not None:
-        # A turn known by its task alone: the task is written as the turn starts, before its events.
+        # A turn known by its task alone: its tasks from the task on, its events from its input event.
         found = True
-        events_before = tasks_before = named.task.created_at
+        events_before, tasks_before = named.events_from, named.task.created_at
+        if named.note is not None:
+            warnings.append(named.note)
     elif named.missing is not None:
         if req.if_boundary_missing == "error":
             raise NotFound(f"task {named.missing} not found in session {sid}")

@@ -81,8 +81,9 @@ async def _boundary(
     svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, named: NamedTurn, *, mapped: bool
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
-    if named.task is not None:  # a turn known by its task alone starts with it (forking._find_cut)
-        return _Boundary(events_from=named.task.created_at, tasks_from=named.task.created_at, partial=None)
+    if named.task is not None:  # a turn known by its task alone: from the task, its events from its input
+        events_from = named.events_from or named.task.created_at
+        return _Boundary(events_from=events_from, tasks_from=named.task.created_at, partial=None)
     invocation_id = named.invocation_id
     if invocation_id is None:  # a destructive call never guesses
         raise NotFound(f"task {named.missing} not found in session {source.id}")
