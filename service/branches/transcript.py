@@ -39,8 +39,6 @@ from service.services import Services
 # Tool arguments and responses longer than this (as JSON text) are cut, saying so.
 CUT_CHARS = 2000
 CHUNK_BYTES = 64 * 1024
-# The frameworks whose conversation kagent's database holds in A2A tasks only (docs/frameworks.md).
-TASK_CHAT = ("langgraph", "crewai", "claude")
 FROM_TASKS = "the messages come from the session's A2A tasks (its agent keeps no events in kagent's database)"
 
 Role = Literal["user", "agent"]
@@ -107,6 +105,7 @@ class Reading:
     session whose chat is only in its tasks, from `tasks`."""
 
     session: SessionRow
+    framework: frameworks.Framework = "unknown"
     events: AsyncIterator[TranscriptEvent] | None = None
     tasks: AsyncIterator[TaskRow] | None = None
     known: dict[str, turns.TurnInfo] = field(default_factory=dict)
@@ -254,39 +253,43 @@ async def reading(
     one_boundary(before, before_task, required=False, names=("before", "before_task"))
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         visible, _ = await visible_session(svc, conn, caller, session_id)
-        framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id)
-        # Read where the agent's runtime wrote the rows (as a fork reads them), told as the session it is.
-        runtime = await runtime_session(svc, conn, visible, framework)
-        source = dataclasses.replace(runtime, name=visible.name) if runtime is not None else visible
-        sid, owner = source.id, source.user_id
-        until = tasks_until = None
-        if before_task is not None:
-            named = await named_turn(svc, conn, source, None, before_task)
-            if named.missing is not None:
-                raise NotFound(f"task {before_task} not found in session {sid}")
-            before = named.invocation_id
-            if named.task is not None:
-                until, tasks_until = named.events_from, named.task.created_at
-        if before is not None:
-            until = await svc.store.events.boundary_event_at(
-                conn, sid, owner, before, prefilter=dialects.verbatim_in_json(before)
-            )
-            if until is None:
-                raise NotFound(f"invocation {before} not found in session {sid}")
-        if framework in TASK_CHAT or not await svc.store.sessions.has_events(conn, sid, owner):
-            tasks = svc.store.tasks.stream_tasks_before(conn, sid, owner, tasks_until or until)
-            notes = (
-                [FROM_TASKS] if framework in TASK_CHAT or await svc.store.tasks.count_tasks(conn, sid, owner) else []
-            )
-            yield Reading(session=source, tasks=tasks, notes=notes)
-            return
-        events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=CUT_CHARS)
-        if framework == "openai-agents":
-            paired, notes = await _paired_tasks(svc, conn, source, tasks_until)
-            yield Reading(session=source, events=events, paired=paired, notes=notes)
-            return
-        known = await turns.with_tasks(svc, conn, source, {})
-        yield Reading(session=source, events=events, known=known)
+        yield await open_reading(svc, conn, visible, before=before, before_task=before_task)
+
+
+async def open_reading(
+    svc: Services, conn: Connection, visible: SessionRow, *, before: str | None = None, before_task: str | None = None
+) -> Reading:
+    """The transcript of `visible` (a session the caller may see), on `conn`'s transaction, which must stay
+    open while its turns are read (one Reading at a time on a connection: its rows come through a cursor)."""
+    framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id)
+    # Read where the agent's runtime wrote the rows (as a fork reads them), told as the session it is.
+    runtime = await runtime_session(svc, conn, visible, framework)
+    source = dataclasses.replace(runtime, name=visible.name) if runtime is not None else visible
+    sid, owner = source.id, source.user_id
+    until = tasks_until = None
+    if before_task is not None:
+        named = await named_turn(svc, conn, source, None, before_task)
+        if named.missing is not None:
+            raise NotFound(f"task {before_task} not found in session {sid}")
+        before = named.invocation_id
+        if named.task is not None:
+            until, tasks_until = named.events_from, named.task.created_at
+    if before is not None:
+        until = await svc.store.events.boundary_event_at(
+            conn, sid, owner, before, prefilter=dialects.verbatim_in_json(before)
+        )
+        if until is None:
+            raise NotFound(f"invocation {before} not found in session {sid}")
+    if framework in frameworks.TASK_CHAT or not await svc.store.sessions.has_events(conn, sid, owner):
+        tasks = svc.store.tasks.stream_tasks_before(conn, sid, owner, tasks_until or until)
+        told = framework in frameworks.TASK_CHAT or await svc.store.tasks.count_tasks(conn, sid, owner) > 0
+        return Reading(session=source, framework=framework, tasks=tasks, notes=[FROM_TASKS] if told else [])
+    events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=CUT_CHARS)
+    if framework == "openai-agents":
+        paired, notes = await _paired_tasks(svc, conn, source, tasks_until)
+        return Reading(session=source, framework=framework, events=events, paired=paired, notes=notes)
+    known = await turns.with_tasks(svc, conn, source, {})
+    return Reading(session=source, framework=framework, events=events, known=known)
 
 
 async def _paired_tasks(

@@ -580,7 +580,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
         task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
-        left = await summary.summarize_events(store, conn, sid, owner, cut.events_before, mapped=fork.mapped)
+        text_chars = stats.text_chars
+        if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
+            left = await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
+            text_chars += await summary.tasks_text_chars(store, conn, sid, owner, cut.tasks_before)
+        else:
+            left = await summary.summarize_events(store, conn, sid, owner, cut.events_before, mapped=fork.mapped)
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
@@ -589,7 +594,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
                 boundary_found=cut.boundary_found, events_copied=stats.events,
                 tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
                 warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
-                estimated_context_tokens=math.ceil(stats.text_chars / 4),
+                estimated_context_tokens=math.ceil(text_chars / 4),
             ),
             created=False, replayed=False, session_id=None,
         )  # fmt: skip
@@ -627,7 +632,10 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     # The source turns the fork left behind: the events from where its events end (a guessed cut's
     # end is the exact search's answer, settled by the copy).
     left_from = cut.events_before if guess is None else (guess.events_search.result() or cut.tasks_before)
-    left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
+    if fork.framework in frameworks.TASK_CHAT:
+        left = await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
+    else:
+        left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
         rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,

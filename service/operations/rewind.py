@@ -193,7 +193,11 @@ async def _rewind_locked(
         if framework == "crewai":  # its memory stays as it is: only if it did not change from the turn on
             await crewai_state.check_cut(store, conn, sid, owner, boundary.tasks_from, "a rewind")
         telling = None
-        if reader is not None:
+        if framework in frameworks.TASK_CHAT:
+            # Its chat is in its tasks: told from them (docs/frameworks.md), read here before they are hidden.
+            told = await summary.summarize_tasks(store, conn, sid, keeper, boundary.tasks_from)
+            telling = asyncio.ensure_future(asyncio.sleep(0, told))
+        elif reader is not None:
             telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, keeper, boundary.events_from))
         try:
             hidden_count, running = await _tasks_hidden(svc, conn, rows, boundary.tasks_from, mapped=mapped)
