@@ -339,8 +339,10 @@ async def _fork_once(
         source = runtime or visible
         sid, owner = source.id, source.user_id
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
-        if framework == "langgraph":
-            # Its checkpoints name each turn's task: one copy per task (_refusals refused merged).
+        if framework == "langgraph" or (framework == "openai-agents" and req.task_layout == "auto"):
+            # LangGraph: its checkpoints name each turn's task, one copy per task (_refusals refused merged).
+            # OpenAI Agents SDK: one task a turn, as the runtime wrote them (and as kagent's UI shows the
+            # source), which the turn listing and the cut at a turn's input event pair with its input events.
             req = msgspec.structs.replace(req, task_layout="per_task")
         elif (
             framework != "crewai"  # kagent-crewai writes tasks and its crewai rows, no event
