@@ -301,6 +301,23 @@ async def test_a_whatif_into_turn_3_is_answered_from_turns_1_and_2(agent: Agent,
     assert len(sent) == 2 and sent[1] == sent[0]
 
 
+async def test_a_whatif_result_counts_the_tool_calls_of_the_re_asked_turn(
+    agent: Agent, http: httpx.AsyncClient
+) -> None:
+    """The what-if's result reads the fork where the agent wrote it: kagent-openai's events under kagent's
+    default user, kagent-langgraph's tasks."""
+    user, t = new_user(), tag()
+    q = [f"R1 {t}: status of web-1?", f"R2 {t}: replicas?"]
+    source, tasks = await conversation(agent, http, user, q)
+    started = await api(
+        agent, http, "POST", f"/api/sessions/{source}/whatif", user,
+        json={"rewind_before_task_id": tasks[0], "agent_ref": agent.ref},
+    )  # fmt: skip
+    job = await job_done(agent, http, started["job"]["id"], user)
+    assert job["status"] == "completed", (job, agent.process.log_tail())
+    assert job["result"]["tool_calls"] == {"lookup": 1} and job["result"]["last_agent_text"] == "web-1 is Running."
+
+
 async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(
     agents: dict[str, Agent], http: httpx.AsyncClient
 ) -> None:

@@ -35,7 +35,15 @@ from service.operations.copying import (
     snapshot_reader,
     together,
 )
-from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, one_boundary, session_json
+from service.schemas import (
+    ForkedSession,
+    ForkInfo,
+    ForkPlan,
+    ForkRequest,
+    Summary,
+    one_boundary,
+    session_json,
+)
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
@@ -584,10 +592,8 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
         text_chars = stats.text_chars
         if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
-            left = await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
             text_chars += await summary.tasks_text_chars(store, conn, sid, owner, cut.tasks_before)
-        else:
-            left = await summary.summarize_events(store, conn, sid, owner, cut.events_before, mapped=fork.mapped)
+        left = await _left_behind(fork, cut, cut.events_before)
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
@@ -634,10 +640,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     # The source turns the fork left behind: the events from where its events end (a guessed cut's
     # end is the exact search's answer, settled by the copy).
     left_from = cut.events_before if guess is None else (guess.events_search.result() or cut.tasks_before)
-    if fork.framework in frameworks.TASK_CHAT:
-        left = await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
-    else:
-        left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
+    left = await _left_behind(fork, cut, left_from)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
         rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,
@@ -670,6 +673,15 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _left_behind(fork: _Fork, cut: Cut, events_from: datetime | None) -> Summary | None:
+    """The summary of the source turns the fork leaves behind: of its events from `events_from`, or of its
+    tasks from the cut when its agent's chat is only in its tasks (docs/frameworks.md)."""
+    store, conn, sid, owner = fork.svc.store, fork.conn, fork.source.id, fork.source.user_id
+    if fork.framework in frameworks.TASK_CHAT:
+        return await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
+    return await summary.summarize_events(store, conn, sid, owner, events_from, mapped=fork.mapped)
 
 
 async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout: plan.Layout) -> int:
