@@ -716,3 +716,22 @@ async def test_compare_of_two_openai_forks(client: Any, pool: asyncpg.Pool) -> N
     ]
     assert c["common_turns"] == 1 and c["left"]["turns_after"] == 2
     assert c["left"]["tool_calls"] == {} and c["aligned"][1]["left"]["question"] == lg["turns"][2]["question"]
+
+
+async def test_the_transcript_of_a_claude_session_and_of_tasks_without_events(client: Any, pool: asyncpg.Pool) -> None:
+    """A Claude session, and an OpenAI Agents SDK session whose events are gone (tasks, no events): read from
+    the tasks, one turn a task, with the warning."""
+    claude = await claude_session(pool)
+    r = await get(client, f"/api/sessions/{claude['session_id']}/transcript", claude["user"])
+    data = r.json()["data"]
+    assert [t["task_id"] for t in data["turns"]] == [t["task_id"] for t in claude["turns"]]
+    assert [t["messages"][0]["text"] for t in data["turns"]] == [t["question"] for t in claude["turns"]]
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+
+    openai = await loaded(pool, "openai_3_turns", drop=("event",))
+    r = await get(client, f"/api/sessions/{openai['session_id']}/transcript", openai["user"])
+    data = r.json()["data"]
+    assert [(t["task_id"], t["messages"][-1]["text"]) for t in data["turns"]] == [
+        (t["task_id"], answer) for t, answer in zip(openai["turns"], _answers(openai), strict=True)
+    ]
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]

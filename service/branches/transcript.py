@@ -116,6 +116,7 @@ class Reading:
     text_chars: int = 0
     skipped: int = 0
     count: int = 0
+    tasks_read: int = 0
 
     async def turns(self) -> AsyncIterator[Turn]:
         """The events grouped into turns: runs of consecutive events of one invocation (ADK), or from one
@@ -124,6 +125,7 @@ class Reading:
         turn), not a turn, as in the turn listing. Or, for a session read from its tasks, one turn a task."""
         if self.tasks is not None:
             async for row in self.tasks:
+                self.tasks_read += 1
                 if (turn := self._task_turn(row)) is not None:
                     yield turn
             return
@@ -209,11 +211,16 @@ class Reading:
 
     @property
     def warnings(self) -> list[str]:
-        if not self.skipped:
-            return list(self.notes)
-        if self.tasks is not None:
-            return [*self.notes, f"{self.skipped} task(s) are not JSON and are left out"]
-        return [*self.notes, f"{self.skipped} event(s) are not ADK events (not a JSON object) and are left out"]
+        """What the reader should know (complete once the turns are read): where the messages come from
+        when not from events, and what was left out."""
+        notes = list(self.notes)
+        if self.tasks is not None and (self.tasks_read or self.framework in frameworks.TASK_CHAT):
+            notes.append(FROM_TASKS)
+        if self.skipped and self.tasks is not None:
+            notes.append(f"{self.skipped} task(s) are not JSON and are left out")
+        elif self.skipped:
+            notes.append(f"{self.skipped} event(s) are not ADK events (not a JSON object) and are left out")
+        return notes
 
 
 @dataclass(kw_only=True)
@@ -281,15 +288,24 @@ async def open_reading(
         if until is None:
             raise NotFound(f"invocation {before} not found in session {sid}")
     if framework in frameworks.TASK_CHAT or not await svc.store.sessions.has_events(conn, sid, owner):
-        tasks = svc.store.tasks.stream_tasks_before(conn, sid, owner, tasks_until or until)
-        told = framework in frameworks.TASK_CHAT or await svc.store.tasks.count_tasks(conn, sid, owner) > 0
-        return Reading(session=source, framework=framework, tasks=tasks, notes=[FROM_TASKS] if told else [])
+        # The tasks the turn listing lists: the owner's and those its runtime wrote under kagent's default user.
+        users = frameworks.runtime_users(owner)
+        tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, users), tasks_until or until)
+        return Reading(session=source, framework=framework, tasks=tasks)
     events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=CUT_CHARS)
     if framework == "openai-agents":
         paired, notes = await _paired_tasks(svc, conn, source, tasks_until)
         return Reading(session=source, framework=framework, events=events, paired=paired, notes=notes)
     known = await turns.with_tasks(svc, conn, source, {})
     return Reading(session=source, framework=framework, events=events, known=known)
+
+
+async def _before(rows: AsyncIterator[TaskRow], until: datetime | None) -> AsyncIterator[TaskRow]:
+    """The rows (oldest first) created before `until` (None: all)."""
+    async for row in rows:
+        if until is not None and row.created_at >= until:
+            return
+        yield row
 
 
 async def _paired_tasks(
