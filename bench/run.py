@@ -432,6 +432,44 @@ async def measure_reads(b: Bench, s: GeneratedSession, *, targets: bool) -> None
         b.report.add(_timed_row(measure, median_ms(listing), target))
 
 
+async def measure_active_chat(b: Bench, s: GeneratedSession) -> None:
+    """(g') A chat kagent keeps writing to: a whole fork of the 100,000-event session (so the generated one
+    stays as every measure finds it), its first listing page (the map made, in that variant), then, for each
+    repetition, one more turn written with kagent's own statements (10 InsertEvent, a task inserted and
+    updated by UpsertTask) and the first listing page timed right after it: what every ask of an active
+    large chat pays (with the map: extending it by the new rows)."""
+    from bench.kagent_writes import INSERT_EVENT, UPSERT_TASK
+
+    _, data = await b.http_fork(s, {})
+    sid = data["id"]
+    path = f"/api/sessions/{sid}/invocations"
+    try:
+        last = "SELECT data FROM event WHERE session_id = $1 ORDER BY created_at DESC LIMIT 10"
+        events = [r["data"] for r in await b.conn.fetch(last, s.session_id)]
+        task = await b.conn.fetchval(
+            "SELECT data FROM task WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1", s.session_id
+        )
+        await b.client.get(path, params={"limit": 100}, headers=HEADERS)
+        took = []
+        for _ in range(b.args.reps):
+            for event in reversed(events):
+                await b.conn.execute(INSERT_EVENT, str(uuid.uuid4()), USER, sid, event)
+            task_id = str(uuid.uuid4())
+            for _ in range(2):
+                await b.conn.execute(UPSERT_TASK, task_id, task, sid, "1.0", USER)
+            started = time.perf_counter()
+            response = await b.client.get(path, params={"limit": 100}, headers=HEADERS)
+            took.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
+        print(f"    after a turn: {[round(x * 1000) for x in took]} ms")
+        b.report.add(_timed_row(f"turn listing (limit=100) of a 100,000-event chat right after kagent wrote one more "
+                                f"turn (10 events, a task upserted twice), median of {b.args.reps}",
+                                median_ms(took), None))  # fmt: skip
+    finally:
+        await b.drop_copy(sid)
+
+
 async def measure_map_builds(b: Bench, sessions: list[GeneratedSession]) -> None:
     """The turn map of each session made by its first listing page (the first ask), then a second page
     (the map trusted and read)."""
@@ -821,6 +859,7 @@ async def measure_service(
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
         if "reads" in want:
             await phase("(g) dry run and turn listing", measure_reads(b, s100k, targets=indexed or mapped))
+            await phase("(g') listing of a chat kagent writes to", measure_active_chat(b, s100k))
         if "transcript" in want:
             await phase("transcript 10k", measure_transcript(b, s10k, "10,000 events"))
             await phase("transcript 100k", measure_transcript(b, s100k, "100,000 events"))

@@ -60,7 +60,7 @@ async def test_the_openai_fixture_loads_twice_under_fresh_ids(pool: asyncpg.Pool
     assert first_items[0]["content"] == original["turns"][0]["question"]
 
 
-@pytest.mark.parametrize("name", ["langgraph_3_turns", "openai_3_turns"])
+@pytest.mark.parametrize("name", ["langgraph_3_turns", "openai_3_turns", "crewai_3_turns", "crewai_flow_3_turns"])
 def test_each_fixture_has_three_completed_turns_and_the_model_requests(name: str) -> None:
     fixture = read_fixture(name)
     assert [t["state"] for t in fixture["turns"]] == ["completed"] * 3

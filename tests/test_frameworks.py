@@ -1,6 +1,6 @@
 """The agent's framework read from what a session holds, and the refusals that protect the sessions a fork or a
 rewind cannot handle yet, on the sessions kagent's own BYO runtimes wrote (tests/fixtures/frameworks/, captured
-from kagent-langgraph and kagent-openai 0.10.4) and on kagent's ADK rows."""
+from kagent-langgraph, kagent-openai and kagent-crewai 0.10.4) and on kagent's ADK rows."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from service.kagent import frameworks
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support.framework_fixtures import fresh_copy, load_fixture, read_fixture
+from tests.support.kagent_controller import go_json
 
 
 async def loaded(pool: asyncpg.Pool, name: str, *, drop: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -41,6 +42,10 @@ def test_the_signals_decide_in_order() -> None:
     assert frameworks.decide(False, True, ["adk"], None) == "crewai"
     assert frameworks.decide(False, False, [], lg_task) == "langgraph"
     assert frameworks.decide(False, False, [], claude_task) == "claude"
+    crewai_task = json.dumps(
+        {"kind": "task", "id": "t", "contextId": "c", "metadata": {"app_name": "a", "session_id": "c"}}
+    )
+    assert frameworks.decide(False, False, [], crewai_task) == "crewai"
     assert frameworks.decide(False, False, ["openai-agents"], None) == "openai-agents"
     assert frameworks.decide(False, False, ["adk-go", "adk"], "not json") == "adk"
     assert frameworks.decide(False, False, [], None) == "unknown"
@@ -310,36 +315,34 @@ async def test_tasks_only_is_for_agents_that_keep_their_conversation_elsewhere(c
     assert await table_fingerprint(pool) == before
 
 
-def _go_json(value: Any) -> str:
-    """JSON as kagent's Go handlers store a map (encoding/json: keys sorted, no spaces)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 async def crewai_session(pool: asyncpg.Pool, changed_in_turn: int) -> dict[str, Any]:
-    """A CrewAI session as kagent 0.10.x holds it (no CrewAI runtime runs here, so it is built from what the code
-    writes): the chatting user's session row and the A2A tasks of the langgraph fixture (written by the same
-    kagent-core task store under kagent's default user), their metadata as kagent-crewai's executor sends it
-    (`app_name`, `session_id`), no event; one crewai_agent_memory row (handlers/crewai.go: the payload's
-    memory_data map marshalled by Go, UpsertCrewAIMemory) and one crewai_flow_state row per flow method
-    (state_data, UpsertCrewAIFlowState), under kagent's default user (the runtime's user_id when the request
-    context names none), last upserted during turn `changed_in_turn`."""
-    fixture = fresh_copy(read_fixture("langgraph_3_turns"), new_user())
+    """A CrewAI session as kagent-crewai 0.10.4 wrote it (tests/fixtures/frameworks/crewai_3_turns.json: the
+    chatting user's session row and three A2A tasks under kagent's default user, their metadata `app_name` and
+    `session_id`, no event), plus CrewAI rows that the runtime cannot produce: on crewai 1.6.1 it writes none
+    (its memory and flow state stay in its pod; docs/frameworks.md, tests/test_runtime_crewai.py). They are
+    shaped as kagent 0.10.x stores what kagent-crewai's KagentMemoryStorage and KagentFlowPersistence send
+    (handlers/crewai.go: the payload's map marshalled by Go, upserted under the request's user, kagent's default
+    one here, thread_id = the session id): one crewai_agent_memory row and one crewai_flow_state row per flow
+    method, first written in turn 1 and last during turn `changed_in_turn`."""
+    fixture = fresh_copy(read_fixture("crewai_3_turns"), new_user())
     tables, sid, admin = fixture["tables"], fixture["session_id"], frameworks.KAGENT_DEFAULT_USER
-    tables["lg_checkpoint"], tables["lg_checkpoint_write"] = [], []
-    for row in tables["task"]:
-        data = json.loads(row["data"])
-        data["metadata"] = {"app_name": "kagent__NS__crewai_agent", "session_id": sid}
-        row["data"] = json.dumps(data, separators=(",", ":"))
     starts = [datetime.fromisoformat(t["created_at"]) for t in tables["task"]]
     first, changed = starts[0] + timedelta(milliseconds=50), starts[changed_in_turn - 1] + timedelta(milliseconds=50)
-    memory = {"task_description": "status of web-1", "score": 0.9, "metadata": {"agent": "sre"}, "datetime": "1"}
+    question = fixture["turns"][changed_in_turn - 1]["question"]
+    memory = {
+        "task_description": "Answer the user's latest question.",
+        "score": 8.0,
+        "metadata": {"suggestions": [f"remember {question}"], "quality": 8.0, "agent": "kagent-fork test agent",
+                     "expected_output": f"A short answer to the question: {question}"},
+        "datetime": str(changed.timestamp()),
+    }  # fmt: skip
     tables["crewai_agent_memory"] = [
         {"user_id": admin, "thread_id": sid, "created_at": first.isoformat(), "updated_at": changed.isoformat(),
-         "deleted_at": None, "memory_data": _go_json(memory)},
+         "deleted_at": None, "memory_data": go_json(memory)},
     ]  # fmt: skip
     tables["crewai_flow_state"] = [
         {"user_id": admin, "thread_id": sid, "method_name": method, "created_at": first.isoformat(),
-         "updated_at": changed.isoformat(), "deleted_at": None, "state_data": _go_json({"id": sid, "step": method})}
+         "updated_at": changed.isoformat(), "deleted_at": None, "state_data": go_json({"id": sid, "step": method})}
         for method in ("gather", "answer")
     ]  # fmt: skip
     async with pool.acquire() as conn:
@@ -417,6 +420,69 @@ async def test_a_crewai_cut_after_its_memory_last_changed_shares_it_as_it_is(cli
     r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": task})
     assert r.status_code == 200 and r.json()["data"]["rewind"]["tasks_removed"] == 1, r.text
     assert await crewai_rows(pool, sid) == source
+
+
+async def test_a_crewai_session_as_kagent_crewai_writes_it_is_forked_with_its_tasks(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    """kagent-crewai 0.10.4's own rows (tasks only, under kagent's default user): the framework is read from the
+    tasks' metadata; a fork, whole or cut, copies the kept tasks and says that the agent's memory is in its pod;
+    a rewind hides the turns from the chosen one on."""
+    fixture = await loaded(pool, "crewai_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    assert fixture["controller_calls"] == ["GET /api/tasks/{id}", "POST /api/tasks"]  # no /api/crewai call
+    assert not fixture["tables"]["crewai_agent_memory"] and not fixture["tables"]["crewai_flow_state"]
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [(t["task_id"], "crewai") for t in turns]
+    for body, kept in (({}, 3), ({"rewind_before_task_id": turns[1]["task_id"]}, 1)):
+        r = await post(client, f"/api/sessions/{sid}/fork", user, {**body, "task_layout": "per_task"})
+        assert r.status_code == 201, r.text
+        fork = r.json()["data"]
+        assert (fork["fork"]["framework"], fork["fork"]["tasks_copied"]) == ("crewai", kept)
+        assert any("keeps no memory or flow state in kagent's database" in w for w in fork["fork"]["warnings"])
+        async with pool.acquire() as conn:
+            copied = await conn.fetch("SELECT user_id FROM task WHERE session_id = $1", fork["id"])
+        assert [c["user_id"] for c in copied] == [frameworks.KAGENT_DEFAULT_USER] * kept
+        assert await crewai_rows(pool, fork["id"]) == []
+    r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": turns[1]["task_id"]})
+    assert r.status_code == 200 and r.json()["data"]["rewind"]["tasks_removed"] == 2, r.text
+
+
+async def test_a_crewai_flow_keeps_its_state_in_its_pod_so_only_its_visible_chat_is_forked(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    """kagent-crewai 0.10.4 running a flow (crewai_flow_3_turns: its tasks tell the flow's methods, no crewai row):
+    the flow restores its state from its pod by the session's id, so a fork or a rewind is refused as for a Claude
+    agent, and a tasks_only fork copies the visible chat with the warning."""
+    fixture = await loaded(pool, "crewai_flow_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    task_rows = fixture["tables"]["task"]
+    assert all(frameworks.crewai_flow(t["data"]) for t in task_rows)
+    assert not any(frameworks.crewai_flow(t["data"]) for t in read_fixture("crewai_3_turns")["tables"]["task"])
+    r = await get(client, f"/api/sessions/{sid}/invocations", user)
+    assert [(t["task_id"], t["framework"]) for t in r.json()["data"]] == [(t["task_id"], "crewai") for t in turns]
+    before = await table_fingerprint(pool)
+    for path, body in [
+        (f"/api/sessions/{sid}/fork", {}),
+        (f"/api/sessions/{sid}/fork", {"rewind_before_task_id": turns[2]["task_id"], "dry_run": True}),
+        (f"/api/sessions/{sid}/rewind", {"rewind_before_task_id": turns[2]["task_id"]}),
+    ]:
+        r = await post(client, path, user, body)
+        assert r.status_code == 422 and "CrewAI flow" in r.json()["error"], (path, r.text)
+    assert await table_fingerprint(pool) == before
+    body = {"tasks_only": True, "rewind_before_task_id": turns[2]["task_id"], "task_layout": "per_task"}
+    r = await post(client, f"/api/sessions/{sid}/fork", user, body)
+    assert r.status_code == 201, r.text
+    fork = r.json()["data"]["fork"]
+    assert (fork["framework"], fork["tasks_copied"]) == ("crewai", 2)
+    assert [w for w in fork["warnings"] if "CrewAI" in w or "remember" in w] == [
+        "a fork of the visible chat only: the agent keeps its conversation in its own pod and will not remember "
+        "this one"
+    ]
+    # a crew's session (no per-session state) is forked without tasks_only
+    crew = await loaded(pool, "crewai_3_turns")
+    r = await post(client, f"/api/sessions/{crew['session_id']}/fork", crew["user"], {"tasks_only": True})
+    assert r.status_code == 422 and "tasks_only" in r.json()["error"], r.text
 
 
 async def claude_session(pool: asyncpg.Pool) -> dict[str, Any]:

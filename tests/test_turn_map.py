@@ -277,3 +277,26 @@ async def test_a_whatif_span_is_the_same_read_from_the_map(svc: Services) -> Non
             assert await turn_map.usable(svc.store, conn, conv.session_id, conv.user_id)
         assert any(isinstance(answer[0], list) and len(answer[0]) > 1 for answer in exact.values())
         _same(mapped, exact)
+
+
+async def _reltuples(conn: asyncpg.Connection, schema: str) -> float:
+    value: float = await conn.fetchval(
+        "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", f"{schema}.turn_map_run"
+    )
+    return value
+
+
+async def test_a_new_map_is_read_with_statistics_that_describe_it(svc: Services) -> None:
+    """The first map built in a database gathers the map tables' planner statistics (read with those of
+    empty tables, the rewind's cut would scan every run instead of probing turn_map_run_first); a map
+    much smaller than what they describe leaves them as they are."""
+    schema = svc.settings.service_schema
+    async with svc.pool.acquire() as conn:
+        big = await insert_session(conn, SessionSpec(turns=300))
+        small = await insert_session(conn, SessionSpec(turns=20))
+        assert await _reltuples(conn, schema) < 0  # never gathered
+        assert await turn_map.prepare(svc.store, conn, big.session_id, big.user_id)
+        gathered = await _reltuples(conn, schema)
+        assert gathered >= 300  # one run a turn in these sessions
+        assert await turn_map.prepare(svc.store, conn, small.session_id, small.user_id)
+        assert await _reltuples(conn, schema) == gathered

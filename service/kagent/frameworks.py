@@ -6,6 +6,7 @@ conversation in different places (docs/frameworks.md)."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from service.kagent import dialects
@@ -35,7 +36,9 @@ def runtime_users(owner: str) -> list[str]:
 
 def from_task(text: str | None) -> Framework | None:
     """What a task's metadata says: kagent-langgraph names its thread (`thread_id` on 0.10.x,
-    `kagent_thread_id` on main), kagent-claude writes `kagent.claude.*` keys."""
+    `kagent_thread_id` on main), kagent-claude writes `kagent.claude.*` keys, kagent-crewai 0.10.x writes
+    `app_name` and `session_id` and nothing else (kagent-langgraph 0.10.x writes them too, with its thread;
+    kagent's other runtimes write `kagent_`-prefixed keys)."""
     if text is None:
         return None
     try:
@@ -48,7 +51,31 @@ def from_task(text: str | None) -> Framework | None:
         return "langgraph"
     if any(key.startswith("kagent.claude.") for key in keys):
         return "claude"
+    if keys == {"app_name", "session_id"}:
+        return "crewai"
     return None
+
+
+# What kagent-crewai 0.10.x's listener says, in a task's history, as a flow's method runs.
+_FLOW_METHOD = re.compile(r"Method \S+ from flow \S+ (started|finished) execution\.")
+
+
+def crewai_flow(text: str | None) -> bool:
+    """Whether a task of kagent-crewai ran a CrewAI flow (its history tells each flow method's start and end),
+    not a crew."""
+    if text is None:
+        return False
+    try:
+        task = dialects.decode(text)
+    except dialects.TaskFormatError:
+        return False
+    history = task.get("history")
+    for message in history if isinstance(history, list) else []:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str) and _FLOW_METHOD.fullmatch(part["text"]):
+                return True
+    return False
 
 
 def decide(langgraph: bool, crewai: bool, event_kinds: list[str], first_task: str | None) -> Framework:

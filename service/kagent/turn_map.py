@@ -83,21 +83,23 @@ async def ensure(store: Store, conn: Connection, session_id: str, owner: str) ->
     """Make the map true now: nothing to do, an extension, or a rebuild. One at a time per session."""
     maps = store.turn_maps
     lock = store.lineage.key_lock(conn, "turn-map", f"{session_id}\n{owner}")
-    async with lock, conn.transaction(isolation="repeatable_read"):
-        state, marks, last_run = await maps.guard(conn, session_id, owner)
-        if trusted(state, marks, last_run):
-            return True
-        if (
-            state is not None
-            and _intact(state, marks, last_run)
-            and await _extend(store, conn, session_id, owner, state, marks)
-        ):
-            return True
-        await _build(store, conn, session_id, owner, marks)
+    async with lock:
+        async with conn.transaction(isolation="repeatable_read"):
+            state, marks, last_run = await maps.guard(conn, session_id, owner)
+            if trusted(state, marks, last_run):
+                return True
+            if (
+                state is not None
+                and _intact(state, marks, last_run)
+                and await _extend(store, conn, session_id, owner, state, marks)
+            ):
+                return True
+            counts = await _build(store, conn, session_id, owner, marks)
+        await store.database.refresh_map_statistics(conn, counts.runs)
         return True
 
 
-async def _build(store: Store, conn: Connection, session_id: str, owner: str, marks: KagentMarks) -> None:
+async def _build(store: Store, conn: Connection, session_id: str, owner: str, marks: KagentMarks) -> MapCounts:
     maps = store.turn_maps
     await maps.forget(conn, session_id, owner, rows=True)
     await maps.map_runs_from(conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0)
@@ -112,7 +114,7 @@ async def _build(store: Store, conn: Connection, session_id: str, owner: str, ma
             batch = []
     await maps.add_tasks(conn, session_id, owner, batch)
     await maps.refresh_turns(conn, session_id, owner, None)
-    await _save(store, conn, session_id, owner, marks)
+    return await _save(store, conn, session_id, owner, marks)
 
 
 async def _extend(
@@ -121,26 +123,28 @@ async def _extend(
     """The map extended by kagent's rows written since it was made; False: they are not only new rows
     (the caller rebuilds)."""
     maps = store.turn_maps
-    live, after = await maps.live_events_after(conn, session_id, owner, state.watermark)
+    last = await maps.last_run(conn, session_id, owner)
+    # One pass over the session's rows counts them and names the events of the runs to make again (the
+    # last run, which new events may continue, and the new ones), read then by key.
+    live, after, ids = await maps.live_events_after(
+        conn, session_id, owner, state.watermark, last.first if last is not None else None
+    )
     if live != state.events + after:
         return False
     touched: set[str] = set()
     if after:
-        last = await maps.last_run(conn, session_id, owner)
         if last is None:
-            _, made = await maps.map_runs_from(conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0)
+            _, made = await maps.map_runs_from(
+                conn, session_id, owner, None, seq=1, events=0, bytes_=0, text_chars=0, ids=ids
+            )
         else:
-            # New events may continue the last run: it is mapped again with them.
             touched.update(await maps.drop_runs_from(conn, session_id, owner, last.seq))
             _, made = await maps.map_runs_from(
                 conn, session_id, owner, last.first, seq=last.seq, events=last.events_before,
-                bytes_=last.bytes_before, text_chars=last.text_chars_before,
+                bytes_=last.bytes_before, text_chars=last.text_chars_before, ids=ids,
             )  # fmt: skip
         touched.update(made)
-    mapped = await maps.mapped_task_stamps(conn, session_id, owner)
-    stamps = await maps.live_task_stamps(conn, session_id, owner)
-    changed = [s.id for s in stamps if s.id not in mapped or mapped[s.id][0] != s.updated_at]
-    gone = mapped.keys() - {s.id for s in stamps}
+    changed, gone = await maps.changed_tasks(conn, session_id, owner)
     if changed or gone:
         touched.update(await maps.forget_tasks(conn, session_id, owner, [*changed, *gone]))
         rows = await maps.tasks_by_id(conn, session_id, owner, changed)
@@ -253,8 +257,12 @@ async def after_rewind(
     if not was_trusted or (first is not None and first[1]):
         await maps.forget(conn, session_id, owner, rows=False)
         return
+    # Turns hidden whole are dropped as they are (read before their runs and tasks go); only the turns
+    # with rows on both sides of the cut, and those its replacement task carries, are made again.
+    gone = await maps.drop_hidden_turns(conn, session_id, owner, events_from, tasks_from)
     touched = set(await maps.drop_runs_from(conn, session_id, owner, first[0])) if first is not None else set()
     touched.update(await maps.forget_tasks_from(conn, session_id, owner, tasks_from))
+    touched -= gone
     if replacement is not None:
         digest = _digest(session_id, owner, *replacement)
         touched.update(digest.invocation_ids)

@@ -415,18 +415,25 @@ async def _refusals(
     """422 for a session whose agent keeps state this fork cannot copy (docs/frameworks.md); else the
     warnings its framework adds."""
     store, sid, owner = svc.store, source.id, source.user_id
-    if req.tasks_only and framework not in ("claude", "unknown"):
+    in_pod = None  # what keeps the conversation of an agent that keeps it in its own pod
+    if framework == "claude":
+        in_pod = (
+            "this session's agent (Claude Agent SDK) keeps its conversation in its own pod, not in kagent's database"
+        )
+    elif framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, owner):
+        in_pod = crewai_state.FLOW_IN_POD
+    if req.tasks_only and in_pod is None and framework != "unknown":
         raise Unprocessable(
             f"tasks_only forks the visible chat of an agent that keeps its conversation in its own pod (Claude "
-            f"Agent SDK); this session's agent ({framework}) keeps it in kagent's database: fork without it"
+            f"Agent SDK, a CrewAI flow); this session's agent ({framework}) keeps it in kagent's database: fork "
+            "without it"
         )
-    if framework == "claude" and not req.tasks_only:
+    if in_pod is not None and not req.tasks_only:
         raise Unprocessable(
-            "this session's agent (Claude Agent SDK) keeps its conversation in its own pod, not in kagent's "
-            "database: a fork cannot give it the conversation. Send tasks_only: true to fork the visible chat "
+            f"{in_pod}: a fork cannot give it the conversation. Send tasks_only: true to fork the visible chat "
             "only (the agent will not remember it)"
         )
-    if framework == "claude" or req.tasks_only:
+    if in_pod is not None or req.tasks_only:
         return ("a fork of the visible chat only: the agent keeps its conversation in its own pod and will not "
                 "remember this one",)  # fmt: skip
     if framework == "langgraph":
@@ -563,9 +570,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     if guess is not None and layout != "per_task":
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = [*fork.notes, *cut.warnings]
-    if fork.framework == "crewai" and cut.tasks_before is not None:
-        await crewai_state.check_cut(store, conn, sid, fork.parent.user_id, cut.tasks_before, "a fork")
-        warnings.append(crewai_state.SHARED)
+    if fork.framework == "crewai" and not req.tasks_only:  # a flow's tasks_only fork: warned in _refusals
+        said = await crewai_state.fork_warning(store, conn, sid, fork.parent.user_id, cut.tasks_before)
+        warnings += [said] if said is not None else []
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)

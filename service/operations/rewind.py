@@ -167,6 +167,10 @@ async def _rewind_locked(
     framework = await frameworks.detect(store, conn, sid, owner)
     if framework in _KEPT_ELSEWHERE:
         raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
+    if framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, owner):
+        raise Unprocessable(
+            f"this session cannot be rewound: {crewai_state.FLOW_IN_POD}, where it keeps the hidden turns"
+        )
     if (
         framework == "langgraph"
         and not (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
@@ -183,12 +187,12 @@ async def _rewind_locked(
     named = await named_turn(svc, conn, rows, req.rewind_before_invocation_id, req.rewind_before_task_id)
     invocation_id, task_id = named.invocation_id, req.rewind_before_task_id
     mapped = mapped and await turn_map.usable(store, conn, sid, owner)
-    large = await store.tasks.count_tasks(conn, sid, keeper) >= copying.LARGE_FORK_TASKS
+    large = not mapped and await store.tasks.count_tasks(conn, sid, keeper) >= copying.LARGE_FORK_TASKS
     # A large session's second connection, in the snapshot taken after the row lock: the boundary
     # searches run at once, then the summary of what the rewind hides reads the rows as they were
     # while this connection checks the turns' states and the UPDATEs hide them.
     # With the turn map both searches and the summary are reads of it: no second connection.
-    async with copying.snapshot_reader(svc, conn, wanted=large and not mapped) as reader:
+    async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
         boundary = await _boundary(svc, conn, reader, rows, named, mapped=mapped)
         if framework == "crewai":  # its memory stays as it is: only if it did not change from the turn on
             await crewai_state.check_cut(store, conn, sid, owner, boundary.tasks_from, "a rewind")

@@ -84,6 +84,8 @@ WITH read AS MATERIALIZED (
     ) AS m
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
       AND ($3::timestamptz IS NULL OR (e.created_at >= $3 AND (e.created_at, e.id) >= ($3, $4)))
+      -- an extension names the rows (live_events_after read them): looked up by kagent's key (id, user_id)
+      AND ($9::text[] IS NULL OR e.id = ANY($9))
 ), marked AS (
     SELECT *, CASE WHEN lag(id) OVER w IS NOT NULL AND lag(invocation_id) OVER w IS NOT DISTINCT FROM invocation_id
                    THEN 0 ELSE 1 END AS opens
@@ -145,18 +147,33 @@ SELECT coalesce(array_agg(DISTINCT invocation_id) FILTER (WHERE invocation_id IS
 
 -- name: first_run_from
 -- The first run that holds an event at or after $3 (a rewind hides from there), and whether it starts
--- before $3 (then the rewind cuts inside it).
-SELECT seq, first_at < $3 AS straddles
-FROM {schema}.turn_map_run
-WHERE session_id = $1 AND user_id = $2 AND last_at >= $3
-ORDER BY seq
+-- before $3 (then the rewind cuts inside it). Runs follow each other (one's last event is never after the
+-- next one's first), so only the last run starting before $3 can hold events on both sides: two index
+-- probes (turn_map_run_first), not a scan of the runs.
+SELECT seq, straddles FROM (
+    (SELECT seq, true AS straddles, 0 AS rank FROM (
+         SELECT seq, last_at FROM {schema}.turn_map_run
+         WHERE session_id = $1 AND user_id = $2 AND first_at < $3
+         ORDER BY first_at DESC, first_id DESC
+         LIMIT 1
+     ) AS before WHERE last_at >= $3)
+    UNION ALL
+    (SELECT seq, false, 1 FROM {schema}.turn_map_run
+     WHERE session_id = $1 AND user_id = $2 AND first_at >= $3
+     ORDER BY first_at, first_id
+     LIMIT 1)
+) AS found
+ORDER BY rank
 LIMIT 1;
 
 -- name: live_events_after
--- The extension's count, without parsing: the session's live events, and those after the watermark
--- ($3, $4; NULL: none mapped). Reads the session's rows (kagent's event has no index on created_at).
+-- The extension's count, without parsing: the session's live events, those after the watermark ($3, $4;
+-- NULL: none mapped), and the ids of those from ($5, $6) on (the last run's first event: the runs made
+-- again), so that map_runs_from reads them by key instead of reading the session's rows a second time.
+-- Reads the session's rows once (kagent's event has no index on created_at).
 SELECT count(*) AS live,
-       count(*) FILTER (WHERE $3::timestamptz IS NULL OR (created_at, id) > ($3, $4)) AS after
+       count(*) FILTER (WHERE $3::timestamptz IS NULL OR (created_at, id) > ($3, $4)) AS after,
+       coalesce(array_agg(id) FILTER (WHERE $5::timestamptz IS NULL OR (created_at, id) >= ($5, $6)), '{}') AS ids
 FROM event
 WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL;
 
@@ -217,6 +234,24 @@ ON CONFLICT (session_id, user_id, invocation_id) DO UPDATE SET
     task_id = EXCLUDED.task_id, task_created_at = EXCLUDED.task_created_at, task_state = EXCLUDED.task_state,
     task_user_text = EXCLUDED.task_user_text;
 
+-- name: turns_drop_hidden
+-- The turns a rewind hid whole, dropped at once before the few it cut are made again (making 1,000 hidden
+-- turns again one by one only to find them empty cost 100 ms): those whose first event is at or after $3
+-- (or that have none) and whose first task is at or after $4 (or that have none), as the map held them
+-- before the cut. Read turn by turn, not joined with the invocations the rewind touched: any turn these
+-- hold was touched. The invocations dropped.
+WITH dropped AS (
+    DELETE FROM {schema}.turn_map_turn
+    WHERE session_id = $1 AND user_id = $2
+      -- an index range (turn_map_turn_order): a turn hidden whole starts at or after the earlier cut; a
+      -- turn without a start (no message, no task) is made again instead, as any other touched one
+      AND started_at >= least($3::timestamptz, $4::timestamptz)
+      AND (event_first_at IS NULL OR event_first_at >= $3)
+      AND (task_created_at IS NULL OR task_created_at >= $4)
+    RETURNING invocation_id
+)
+SELECT coalesce(array_agg(invocation_id), '{}') FROM dropped;
+
 -- name: turns_settle
 -- Turns of $3 (NULL: all) with neither events nor a task dropped; the listing's start of the others:
 -- a turn with a message starts at its first event, one only tasks know at its first task.
@@ -252,8 +287,16 @@ FROM task
 WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
   AND {task_owned_by_$2};
 
--- name: mapped_task_stamps
-SELECT task_id, updated_at, invocation_ids FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2;
+-- name: changed_tasks
+-- What an extension reads again of the tasks, in one pass over each side (no task text read, nothing
+-- compared in Python): the live tasks of the session (kagent's owner rule) that are new or whose
+-- updated_at moved since they were mapped (kagent's upserts), and the mapped ones no longer live (gone).
+SELECT coalesce(t.id, m.task_id) AS id, t.id IS NULL AS gone
+FROM (SELECT id, updated_at FROM task
+      WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND {task_owned_by_$2}) AS t
+FULL JOIN (SELECT task_id, updated_at FROM {schema}.turn_map_task WHERE session_id = $1 AND user_id = $2) AS m
+    ON m.task_id = t.id
+WHERE t.id IS NULL OR m.task_id IS NULL OR m.updated_at IS DISTINCT FROM t.updated_at;
 
 -- name: tasks_by_id
 -- The live tasks of the session with ids $3, oldest first.
@@ -308,18 +351,28 @@ WHERE session_id = $1 AND user_id = $2 AND has_messages AND started_at IS NOT NU
 -- name: map_figures_before
 -- A dry run's event figures: the sums of the runs that end before $3 (NULL: all), if no run holds
 -- events on both sides of $3 (then straddles is true and the caller counts the events itself).
-SELECT (SELECT ARRAY[cum_events, cum_bytes, cum_text_chars] FROM {schema}.turn_map_run
-        WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR last_at < $3)
+-- Only the last run starting before $3 can straddle it, and the one before that ends before $3
+-- (first_run_from): both read from the two last runs starting before $3 (turn_map_run_first).
+WITH last_two AS (
+    SELECT seq, last_at, cum_events, cum_bytes, cum_text_chars FROM {schema}.turn_map_run
+    WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR first_at < $3)
+    ORDER BY first_at DESC, first_id DESC
+    LIMIT 2
+)
+SELECT (SELECT ARRAY[cum_events, cum_bytes, cum_text_chars] FROM last_two
+        WHERE $3::timestamptz IS NULL OR last_at < $3
         ORDER BY seq DESC LIMIT 1) AS sums,
-       EXISTS (SELECT 1 FROM {schema}.turn_map_run
-               WHERE session_id = $1 AND user_id = $2 AND first_at < $3 AND last_at >= $3) AS straddles;
+       EXISTS (SELECT 1 FROM (SELECT last_at FROM last_two ORDER BY seq DESC LIMIT 1) AS before
+               WHERE last_at >= $3) AS straddles;
 
 -- name: map_tally_from
 -- events_tally of the live events from $3 on (to the end), added up from the runs that start there or
 -- later; straddles: a run holds events on both sides of $3 (then the caller reads the events instead).
 -- $4, $5: the user and agent text lengths the caller wants (the runs keep 200 and 480).
-SELECT EXISTS (SELECT 1 FROM {schema}.turn_map_run
-               WHERE session_id = $1 AND user_id = $2 AND first_at < $3 AND last_at >= $3) AS straddles,
+SELECT EXISTS (SELECT 1 FROM (SELECT last_at FROM {schema}.turn_map_run
+                             WHERE session_id = $1 AND user_id = $2 AND first_at < $3
+                             ORDER BY first_at DESC, first_id DESC LIMIT 1) AS before
+               WHERE last_at >= $3) AS straddles,  -- only the last run before $3 can (first_run_from)
        coalesce(sum(events), 0) AS events,
        count(DISTINCT invocation_id) FILTER (WHERE has_messages) AS turns,
        coalesce(sum(tokens), 0) AS total_tokens,
@@ -374,3 +427,15 @@ SELECT p.last_at, p.invocation_id
 FROM {schema}.turn_map_run AS r
 JOIN {schema}.turn_map_run AS p ON p.session_id = r.session_id AND p.user_id = r.user_id AND p.seq = r.seq - 1
 WHERE r.session_id = $1 AND r.user_id = $2 AND r.first_at = $3 AND r.first_id = $4;
+
+-- name: map_statistics_stale
+-- Whether the planner's statistics of the map's tables lag behind a map of $1 runs just written: never
+-- gathered (reltuples < 0), or the runs are more than a fifth of what they describe. The map's reads pick
+-- their index from them (a new session's map read with the statistics of an empty table scans every run
+-- instead of probing turn_map_run_first: 10-30 ms a statement at 100,000 events), and autovacuum gathers
+-- them only on its next round, after the operation that built the map has read it.
+SELECT coalesce(bool_or(c.reltuples < 0 OR $1 > 0.2 * c.reltuples), false)
+FROM pg_class AS c
+WHERE c.oid = ANY(ARRAY['{schema}.turn_map_run'::regclass, '{schema}.turn_map_task'::regclass,
+                        '{schema}.turn_map_turn'::regclass]);
+

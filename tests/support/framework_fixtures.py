@@ -1,5 +1,5 @@
-"""Fixture sessions of kagent's BYO runtimes (kagent-langgraph, kagent-openai 0.10.4), as JSON files under
-tests/fixtures/frameworks/, and the loader that puts one into a test database.
+"""Fixture sessions of kagent's BYO runtimes (kagent-langgraph, kagent-openai, kagent-crewai 0.10.4), as JSON files
+under tests/fixtures/frameworks/, and the loader that puts one into a test database.
 
 A fixture is what a real runtime wrote while a user talked to it through kagent's A2A path (the controller
 stand-in, tests/support/kagent_controller.py, storing into kagent's tables): every row of every kagent table
@@ -47,7 +47,7 @@ def fixture_path(name: str) -> Path:
 
 
 def read_fixture(name: str) -> dict[str, Any]:
-    """A fixture by name: `langgraph_3_turns`, `openai_3_turns`."""
+    """A fixture by name: `langgraph_3_turns`, `openai_3_turns`, `crewai_3_turns`, `crewai_flow_3_turns`."""
     fixture: dict[str, Any] = json.loads(fixture_path(name).read_text())
     return fixture
 

@@ -22,6 +22,9 @@ go/core/internal/database/{client_postgres.go,queries}), not copied from it:
   or soft-deleted); ``GET /api/tasks/{id}``: ``GetTask`` with the NULL-owner rule, 404 otherwise. kagent
   stores the task re-encoded by trpc-a2a-go after a round trip through a2a-go's v1 types; here it is
   re-encoded by a2a-sdk's 0.3 model (same keys and values, key order may differ).
+- ``/api/langgraph/checkpoints...`` (handlers/checkpoints.go, langgraph.sql) and ``/api/crewai/memory`` /
+  ``/api/crewai/flows/state`` (handlers/crewai.go, crewai.sql: upserts under the caller, the payload's map stored
+  as Go marshals it; the memory's search by ``q``, its hard delete; a flow's newest state by ``created_at``).
 - ``/api/a2a/{namespace}/{name}/...``: passed through to the agent registered under that name, with the
   caller's ``X-User-Id`` (the share owner's with a share token), as ``A2ARequestHandler`` forwards it.
 
@@ -72,6 +75,32 @@ def go_time(value: datetime | None) -> str | None:
     text = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
     fraction = f"{value.microsecond:06d}".rstrip("0")
     return f"{text}{'.' + fraction if fraction else ''}Z"
+
+
+def go_json(value: Any) -> str:
+    """A decoded JSON value as Go's encoding/json marshals the map[string]any a handler decoded it into: object
+    keys sorted, no spaces, numbers as float64 (an integral one without a fraction), `<`, `>`, `&`, U+2028 and
+    U+2029 escaped, other characters as they are; null for a missing map."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
+            return int(v)
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    text = json.dumps(plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escaped)
+    return text
 
 
 def _omit_none(obj: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -535,6 +564,111 @@ class Controller:
                 )
         return ok({}, "Successfully deleted thread")
 
+    # ----------------------------------------------------------------------------------------------
+    # CrewAI memory and flow state (kagent-crewai's KagentMemoryStorage / KagentFlowPersistence; handlers/crewai.go,
+    # crewai.sql)
+
+    async def json_body(self, request: Request) -> dict[str, Any] | None:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    async def store_memory(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        body = await self.json_body(request)
+        if body is None or not isinstance(body.get("memory_data") or {}, dict):
+            return fail(400, "Invalid request body")
+        if not body.get("thread_id"):
+            return fail(400, "thread_id is required")
+        async with self.pool.acquire() as conn:  # UpsertCrewAIMemory: one row per user and thread, overwritten
+            await conn.execute(
+                "INSERT INTO crewai_agent_memory (user_id, thread_id, memory_data, created_at, updated_at)"
+                " VALUES ($1, $2, $3, NOW(), NOW()) ON CONFLICT (user_id, thread_id) DO UPDATE SET"
+                " memory_data = EXCLUDED.memory_data, updated_at = NOW(), deleted_at = NULL",
+                user, body["thread_id"], go_json(body.get("memory_data")),
+            )  # fmt: skip
+        return ok({}, "Successfully stored CrewAI memory", 201)
+
+    async def search_memory(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        query = request.query_params
+        if not query.get("thread_id"):
+            return fail(400, "thread_id is required")
+        if not query.get("q"):
+            return fail(400, "Either agent_id or q (task description) parameter is required")
+        try:
+            limit = int(query.get("limit", "0"))
+        except ValueError:
+            limit = 0
+        pattern = f"%{query['q']}%"
+        sql = (
+            "SELECT thread_id, user_id, memory_data FROM crewai_agent_memory"
+            " WHERE user_id = $1 AND thread_id = $2 AND deleted_at IS NULL"
+            " AND (memory_data ILIKE $3 OR (memory_data::jsonb)->>'task_description' ILIKE $3)"
+            " ORDER BY created_at DESC, (memory_data::jsonb)->>'score' ASC"
+        )
+        async with self.pool.acquire() as conn:
+            if limit > 0:
+                rows = await conn.fetch(sql + " LIMIT $4", user, query["thread_id"], pattern, limit)
+            else:
+                rows = await conn.fetch(sql, user, query["thread_id"], pattern)
+        found = [
+            {"thread_id": r["thread_id"], "user_id": r["user_id"], "memory_data": json.loads(r["memory_data"])}
+            for r in rows
+        ]
+        return ok(found, "Successfully listed CrewAI memory")
+
+    async def reset_memory(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        thread_id = request.query_params.get("thread_id", "")
+        if not thread_id:
+            return fail(400, "thread_id is required")
+        async with self.pool.acquire() as conn:  # HardDeleteCrewAIMemory: not a soft delete
+            await conn.execute("DELETE FROM crewai_agent_memory WHERE user_id = $1 AND thread_id = $2", user, thread_id)
+        return ok({}, "Successfully reset CrewAI memory")
+
+    async def store_flow_state(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        body = await self.json_body(request)
+        if body is None or not isinstance(body.get("state_data") or {}, dict):
+            return fail(400, "Invalid request body")
+        if not body.get("thread_id"):
+            return fail(400, "thread_id is required")
+        if not body.get("method_name"):
+            return fail(400, "method_name is required")
+        async with self.pool.acquire() as conn:  # UpsertCrewAIFlowState: one row per user, thread and method
+            await conn.execute(
+                "INSERT INTO crewai_flow_state (user_id, thread_id, method_name, state_data, created_at, updated_at)"
+                " VALUES ($1, $2, $3, $4, NOW(), NOW()) ON CONFLICT (user_id, thread_id, method_name) DO UPDATE SET"
+                " state_data = EXCLUDED.state_data, updated_at = NOW(), deleted_at = NULL",
+                user, body["thread_id"], body["method_name"], go_json(body.get("state_data")),
+            )  # fmt: skip
+        return ok({}, "Successfully stored CrewAI flow state", 201)
+
+    async def get_flow_state(self, request: Request) -> Response:
+        user = self.caller(request)
+        self.note(request, user)
+        thread_id = request.query_params.get("thread_id", "")
+        if not thread_id:
+            return fail(400, "thread_id is required")
+        async with self.pool.acquire() as conn:  # GetLatestCrewAIFlowState: the newest by created_at
+            row = await conn.fetchrow(
+                "SELECT thread_id, method_name, state_data FROM crewai_flow_state"
+                " WHERE user_id = $1 AND thread_id = $2 AND deleted_at IS NULL ORDER BY created_at DESC LIMIT 1",
+                user,
+                thread_id,
+            )
+        if row is None:
+            return fail(404, "Flow state not found")
+        state = {"thread_id": row["thread_id"], "method_name": row["method_name"]}
+        return ok({**state, "state_data": json.loads(row["state_data"])}, "Successfully retrieved CrewAI flow state")
+
     async def not_found(self, request: Request) -> Response:
         return fail(404, f"the controller stand-in does not serve {request.method} {request.url.path}")
 
@@ -552,6 +686,11 @@ def controller_app(controller: Controller) -> Starlette:
             Route("/api/langgraph/checkpoints", c.list_checkpoints, methods=["GET"]),
             Route("/api/langgraph/checkpoints/writes", c.put_writes, methods=["POST"]),
             Route("/api/langgraph/checkpoints/{thread_id}", c.delete_thread, methods=["DELETE"]),
+            Route("/api/crewai/memory", c.store_memory, methods=["POST"]),
+            Route("/api/crewai/memory", c.search_memory, methods=["GET"]),
+            Route("/api/crewai/memory", c.reset_memory, methods=["DELETE"]),
+            Route("/api/crewai/flows/state", c.store_flow_state, methods=["POST"]),
+            Route("/api/crewai/flows/state", c.get_flow_state, methods=["GET"]),
             Route("/api/a2a/{namespace}/{name}", c.a2a, methods=["GET", "POST"]),
             Route("/api/a2a/{namespace}/{name}/{rest:path}", c.a2a, methods=["GET", "POST"]),
             Route("/{rest:path}", c.not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),

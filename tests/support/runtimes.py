@@ -97,7 +97,10 @@ def running_runtime(spec: RuntimeSpec) -> Iterator[RunningRuntime]:
         log = Path(tmp) / "runtime.log"
         started = time.monotonic()
         with log.open("wb") as out:
-            process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            # no terminal, as in a pod (crewai's first-run tracing prompt reads stdin and would wait 20 s)
+            process = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=tmp
+            )
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_healthy(process, f"{url}{spec.health_path}", spec, log, started)
@@ -178,7 +181,7 @@ def _card(agent_ref: str, kagent_url: str, description: str) -> dict[str, object
 
 
 def byo_agent(runtime: str, source: str, agent_ref: str, *, kagent_url: str, model_url: str) -> RuntimeSpec:
-    """A BYO agent of kagent's `runtime` (kagent-langgraph, kagent-openai) as kagent runs its Deployment: the
+    """A BYO agent of kagent's `runtime` (kagent-langgraph, -openai, -crewai) as kagent runs its Deployment: the
     image's command (`python agent.py`, here the file `source` of runtime_agents/ beside its agent-card.json)
     with KAGENT_URL, KAGENT_NAME, KAGENT_NAMESPACE and PORT set, and the agent's own env (the model)."""
     import json
@@ -203,5 +206,8 @@ def byo_agent(runtime: str, source: str, agent_ref: str, *, kagent_url: str, mod
             "OTEL_SDK_DISABLED": "true",
             "OPENAI_AGENTS_DISABLE_TRACING": "true",
             "LANGSMITH_TRACING": "false",
+            "CREWAI_DISABLE_TELEMETRY": "true",  # crewai's and chromadb's telemetry (no internet here)
+            "CREWAI_TRACING_ENABLED": "false",
+            "ANONYMIZED_TELEMETRY": "false",
         },
     )

@@ -10,12 +10,18 @@ model serve many tests and runtimes at once.
 
 ``requests_for(cue)`` gives the requests of a turn, so a test can assert the exact messages the model was
 sent. Streaming (``stream: true``) is answered as OpenAI's server-sent chunks.
+
+``POST /v1/embeddings`` answers each input with a fixed vector made from its text's hash (CrewAI's memory
+embeds what it stores and searches; the tests never look at the vectors).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import json
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -134,7 +140,36 @@ def model_app(model: ScriptedModel) -> Starlette:
 
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async def embeddings(request: Request) -> Response:
+        body = json.loads(await request.body())
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        data = []
+        for index, value in enumerate(texts):
+            vector = embedding(str(value))
+            if body.get("encoding_format") == "base64":  # the openai client's default: little-endian float32
+                encoded: Any = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            else:
+                encoded = vector
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        usage = {"prompt_tokens": len(texts), "total_tokens": len(texts)}
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model", "scripted"), "usage": usage})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
+        ]
+    )
+
+
+def embedding(text: str, size: int = 256) -> list[float]:
+    """A unit vector that depends only on the text: two texts' vectors are far apart (their cosine about
+    0 ± 0.06), so a memory search finds only what was stored under the same text."""
+    digest = b"".join(hashlib.sha256(f"{block}:{text}".encode()).digest() for block in range(size // 32))
+    raw = [b - 127.5 for b in digest[:size]]
+    norm = sum(x * x for x in raw) ** 0.5
+    return [x / norm for x in raw]
 
 
 @dataclass(frozen=True)

@@ -79,3 +79,12 @@ class Database:
 
     async def analyze_kagent_tables(self, conn: Connection) -> None:
         await conn.execute("ANALYZE event, task")
+
+    async def refresh_map_statistics(self, conn: Connection, runs: int) -> bool:
+        """Outside a transaction, after a map of `runs` runs was built: the planner's statistics of the map's
+        tables gathered again when they lag behind it (map_statistics_stale); whether they were."""
+        if not await conn.fetchval(self.q["map_statistics_stale"], runs):
+            return False
+        schema = self.q.schema
+        await conn.execute(f"ANALYZE {schema}.turn_map_run, {schema}.turn_map_task, {schema}.turn_map_turn")
+        return True

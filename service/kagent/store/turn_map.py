@@ -203,12 +203,12 @@ class TurnMaps:
 
     async def map_runs_from(
         self, conn: Connection, session_id: str, owner: str, start: tuple[datetime, str] | None, *, seq: int,
-        events: int, bytes_: int, text_chars: int,
+        events: int, bytes_: int, text_chars: int, ids: list[str] | None = None,
     ) -> tuple[int, list[str]]:  # fmt: skip
-        """Runs made of the live events from `start` (None: all); (how many, their invocations)."""
+        """Runs of the live events from `start` (None: all), or of `ids`; (how many, their invocations)."""
         at, first_id = start if start is not None else (None, None)
         r = await conn.fetchrow(
-            self.q["map_runs_from"], session_id, owner, at, first_id, seq, events, bytes_, text_chars
+            self.q["map_runs_from"], session_id, owner, at, first_id, seq, events, bytes_, text_chars, ids
         )
         assert r is not None
         return int(r["runs"]), list(r["invocations"])
@@ -237,13 +237,15 @@ class TurnMaps:
         return None if r is None else (r["last_at"], r["last_id"])
 
     async def live_events_after(
-        self, conn: Connection, session_id: str, owner: str, watermark: tuple[datetime, str] | None
-    ) -> tuple[int, int]:
-        """(live events of the session, those after `watermark`)."""
+        self, conn: Connection, session_id: str, owner: str, watermark: tuple[datetime, str] | None,
+        since: tuple[datetime, str] | None,
+    ) -> tuple[int, int, list[str]]:  # fmt: skip
+        """(live events of the session, those after `watermark`, the ids of those from `since` on)."""
         at, last_id = watermark if watermark is not None else (None, None)
-        r = await conn.fetchrow(self.q["live_events_after"], session_id, owner, at, last_id)
+        since_at, since_id = since if since is not None else (None, None)
+        r = await conn.fetchrow(self.q["live_events_after"], session_id, owner, at, last_id, since_at, since_id)
         assert r is not None
-        return int(r["live"]), int(r["after"])
+        return int(r["live"]), int(r["after"]), list(r["ids"])
 
     async def refresh_turns(self, conn: Connection, session_id: str, owner: str, of: list[str] | None) -> None:
         """The turns of `of` (None: all) made again from the runs and the mapped tasks."""
@@ -256,15 +258,19 @@ class TurnMaps:
         await conn.execute(self.q["turns_from_tasks"], session_id, owner, of)
         await conn.execute(self.q["turns_settle"], session_id, owner, of)
 
+    async def drop_hidden_turns(
+        self, conn: Connection, session_id: str, owner: str, events_from: datetime, tasks_from: datetime
+    ) -> set[str]:
+        """The turns a rewind from (`events_from`, `tasks_from`) hid whole, dropped; their invocations."""
+        return set(await conn.fetchval(self.q["turns_drop_hidden"], session_id, owner, events_from, tasks_from))
+
     async def live_task_stamps(self, conn: Connection, session_id: str, owner: str) -> list[TaskStamp]:
         rows = await conn.fetch(self.q["live_task_stamps"], session_id, owner)
         return [TaskStamp(id=r["id"], created_at=r["created_at"], updated_at=r["updated_at"]) for r in rows]
 
-    async def mapped_task_stamps(
-        self, conn: Connection, session_id: str, owner: str
-    ) -> dict[str, tuple[datetime | None, list[str]]]:
-        rows = await conn.fetch(self.q["mapped_task_stamps"], session_id, owner)
-        return {r["task_id"]: (r["updated_at"], list(r["invocation_ids"])) for r in rows}
+    async def changed_tasks(self, conn: Connection, session_id: str, owner: str) -> tuple[list[str], list[str]]:
+        rows = await conn.fetch(self.q["changed_tasks"], session_id, owner)  # (new or upserted, gone)
+        return [r["id"] for r in rows if not r["gone"]], [r["id"] for r in rows if r["gone"]]
 
     async def tasks_by_id(self, conn: Connection, session_id: str, owner: str, ids: list[str]) -> list[StampedTask]:
         rows = await conn.fetch(self.q["tasks_by_id"], session_id, owner, ids)
