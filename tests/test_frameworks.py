@@ -801,3 +801,19 @@ async def test_the_transcript_of_a_claude_session_and_of_tasks_without_events(cl
         (t["task_id"], answer) for t, answer in zip(openai["turns"], _answers(openai), strict=True)
     ]
     assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+
+
+@pytest.mark.parametrize("name", ["crewai_3_turns", "crewai_flow_3_turns"])
+async def test_the_transcript_of_a_crewai_session_is_read_from_its_tasks(
+    client: Any, pool: asyncpg.Pool, name: str
+) -> None:
+    """kagent-crewai 0.10.4's crew and flow (captured from the runtime): its chat is only in its tasks."""
+    fixture = await loaded(pool, name)
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    data = (await get(client, f"/api/sessions/{sid}/transcript", user)).json()["data"]
+    assert [(t["task_id"], t["state"]) for t in data["turns"]] == [(t["task_id"], "completed") for t in turns]
+    assert [t["messages"][0]["text"] for t in data["turns"]] == [t["question"] for t in turns]
+    assert all(m["role"] == "agent" for t in data["turns"] for m in t["messages"][1:])
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+    if name == "crewai_flow_3_turns":  # the flow's answer is in its artifact only
+        assert [t["messages"][-1]["text"] for t in data["turns"]] == [f"Answer to: {t['question']}" for t in turns]
