@@ -131,14 +131,19 @@ class Reading:
             return
         assert self.events is not None
         current: _Open | None = None
+        inputs = 0  # the OpenAI Agents SDK turn inputs read so far: the k-th opens turn k
         async for event in self.events:
             if event.doc_kind != "object":
                 self.skipped += 1
                 continue
-            if current is None or current.key != event.turn_key:
+            key, input_turn = event.turn_key, None
+            if event.items:
+                inputs += event.opens_turn
+                key, input_turn = f"input:{inputs}", inputs
+            if current is None or current.key != key:
                 if current is not None and (turn := self._turn(current)) is not None:
                     yield turn
-                current = _Open(key=event.turn_key, invocation_id=event.invocation_id, input_turn=event.input_turn)
+                current = _Open(key=key, invocation_id=event.invocation_id, input_turn=input_turn)
             current.events.append(event)
         if current is not None and (turn := self._turn(current)) is not None:
             yield turn

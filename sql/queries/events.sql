@@ -209,9 +209,10 @@ ORDER BY turns.first_at, turns.invocation_id;
 -- name: transcript_events
 -- The live events before $3 (NULL: all) as a transcript reads them, in kagent's order (created_at; the
 -- row id breaks ties so that the order never depends on the plan), each with the key of the turn it
--- belongs to: its invocation id (ADK); for an OpenAI Agents SDK event (`conversation_items`) the number
--- of turn inputs (is_turn_input) up to it, `input_turn`, so that a turn runs from one input to the next;
--- otherwise it is a turn of its own. Each row is parsed once; its messages (event_messages, each with its
+-- belongs to: its invocation id (ADK), else its own; an OpenAI Agents SDK event says so (`items`) and
+-- whether it opens a turn (is_turn_input), so that the reader runs a turn from one input to the next
+-- (counted as the rows stream: a window here sorted the parsed documents, spilling them to disk). Each
+-- row is parsed once; its messages (event_messages, each with its
 -- author) come as one JSON array with tool arguments and responses cut to $4 characters, and its usage as
 -- three numbers. doc_kind is NULL for a row that is not JSON.
 WITH parsed AS MATERIALIZED (
@@ -220,14 +221,12 @@ WITH parsed AS MATERIALIZED (
     WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
       AND ($3::timestamptz IS NULL OR created_at < $3)
 ), keyed AS (
-    SELECT id, created_at, doc, coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id,
-           CASE WHEN doc ->> 'type' = 'conversation_items'
-                THEN count(*) FILTER (WHERE {schema}.is_turn_input(doc)) OVER (ORDER BY created_at, id) END
-               AS input_turn
+    SELECT id, created_at, doc, coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id
     FROM parsed
 )
-SELECT id, created_at, invocation_id, input_turn, jsonb_typeof(doc) AS doc_kind, doc ->> 'author' AS author,
-       coalesce(invocation_id, 'input:' || input_turn, 'event:' || id) AS turn_key,
+SELECT id, created_at, invocation_id, jsonb_typeof(doc) AS doc_kind, doc ->> 'author' AS author,
+       coalesce(invocation_id, 'event:' || id) AS turn_key,
+       doc ->> 'type' = 'conversation_items' AS items, {schema}.is_turn_input(doc) AS opens_turn,
        {schema}.event_tokens(doc, 'prompt_token_count', 'promptTokenCount') AS prompt_tokens,
        {schema}.event_tokens(doc, 'candidates_token_count', 'candidatesTokenCount') AS completion_tokens,
        {schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount') AS total_tokens,

@@ -63,8 +63,9 @@ class TranscriptEvent:
     id: str
     created_at: datetime
     invocation_id: str | None
-    input_turn: int | None  # an OpenAI Agents SDK event: how many turn inputs the events up to it hold
-    turn_key: str
+    turn_key: str  # its invocation id, else its own (event:<id>)
+    items: bool  # an OpenAI Agents SDK `conversation_items` event
+    opens_turn: bool  # such an event that holds a turn's input
     doc_kind: str | None
     author: str | None
     prompt_tokens: int
@@ -165,8 +166,8 @@ class Events:
         query = self.q["transcript_events"]
         async for r in conn.cursor(query, session_id, owner, before, cut_chars, prefetch=TASK_FETCH_BATCH):
             yield TranscriptEvent(
-                id=r["id"], created_at=r["created_at"], invocation_id=r["invocation_id"],
-                input_turn=None if r["input_turn"] is None else int(r["input_turn"]), turn_key=r["turn_key"],
+                id=r["id"], created_at=r["created_at"], invocation_id=r["invocation_id"], turn_key=r["turn_key"],
+                items=bool(r["items"]), opens_turn=bool(r["opens_turn"]),
                 doc_kind=r["doc_kind"], author=r["author"], prompt_tokens=int(r["prompt_tokens"]),
                 completion_tokens=int(r["completion_tokens"]), total_tokens=int(r["total_tokens"]),
                 messages=r["messages"],
