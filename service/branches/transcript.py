@@ -318,13 +318,17 @@ async def _paired_tasks(
 ) -> tuple[list[tuple[str, str | None]] | None, list[str]]:
     """The tasks of an OpenAI Agents SDK session's turns, oldest first, when its turn inputs and tasks pair
     one to one (the rule that cuts a fork at a turn's input event); else None, with a warning."""
-    rows = [row async for row in svc.store.tasks.stream_tasks_before(conn, source.id, source.user_id, before)]
-    if not rows:
+    # A task id and state a turn, as the ADK turns' index keeps (never the tasks' data: they are streamed).
+    paired = [
+        (row.id, dialects.state_of(row.data))
+        async for row in svc.store.tasks.stream_tasks_before(conn, source.id, source.user_id, before)
+    ]
+    if not paired:
         return [], []
-    found = await svc.store.events.turn_input(conn, source.id, source.user_id, rows[0].id)
+    found = await svc.store.events.turn_input(conn, source.id, source.user_id, paired[0][0])
     if not found.paired:
         return None, ["the session's turn inputs do not pair one to one with its tasks: its turns name no task"]
-    return [(row.id, dialects.state_of(row.data)) for row in rows], []
+    return paired, []
 
 
 async def read(
