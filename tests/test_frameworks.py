@@ -541,3 +541,279 @@ async def test_a_claude_tasks_only_fork_copies_the_visible_chat_with_a_warning(c
     assert [t["doc"]["metadata"] for t in tasks] == [{"kagent.claude.app_name": "kagent__NS__claude_agent"}] * 2
     listed = await get(client, f"/api/sessions/{fork['id']}/invocations", user)
     assert [t["framework"] for t in listed.json()["data"]] == ["claude", "claude"]
+
+
+# Reading every framework's conversation (issue 26): the transcript, compare and the summaries.
+
+
+def _texts(turn: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """A transcript turn's messages as (role, kind, what): the text, or the tool call's name and arguments,
+    or the tool result's name and response."""
+    out = []
+    for m in turn["messages"]:
+        what = m.get("text") if m["kind"] == "text" else (m.get("tool_name"), m.get("args", m.get("response")))
+        out.append((m["role"], m["kind"], what))
+    return out
+
+
+def _answers(fixture: dict[str, Any]) -> list[str]:
+    return ["web-1 is Running.", *(f"Answer to: {t['question']}" for t in fixture["turns"][1:])]
+
+
+async def test_the_transcript_of_an_openai_session_shows_its_turns_with_their_tasks(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    fixture = await loaded(pool, "openai_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    r = await get(client, f"/api/sessions/{sid}/transcript", user)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert data["warnings"] == [] and data["session_id"] == sid
+    assert [(t["task_id"], t["state"], t["invocation_id"]) for t in data["turns"]] == [
+        (t["task_id"], "completed", None) for t in turns
+    ]
+    answers = _answers(fixture)
+    assert _texts(data["turns"][0]) == [
+        ("user", "text", turns[0]["question"]),
+        ("agent", "tool_call", ("lookup", {"query": "web-1"})),
+        ("agent", "tool_result", ("lookup", "looked up: web-1")),
+        ("agent", "text", answers[0]),
+    ]
+    assert data["turns"][0]["messages"][1]["tool_call_id"] == "call_1"
+    for turn, asked, answer in zip(data["turns"][1:], turns[1:], answers[1:], strict=True):
+        assert _texts(turn) == [("user", "text", asked["question"]), ("agent", "text", answer)]
+    chars = sum(len(m["text"]) for t in data["turns"] for m in t["messages"] if m["kind"] == "text")
+    assert data["estimated_context_tokens"] == -(-chars // 4)
+    # before_task: the turns before the one that task names
+    r = await get(client, f"/api/sessions/{sid}/transcript?before_task={turns[2]['task_id']}", user)
+    assert [t["task_id"] for t in r.json()["data"]["turns"]] == [t["task_id"] for t in turns[:2]]
+    md = await client.get(f"/api/sessions/{sid}/transcript?format=markdown", headers={"X-User-Id": user})
+    assert md.status_code == 200, md.text
+    text = md.text
+    assert "3 turns" in text and "calls `lookup`" in text
+    for t, answer in zip(turns, answers, strict=True):
+        assert f"task `{t['task_id']}`" in text and t["question"] in text and answer in text
+    assert text.index(turns[0]["question"]) < text.index(answers[0]) < text.index(turns[1]["question"])
+
+
+async def test_the_transcript_of_a_langgraph_session_is_read_from_its_tasks(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await loaded(pool, "langgraph_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    r = await get(client, f"/api/sessions/{sid}/transcript", user)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+    assert [(t["task_id"], t["state"]) for t in data["turns"]] == [(t["task_id"], "completed") for t in turns]
+    answers = _answers(fixture)
+    # the user's message once (kagent's task store keeps it twice, with one message id)
+    assert _texts(data["turns"][0]) == [
+        ("user", "text", turns[0]["question"]),
+        ("agent", "tool_call", ("lookup", {"query": "web-1"})),
+        ("agent", "tool_result", ("lookup", "looked up: web-1")),
+        ("agent", "text", answers[0]),
+    ]
+    for turn, asked, answer in zip(data["turns"][1:], turns[1:], answers[1:], strict=True):
+        assert _texts(turn) == [("user", "text", asked["question"]), ("agent", "text", answer)]
+    r = await get(client, f"/api/sessions/{sid}/transcript?before_task={turns[1]['task_id']}", user)
+    assert [t["task_id"] for t in r.json()["data"]["turns"]] == [turns[0]["task_id"]]
+    md = (await client.get(f"/api/sessions/{sid}/transcript?format=markdown", headers={"X-User-Id": user})).text
+    assert "3 turns" in md and "A2A tasks" in md
+    assert all(t["question"] in md and a in md for t, a in zip(turns, answers, strict=True))
+
+
+async def _shift_task(pool: asyncpg.Pool, fixture: dict[str, Any], turn: int, order: str) -> None:
+    """Move turn `turn`'s task row (0-based) 1 ms after its input event, or before the previous turn's
+    last event (kagent-openai writes the task first, but nothing guarantees it)."""
+    events = sorted(fixture["tables"]["event"], key=lambda e: e["created_at"])
+    inputs = [e for e in events if json.loads(e["data"])["items"][0].get("role") == "user"]
+    at = datetime.fromisoformat(inputs[turn]["created_at"])
+    if order == "after":
+        moved = at + timedelta(milliseconds=1)
+    else:
+        previous = events[events.index(inputs[turn]) - 1]
+        moved = datetime.fromisoformat(previous["created_at"]) - timedelta(milliseconds=1)
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE task SET created_at = $2 WHERE id = $1", fixture["turns"][turn]["task_id"], moved)
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+async def test_an_openai_fork_is_cut_at_the_turns_input_event_whatever_its_tasks_time(
+    client: Any, pool: asyncpg.Pool, order: str
+) -> None:
+    """A task row written after its turn's input event, or well before it: the fork holds exactly the earlier
+    turns' events, the transcript before it the earlier turns, and a rewind hides exactly the turn's events."""
+    fixture = await loaded(pool, "openai_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    await _shift_task(pool, fixture, 2, order)
+    await _shift_task(pool, fixture, 1, order)
+    events = sorted(fixture["tables"]["event"], key=lambda e: e["created_at"])
+    starts = [i for i, e in enumerate(events) if json.loads(e["data"])["items"][0].get("role") == "user"]
+    for turn in (1, 2):
+        task = turns[turn]["task_id"]
+        r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": task})
+        assert r.status_code == 201, r.text
+        fork = r.json()["data"]
+        assert fork["fork"]["warnings"] == [] and fork["fork"]["tasks_copied"] == turn
+        async with pool.acquire() as conn:
+            copied = await conn.fetch(
+                "SELECT data FROM event WHERE session_id = $1 ORDER BY created_at, id", fork["id"]
+            )
+        assert [e["data"] for e in copied] == [e["data"] for e in events[: starts[turn]]]
+        # the fork's summary: what it left behind, the turns from the named one on
+        left = fork["fork"]["summary"]
+        assert (left["turns"], left["events"]) == (3 - turn, len(events) - starts[turn])
+        assert left["first_user_text"] == turns[turn]["question"] and left["last_agent_text"] == _answers(fixture)[2]
+        shown = (await get(client, f"/api/sessions/{sid}/transcript?before_task={task}", user)).json()["data"]["turns"]
+        assert [t["task_id"] for t in shown] == [t["task_id"] for t in turns[:turn]]
+        assert shown[-1]["messages"][-1]["text"] == _answers(fixture)[turn - 1]
+    before = await table_fingerprint(pool)
+    r = await post(client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": turns[2]["task_id"]})
+    assert r.status_code == 200, r.text
+    assert (r.json()["data"]["rewind"]["events_removed"], r.json()["data"]["rewind"]["tasks_removed"]) == (
+        len(events) - starts[2],
+        1,
+    )
+    async with pool.acquire() as conn:
+        live = await conn.fetch(
+            "SELECT data FROM event WHERE session_id = $1 AND deleted_at IS NULL ORDER BY created_at, id", sid
+        )
+    assert [e["data"] for e in live] == [e["data"] for e in events[: starts[2]]]
+    undo = await post(client, f"/api/sessions/{sid}/rewinds/{r.json()['data']['rewind']['id']}/undo", user, {})
+    assert undo.status_code == 200, undo.text
+    after = await table_fingerprint(pool)
+    assert after["event"] == before["event"] and after["task"] == before["task"]
+
+
+async def test_an_openai_cut_whose_inputs_do_not_pair_with_the_tasks_falls_back_to_the_task_and_says_so(
+    client: Any, pool: asyncpg.Pool
+) -> None:
+    fixture = await loaded(pool, "openai_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    first_input = min(fixture["tables"]["event"], key=lambda e: e["created_at"])["id"]
+    async with pool.acquire() as conn:  # turn 1's input event gone: 3 tasks, 2 inputs
+        await conn.execute("DELETE FROM event WHERE id = $1", first_input)
+        cut = await conn.fetchval("SELECT created_at FROM task WHERE id = $1", turns[2]["task_id"])
+        expected = await conn.fetchval("SELECT count(*) FROM event WHERE session_id = $1 AND created_at < $2", sid, cut)
+    r = await post(
+        client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2]["task_id"], "dry_run": True}
+    )
+    assert r.status_code == 200, r.text
+    dry = r.json()["data"]
+    assert dry["events_copied"] == expected and any("do not pair" in w for w in dry["warnings"])
+    shown = (await get(client, f"/api/sessions/{sid}/transcript", user)).json()["data"]
+    assert {t["task_id"] for t in shown["turns"]} == {None} and any("do not pair" in w for w in shown["warnings"])
+
+
+async def test_dry_run_summaries_of_openai_and_langgraph_sessions(client: Any, pool: asyncpg.Pool) -> None:
+    openai = await loaded(pool, "openai_3_turns")
+    sid, user, turns = openai["session_id"], openai["user"], openai["turns"]
+    r = await post(
+        client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[0]["task_id"], "dry_run": True}
+    )
+    dry = r.json()["data"]
+    assert dry["events_copied"] == 0 and dry["estimated_context_tokens"] == 0
+    assert dry["summary"] == {
+        "strategy": "deterministic_v1", "turns": 3, "events": 7, "tool_calls": {"lookup": 1},
+        "first_user_text": turns[0]["question"], "last_agent_text": _answers(openai)[2], "total_tokens": 0,
+    }  # fmt: skip
+    r = await post(
+        client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[2]["task_id"], "dry_run": True}
+    )
+    dry = r.json()["data"]
+    kept = [turns[0]["question"], _answers(openai)[0], turns[1]["question"], _answers(openai)[1]]
+    assert dry["events_copied"] == 5 and dry["estimated_context_tokens"] == -(-sum(map(len, kept)) // 4)
+    assert (dry["summary"]["turns"], dry["summary"]["events"], dry["summary"]["tool_calls"]) == (1, 2, {})
+
+    lg = await loaded(pool, "langgraph_3_turns")
+    sid, user, turns = lg["session_id"], lg["user"], lg["turns"]
+    r = await post(
+        client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[1]["task_id"], "dry_run": True}
+    )
+    dry = r.json()["data"]
+    assert dry["summary"] == {
+        "strategy": "deterministic_v1", "turns": 2, "events": 0, "tool_calls": {},
+        "first_user_text": turns[1]["question"], "last_agent_text": _answers(lg)[2], "total_tokens": 0,
+    }  # fmt: skip
+    kept = [turns[0]["question"], _answers(lg)[0]]
+    assert dry["estimated_context_tokens"] == -(-sum(map(len, kept)) // 4)
+    r = await post(
+        client, f"/api/sessions/{sid}/rewind", user, {"rewind_before_task_id": turns[0]["task_id"], "dry_run": True}
+    )
+    hides = r.json()["data"]["rewind"]["summary"]
+    assert (hides["turns"], hides["tool_calls"], hides["first_user_text"]) == (3, {"lookup": 1}, turns[0]["question"])
+
+
+async def test_compare_of_two_openai_forks(client: Any, pool: asyncpg.Pool) -> None:
+    fixture = await loaded(pool, "openai_3_turns")
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    forks = []
+    for turn in (1, 2):
+        r = await post(client, f"/api/sessions/{sid}/fork", user, {"rewind_before_task_id": turns[turn]["task_id"]})
+        assert r.status_code == 201, r.text
+        forks.append(r.json()["data"]["id"])
+    r = await get(client, f"/api/sessions/{forks[0]}/compare/{forks[1]}", user)
+    assert r.status_code == 200, r.text
+    c = r.json()["data"]
+    assert c["common_turns"] == 1 and (c["left"]["turns_after"], c["right"]["turns_after"]) == (0, 1)
+    assert (c["right"]["first_user_text"], c["right"]["last_agent_text"]) == (
+        turns[1]["question"],
+        _answers(fixture)[1],
+    )
+    [row] = c["aligned"]
+    assert row["left"] is None and row["right"]["question"] == turns[1]["question"]
+    assert row["right"]["invocation_id"] is None and row["right"]["task_id"] is not None
+    # the source beside its fork before turn 3: turns 1-2 in common, then the source's turn 3
+    r = await get(client, f"/api/sessions/{sid}/compare/{forks[1]}", user)
+    c = r.json()["data"]
+    assert c["common_turns"] == 2 and c["left"]["turns_after"] == 1 and c["right"]["turns_after"] == 0
+    assert c["aligned"][0]["left"]["task_id"] == turns[2]["task_id"]
+    assert c["aligned"][0]["left"]["answer"] == _answers(fixture)[2]
+    # two LangGraph sessions compare by their tasks (their turns start at the tasks' times)
+    lg = await loaded(pool, "langgraph_3_turns")
+    r = await post(
+        client,
+        f"/api/sessions/{lg['session_id']}/fork",
+        lg["user"],
+        {"rewind_before_task_id": lg["turns"][1]["task_id"]},
+    )
+    assert r.status_code == 201, r.text
+    c = (await get(client, f"/api/sessions/{lg['session_id']}/compare/{r.json()['data']['id']}", lg["user"])).json()[
+        "data"
+    ]
+    assert c["common_turns"] == 1 and c["left"]["turns_after"] == 2
+    assert c["left"]["tool_calls"] == {} and c["aligned"][1]["left"]["question"] == lg["turns"][2]["question"]
+
+
+async def test_the_transcript_of_a_claude_session_and_of_tasks_without_events(client: Any, pool: asyncpg.Pool) -> None:
+    """A Claude session, and an OpenAI Agents SDK session whose events are gone (tasks, no events): read from
+    the tasks, one turn a task, with the warning."""
+    claude = await claude_session(pool)
+    r = await get(client, f"/api/sessions/{claude['session_id']}/transcript", claude["user"])
+    data = r.json()["data"]
+    assert [t["task_id"] for t in data["turns"]] == [t["task_id"] for t in claude["turns"]]
+    assert [t["messages"][0]["text"] for t in data["turns"]] == [t["question"] for t in claude["turns"]]
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+
+    openai = await loaded(pool, "openai_3_turns", drop=("event",))
+    r = await get(client, f"/api/sessions/{openai['session_id']}/transcript", openai["user"])
+    data = r.json()["data"]
+    assert [(t["task_id"], t["messages"][-1]["text"]) for t in data["turns"]] == [
+        (t["task_id"], answer) for t, answer in zip(openai["turns"], _answers(openai), strict=True)
+    ]
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+
+
+@pytest.mark.parametrize("name", ["crewai_3_turns", "crewai_flow_3_turns"])
+async def test_the_transcript_of_a_crewai_session_is_read_from_its_tasks(
+    client: Any, pool: asyncpg.Pool, name: str
+) -> None:
+    """kagent-crewai 0.10.4's crew and flow (captured from the runtime): its chat is only in its tasks."""
+    fixture = await loaded(pool, name)
+    sid, user, turns = fixture["session_id"], fixture["user"], fixture["turns"]
+    data = (await get(client, f"/api/sessions/{sid}/transcript", user)).json()["data"]
+    assert [(t["task_id"], t["state"]) for t in data["turns"]] == [(t["task_id"], "completed") for t in turns]
+    assert [t["messages"][0]["text"] for t in data["turns"]] == [t["question"] for t in turns]
+    assert all(m["role"] == "agent" for t in data["turns"] for m in t["messages"][1:])
+    assert len(data["warnings"]) == 1 and "A2A tasks" in data["warnings"][0]
+    if name == "crewai_flow_3_turns":  # the flow's answer is in its artifact only
+        assert [t["messages"][-1]["text"] for t in data["turns"]] == [f"Answer to: {t['question']}" for t in turns]

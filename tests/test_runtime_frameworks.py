@@ -199,6 +199,30 @@ async def test_the_turn_listing_names_each_turn_by_its_task_and_the_framework(
     assert {x["framework"] for x in listed} == {agent.framework}
 
 
+async def test_the_transcript_shows_the_three_questions_and_answers(agent: Agent, http: httpx.AsyncClient) -> None:
+    """kagent-openai's conversation_items events (under kagent's default user) and kagent-langgraph's tasks read
+    as the transcript's turns, each with its task."""
+    user, t = new_user(), tag()
+    q = [f"T1 {t}: status of web-1?", f"T2 {t}: replicas?", f"T3 {t}: thanks"]
+    session, tasks = await conversation(agent, http, user, q)
+    shown = await api(agent, http, "GET", f"/api/sessions/{session}/transcript", user)
+    turns = shown["turns"]
+    assert [(x["task_id"], x["state"]) for x in turns] == [(task, "completed") for task in tasks], shown
+    said = [[(m["role"], m["kind"], m.get("text") or m.get("tool_name")) for m in x["messages"]] for x in turns]
+    assert said[0] == [
+        ("user", "text", q[0]),
+        ("agent", "tool_call", "lookup"),
+        ("agent", "tool_result", "lookup"),
+        ("agent", "text", "web-1 is Running."),
+    ]
+    for messages, question in zip(said[1:], q[1:], strict=True):
+        assert messages == [("user", "text", question), ("agent", "text", f"Answer to: {question}")]
+    if agent.framework == "openai-agents":
+        assert shown["warnings"] == []
+    else:
+        assert len(shown["warnings"]) == 1 and "A2A tasks" in shown["warnings"][0]
+
+
 async def test_a_fork_before_turn_3_sends_the_model_turns_1_and_2_and_the_question(
     agent: Agent, http: httpx.AsyncClient
 ) -> None:
@@ -353,6 +377,23 @@ async def test_an_experiment_on_the_openai_runtime_from_a_turn_named_by_its_task
     replay = replayed(a, since, q)
     source_requests = [without_echo(asked(a, x)[0]) for x in q[1:]]
     assert sorted(json.dumps(without_echo(m)) for m in replay) == sorted(map(json.dumps, source_requests * 2))
+
+
+async def test_a_whatif_result_counts_the_tool_calls_of_the_re_asked_turn(
+    agent: Agent, http: httpx.AsyncClient
+) -> None:
+    """The what-if's result reads the fork where the agent wrote it: kagent-openai's events under kagent's
+    default user, kagent-langgraph's tasks."""
+    user, t = new_user(), tag()
+    q = [f"R1 {t}: status of web-1?", f"R2 {t}: replicas?"]
+    source, tasks = await conversation(agent, http, user, q)
+    started = await api(
+        agent, http, "POST", f"/api/sessions/{source}/whatif", user,
+        json={"rewind_before_task_id": tasks[0], "agent_ref": agent.ref},
+    )  # fmt: skip
+    job = await job_done(agent, http, started["job"]["id"], user)
+    assert job["status"] == "completed", (job, agent.process.log_tail())
+    assert job["result"]["tool_calls"] == {"lookup": 1} and job["result"]["last_agent_text"] == "web-1 is Running."
 
 
 async def test_a_langgraph_approval_answered_in_a_fork_resumes_the_forks_thread(

@@ -157,11 +157,25 @@ async def test_an_agent_without_invocation_ids_is_cut_at_the_task(client: Any, p
     assert r.status_code == 201, r.text
     fork = r.json()["data"]
     assert fork["fork"]["framework"] == "openai-agents" and fork["fork"]["rewind_before_invocation_id"] is None
-    # kagent 0.10.x's tasks: the two kept turns merged into one task, as for any legacy fork.
+    # One task a turn, as the runtime wrote them (`auto` is per_task for this framework, docs/frameworks.md):
+    # the fork lists its two turns and is cut again at its own second turn's input event.
     assert fork["fork"]["boundary_found"] is True and fork["fork"]["messages_copied"] > 0
-    assert (fork["fork"]["task_layout"], fork["fork"]["tasks_copied"]) == ("merged", 1)
+    assert (fork["fork"]["task_layout"], fork["fork"]["tasks_copied"]) == ("per_task", 2)
     rows = await session_rows(pool, fork["id"], conv.user_id)
     assert [e["data"] for e in rows["events"]] == [e.data for e in conv.events if e.created_at < turn.started_at]
+    listed = (await client.get(f"/api/sessions/{fork['id']}/invocations", headers={"X-User-Id": conv.user_id})).json()
+    assert [t["user_text"] for t in listed["data"]] == [t.user_text for t in conv.turns[:2]]
+    again = await post(
+        client,
+        f"/api/sessions/{fork['id']}/fork",
+        conv.user_id,
+        {"rewind_before_task_id": listed["data"][1]["task_id"]},
+    )
+    assert again.status_code == 201 and again.json()["data"]["fork"]["warnings"] == []
+    rows = await session_rows(pool, again.json()["data"]["id"], conv.user_id)
+    assert [e["data"] for e in rows["events"]] == [
+        e.data for e in conv.events if e.created_at < conv.turns[1].started_at
+    ]
 
     original = await session_rows(pool, conv.session_id, conv.user_id)
     r = await post(client, f"{base}/rewind", conv.user_id, {"rewind_before_task_id": conv.turns[1].task_id})
@@ -190,8 +204,11 @@ async def test_mcp_tools_name_turns_by_task(live_url: str, pool: asyncpg.Pool) -
                 "show_transcript", {"session_id": conv.session_id, "before_task": task, "format": "json"}
             )
         )
-        # The transcript reads ADK events only (docs/frameworks.md): the cut is found, the turns are not shown.
-        assert before["session_id"] == conv.session_id and before["turns"] == []
+        # The transcript reads the conversation_items events: turns 1-2, each with its task (docs/frameworks.md).
+        assert before["session_id"] == conv.session_id
+        assert [(t["task_id"], t["messages"][0]["text"]) for t in before["turns"]] == [
+            (t.task_id, text) for t, text in zip(conv.turns[:2], conv.user_texts[:2], strict=True)
+        ]
         dry = ok(
             await mcp.call_tool(
                 "fork_session", {"session_id": conv.session_id, "rewind_before_task_id": task, "dry_run": True}

@@ -38,7 +38,7 @@ from service.observability import (
     WHATIF_JOBS,
     WHATIF_RUNNING,
 )
-from service.operations import plan, summary
+from service.operations import forking, plan, summary
 from service.services import Services
 
 log = logging.getLogger("kagent_fork")
@@ -279,16 +279,28 @@ class Runner:
         then its experiment, when it was the last branch running."""
         svc = self.svc
         async with svc.connection() as conn:
-            tally = await summary.tally(svc.store, conn, job.session_id, job.user_id, job.created_at)
-            answer = tally.last_agent_text
+            framework = await frameworks.detect(svc.store, conn, job.session_id, job.user_id)
+            # The fork's rows where its agent's runtime wrote them (kagent's default user for the 0.10.4
+            # runtimes), as its transcript reads them (docs/frameworks.md).
+            fork_row = await svc.store.sessions.get_session(conn, job.session_id, job.user_id)
+            runtime = await forking.runtime_session(svc, conn, fork_row, framework) if fork_row else None
+            rows_user = runtime.user_id if runtime is not None else job.user_id
+            tally = await summary.tally(svc.store, conn, job.session_id, rows_user, job.created_at)
+            answer, tools = tally.last_agent_text, tally.tool_calls
+            if framework in frameworks.TASK_CHAT:
+                # Its chat is in its tasks: the tool calls of the tasks written since the job began.
+                async with conn.transaction(readonly=True):  # its tasks are read through a cursor
+                    told = await summary.summarize_tasks(svc.store, conn, job.session_id, rows_user, job.created_at)
+                tools = told.tool_calls if told is not None else {}
             if answer is None:
+                # Events that hold no text (LangGraph, CrewAI, Claude; an ADK turn without text): the last
+                # task's answer.
                 turns = await svc.store.jobs.whatif_turns(conn, job.id)
                 task_id = next((t.task_id for t in reversed(turns) if t.task_id is not None), None)
                 answer = await task_answer(svc, conn, job, task_id) if task_id is not None else None
             result = JobResult(
-                last_agent_text=answer, tool_calls=dict(sorted(tally.tool_calls.items())),
-                total_tokens=tally.total_tokens,
-            )  # fmt: skip
+                last_agent_text=answer, tool_calls=dict(sorted(tools.items())), total_tokens=tally.total_tokens
+            )
             ended = await svc.store.jobs.whatif_finish(
                 conn, job.id, status, error=error, result=_encoder.encode(result).decode()
             )

@@ -10,7 +10,7 @@ import enum
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -263,6 +263,60 @@ def chat_text_chars(task: JSON, dialect: TaskDialect) -> int:
     """The characters of a task's turn as kagent's UI shows it (its first user text and its answer): the
     token estimate's measure for an agent whose events hold no ADK text (text characters / 4)."""
     return len(first_user_text(task, dialect) or "") + len(last_agent_text(task, dialect) or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatMessage:
+    """One message of a task's conversation as a transcript shows it (chat_messages)."""
+
+    from_user: bool
+    kind: Literal["text", "tool_call", "tool_result"]
+    text: str | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    args: object = None
+    response: object = None
+
+
+def chat_messages(task: JSON, dialect: TaskDialect) -> list[ChatMessage]:
+    """The conversation a task holds, in order (both dialects): its history's user and agent texts and the
+    function calls and responses in their data parts, each message once (kagent's task store can keep the
+    user's message twice, with one message id); then the answer in its artifacts when no agent text of the
+    history says it already."""
+    out: list[ChatMessage] = []
+    seen: set[str] = set()
+    for message in history(task):
+        message_id = message.get("messageId")
+        if isinstance(message_id, str):
+            if message_id in seen:
+                continue
+            seen.add(message_id)
+        from_user = _is_user(message, dialect)
+        for part in _parts(message):
+            if isinstance(part.get("text"), str) and part["text"]:
+                out.append(ChatMessage(from_user=from_user, kind="text", text=part["text"]))
+                continue
+            data = part.get("data")
+            kind = _ui_meta(part.get("metadata"), "type")
+            if not isinstance(data, dict) or kind not in ("function_call", "function_response"):
+                continue
+            name, call_id = data.get("name"), data.get("id")
+            out.append(
+                ChatMessage(
+                    from_user=from_user, kind="tool_call" if kind == "function_call" else "tool_result",
+                    tool_name=name if isinstance(name, str) else None,
+                    tool_call_id=call_id if isinstance(call_id, str) else None,
+                    args=data.get("args") if kind == "function_call" else None,
+                    response=data.get("response") if kind == "function_response" else None,
+                )
+            )  # fmt: skip
+    said = {m.text for m in out if not m.from_user and m.kind == "text"}
+    for artifact in artifacts(task):
+        text = message_text(artifact)
+        if text and text not in said:
+            out.append(ChatMessage(from_user=False, kind="text", text=text))
+            said.add(text)
+    return out
 
 
 def first_user_text(task: JSON, dialect: TaskDialect, invocation_id: str | None = None) -> str | None:

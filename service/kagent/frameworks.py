@@ -19,6 +19,10 @@ Framework = Literal["adk", "adk-go", "langgraph", "openai-agents", "crewai", "cl
 # kagent 0.10.x's checkpoint and crewai rows) are written under it whoever chats.
 KAGENT_DEFAULT_USER = "admin@kagent.dev"
 
+# The frameworks whose chat kagent's database holds in A2A tasks only (no events): their transcript,
+# comparison and branch summaries are read from the tasks' history (docs/frameworks.md).
+TASK_CHAT: tuple[Framework, ...] = ("langgraph", "crewai", "claude")
+
 
 # The kinds framework_signals gives an event, in the order they decide.
 _EVENT_KINDS: dict[str, Framework] = {"openai-agents": "openai-agents", "adk": "adk", "adk-go": "adk-go"}

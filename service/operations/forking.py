@@ -35,7 +35,15 @@ from service.operations.copying import (
     snapshot_reader,
     together,
 )
-from service.schemas import ForkedSession, ForkInfo, ForkPlan, ForkRequest, one_boundary, session_json
+from service.schemas import (
+    ForkedSession,
+    ForkInfo,
+    ForkPlan,
+    ForkRequest,
+    Summary,
+    one_boundary,
+    session_json,
+)
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
@@ -61,6 +69,10 @@ class NamedTurn:
     invocation_id: str | None  # as asked, or the first turn the named task carries
     task: TaskRow | None = None  # the named task, when it carries no invocation id: the turn starts at it
     missing: str | None = None  # the task id asked for, when no live task of the session has it
+    # With `task`: where the turn's events begin (its input event in an OpenAI Agents SDK session, else the
+    # task's creation), and why the task's creation was taken when the input event could not be told.
+    events_from: datetime | None = None
+    note: str | None = None
 
 
 async def named_turn(
@@ -78,7 +90,18 @@ async def named_turn(
         invocation = dialects.first_turn_invocation(dialects.decode(row.data))
     except dialects.TaskFormatError:
         invocation = None
-    return NamedTurn(invocation_id=invocation, task=None if invocation is not None else row)
+    if invocation is not None:
+        return NamedTurn(invocation_id=invocation)
+    # A turn known by its task alone. In an OpenAI Agents SDK session its events begin at its input event,
+    # which kagent-openai writes a few ms after the task, or before it (docs/frameworks.md, "Naming a turn").
+    found = await svc.store.events.turn_input(conn, source.id, source.user_id, row.id)
+    note = None
+    if found.inputs and not found.paired:
+        note = (
+            f"the session's turn inputs do not pair one to one with its tasks: the turn of task {row.id} is cut "
+            "at the task's creation, not at its input event"
+        )
+    return NamedTurn(invocation_id=None, task=row, events_from=found.at or row.created_at, note=note)
 
 
 async def _find_cut(
@@ -99,9 +122,11 @@ async def _find_cut(
     partial = None
     found = False
     if named.task is not None:
-        # A turn known by its task alone: the task is written as the turn starts, before its events.
+        # A turn known by its task alone: its tasks from the task on, its events from its input event.
         found = True
-        events_before = tasks_before = named.task.created_at
+        events_before, tasks_before = named.events_from, named.task.created_at
+        if named.note is not None:
+            warnings.append(named.note)
     elif named.missing is not None:
         if req.if_boundary_missing == "error":
             raise NotFound(f"task {named.missing} not found in session {sid}")
@@ -322,8 +347,10 @@ async def _fork_once(
         source = runtime or visible
         sid, owner = source.id, source.user_id
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
-        if framework == "langgraph":
-            # Its checkpoints name each turn's task: one copy per task (_refusals refused merged).
+        if framework == "langgraph" or (framework == "openai-agents" and req.task_layout == "auto"):
+            # LangGraph: its checkpoints name each turn's task, one copy per task (_refusals refused merged).
+            # OpenAI Agents SDK: one task a turn, as the runtime wrote them (and as kagent's UI shows the
+            # source), which the turn listing and the cut at a turn's input event pair with its input events.
             req = msgspec.structs.replace(req, task_layout="per_task")
         elif (
             framework != "crewai"  # kagent-crewai writes tasks and its crewai rows, no event
@@ -570,7 +597,10 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
         task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
-        left = await summary.summarize_events(store, conn, sid, owner, cut.events_before, mapped=fork.mapped)
+        text_chars = stats.text_chars
+        if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
+            text_chars += await summary.tasks_text_chars(store, conn, sid, owner, cut.tasks_before)
+        left = await _left_behind(fork, cut, cut.events_before)
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
@@ -579,7 +609,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
                 boundary_found=cut.boundary_found, events_copied=stats.events,
                 tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
                 warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
-                estimated_context_tokens=math.ceil(stats.text_chars / 4),
+                estimated_context_tokens=math.ceil(text_chars / 4),
             ),
             created=False, replayed=False, session_id=None,
         )  # fmt: skip
@@ -617,7 +647,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     # The source turns the fork left behind: the events from where its events end (a guessed cut's
     # end is the exact search's answer, settled by the copy).
     left_from = cut.events_before if guess is None else (guess.events_search.result() or cut.tasks_before)
-    left = await summary.summarize_events(store, conn, sid, owner, left_from, mapped=fork.mapped)
+    left = await _left_behind(fork, cut, left_from)
     info = ForkInfo(
         parent_session_id=sid, fork_root_session_id=fork.root_id, depth=fork.depth,
         rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,
@@ -650,6 +680,15 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _left_behind(fork: _Fork, cut: Cut, events_from: datetime | None) -> Summary | None:
+    """The summary of the source turns the fork leaves behind: of its events from `events_from`, or of its
+    tasks from the cut when its agent's chat is only in its tasks (docs/frameworks.md)."""
+    store, conn, sid, owner = fork.svc.store, fork.conn, fork.source.id, fork.source.user_id
+    if fork.framework in frameworks.TASK_CHAT:
+        return await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
+    return await summary.summarize_events(store, conn, sid, owner, events_from, mapped=fork.mapped)
 
 
 async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout: plan.Layout) -> int:

@@ -81,8 +81,9 @@ async def _boundary(
     svc: Services, conn: Connection, reader: Connection | None, source: SessionRow, named: NamedTurn, *, mapped: bool
 ) -> _Boundary:
     store, sid, owner = svc.store, source.id, source.user_id
-    if named.task is not None:  # a turn known by its task alone starts with it (forking._find_cut)
-        return _Boundary(events_from=named.task.created_at, tasks_from=named.task.created_at, partial=None)
+    if named.task is not None:  # a turn known by its task alone: from the task, its events from its input
+        events_from = named.events_from or named.task.created_at
+        return _Boundary(events_from=events_from, tasks_from=named.task.created_at, partial=None)
     invocation_id = named.invocation_id
     if invocation_id is None:  # a destructive call never guesses
         raise NotFound(f"task {named.missing} not found in session {source.id}")
@@ -196,7 +197,11 @@ async def _rewind_locked(
         if framework == "crewai":  # its memory stays as it is: only if it did not change from the turn on
             await crewai_state.check_cut(store, conn, sid, owner, boundary.tasks_from, "a rewind")
         telling = None
-        if reader is not None:
+        if framework in frameworks.TASK_CHAT:
+            # Its chat is in its tasks: told from them (docs/frameworks.md), read here before they are hidden.
+            told = await summary.summarize_tasks(store, conn, sid, keeper, boundary.tasks_from)
+            telling = asyncio.ensure_future(asyncio.sleep(0, told))
+        elif reader is not None:
             telling = asyncio.ensure_future(summary.summarize_events(store, reader, sid, keeper, boundary.events_from))
         try:
             hidden_count, running = await _tasks_hidden(svc, conn, rows, boundary.tasks_from, mapped=mapped)

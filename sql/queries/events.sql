@@ -109,19 +109,23 @@ WITH parsed AS MATERIALIZED (
     WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
       AND created_at >= $3 AND ($4::timestamptz IS NULL OR created_at < $4)
 ), messages AS MATERIALIZED (
-    SELECT e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text, m.tool_name,
+    SELECT e.created_at, e.id, m.ord, m.author = 'user' AS from_user, m.kind, m.text, m.tool_name,
            coalesce(e.doc ->> 'invocation_id', e.doc ->> 'invocationId') AS invocation_id
     FROM parsed AS e
     CROSS JOIN LATERAL {schema}.event_messages(e.doc) AS m
 )
 SELECT (SELECT count(*) FROM parsed) AS events,
-       -- turns as the listing counts them: invocations with at least one message
-       (SELECT count(DISTINCT invocation_id) FROM messages) AS turns,
+       -- turns as the listing counts them: invocations with at least one message, and the OpenAI Agents
+       -- SDK's turns by their input events (is_turn_input)
+       (SELECT count(DISTINCT invocation_id) FROM messages)
+           + (SELECT count(*) FROM parsed WHERE {schema}.is_turn_input(doc)) AS turns,
        (SELECT coalesce(sum({schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount')), 0)
         FROM parsed) AS total_tokens,
-       -- the agent's model responses: its events whose content the model wrote
+       -- the agent's model responses: its events whose content the model wrote (an OpenAI Agents SDK
+       -- session: each of its conversation_items events but the turns' inputs, one a model step)
        (SELECT count(*) FROM parsed
-        WHERE doc -> 'content' ->> 'role' = 'model' AND doc ->> 'author' IS DISTINCT FROM 'user') AS model_calls,
+        WHERE (doc -> 'content' ->> 'role' = 'model' AND doc ->> 'author' IS DISTINCT FROM 'user')
+           OR (doc ->> 'type' = 'conversation_items' AND NOT {schema}.is_turn_input(doc))) AS model_calls,
        (SELECT min(created_at) FROM parsed) AS first_at,
        (SELECT max(created_at) FROM parsed) AS last_at,
        (SELECT coalesce(jsonb_object_agg(tool_name, calls), '{}'::jsonb)::text
@@ -148,7 +152,7 @@ WITH parsed AS MATERIALIZED (
     FROM parsed
     WHERE jsonb_typeof(doc) = 'object'
 ), messages AS MATERIALIZED (
-    SELECT e.invocation_id, e.created_at, e.id, m.ord, e.doc ->> 'author' = 'user' AS from_user, m.kind, m.text,
+    SELECT e.invocation_id, e.created_at, e.id, m.ord, m.author = 'user' AS from_user, m.kind, m.text,
            m.tool_name
     FROM keyed AS e
     CROSS JOIN LATERAL {schema}.event_messages(e.doc) AS m
@@ -183,9 +187,12 @@ ORDER BY turns.first_at, turns.invocation_id;
 -- name: transcript_events
 -- The live events before $3 (NULL: all) as a transcript reads them, in kagent's order (created_at; the
 -- row id breaks ties so that the order never depends on the plan), each with the key of the turn it
--- belongs to (its invocation id; an event without one is a turn of its own). Each row is parsed once; its messages (event_messages) come as one JSON array with
--- tool arguments and responses cut to $4 characters, and its usage as three numbers. doc_kind is NULL
--- for a row that is not JSON.
+-- belongs to: its invocation id (ADK), else its own; an OpenAI Agents SDK event says so (`items`) and
+-- whether it opens a turn (is_turn_input), so that the reader runs a turn from one input to the next
+-- (counted as the rows stream: a window here sorted the parsed documents, spilling them to disk). Each
+-- row is parsed once; its messages (event_messages, each with its
+-- author) come as one JSON array with tool arguments and responses cut to $4 characters, and its usage as
+-- three numbers. doc_kind is NULL for a row that is not JSON.
 WITH parsed AS MATERIALIZED (
     SELECT id, created_at, {schema}.try_jsonb(data) AS doc
     FROM event
@@ -197,16 +204,42 @@ WITH parsed AS MATERIALIZED (
 )
 SELECT id, created_at, invocation_id, jsonb_typeof(doc) AS doc_kind, doc ->> 'author' AS author,
        coalesce(invocation_id, 'event:' || id) AS turn_key,
+       doc ->> 'type' = 'conversation_items' AS items, {schema}.is_turn_input(doc) AS opens_turn,
        {schema}.event_tokens(doc, 'prompt_token_count', 'promptTokenCount') AS prompt_tokens,
        {schema}.event_tokens(doc, 'candidates_token_count', 'candidatesTokenCount') AS completion_tokens,
        {schema}.event_tokens(doc, 'total_token_count', 'totalTokenCount') AS total_tokens,
        (SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
                    'kind', m.kind, 'text', m.text, 'tool_name', m.tool_name, 'tool_call_id', m.tool_call_id,
-                   'args', {schema}.cut_json(m.args, $4), 'response', {schema}.cut_json(m.response, $4)))
+                   'args', {schema}.cut_json(m.args, $4), 'response', {schema}.cut_json(m.response, $4),
+                   'author', m.author))
                ORDER BY m.ord), '[]'::jsonb)::text
         FROM {schema}.event_messages(doc) AS m) AS messages
 FROM keyed
 ORDER BY created_at, id;
+
+-- name: turn_input_event
+-- Where the turn of task $3 begins in an OpenAI Agents SDK session (docs/frameworks.md, "Naming a turn"):
+-- its input event, the k-th turn input (is_turn_input) of the live events for the k-th live task of the
+-- session (both in (created_at, id) order), since kagent-openai writes one task and one input event a
+-- turn, in either order. Also both counts and the last of each, so that the caller trusts the pairing
+-- only when they agree (Events.turn_input). k is NULL when the task is not one of the session's live
+-- tasks of owner $2.
+WITH tasks AS MATERIALIZED (
+    SELECT id, created_at, row_number() OVER (ORDER BY created_at, id) AS k
+    FROM task
+    WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL AND {task_owned_by_$2}
+), inputs AS MATERIALIZED (
+    SELECT id, created_at, row_number() OVER (ORDER BY created_at, id) AS k
+    FROM event
+    WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+      AND strpos(data, 'conversation_items') > 0 AND {schema}.is_turn_input({schema}.try_jsonb(data))
+)
+SELECT (SELECT k FROM tasks WHERE id = $3) AS k,
+       (SELECT count(*) FROM tasks) AS tasks,
+       (SELECT count(*) FROM inputs) AS inputs,
+       (SELECT max(created_at) FROM tasks) AS last_task_at,
+       (SELECT max(created_at) FROM inputs) AS last_input_at,
+       (SELECT created_at FROM inputs WHERE k = (SELECT k FROM tasks WHERE id = $3)) AS input_at;
 
 -- name: text_chars_before_each
 -- For each time of $3, the characters of the text messages (event_messages) of the live events before

@@ -647,7 +647,8 @@ export interface CompareSide {
 
 /** One turn after the common part: its question, its answer and what it cost. */
 export interface CompareTurn {
-  invocation_id: string;
+  invocation_id: string | null;
+  task_id: string | null;
   question: string | null;
   answer: string | null;
   tool_calls: Record<string, number>;

@@ -62,13 +62,24 @@ class TranscriptEvent:
     id: str
     created_at: datetime
     invocation_id: str | None
-    turn_key: str
+    turn_key: str  # its invocation id, else its own (event:<id>)
+    items: bool  # an OpenAI Agents SDK `conversation_items` event
+    opens_turn: bool  # such an event that holds a turn's input
     doc_kind: str | None
     author: str | None
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     messages: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnInput:
+    """Where a task's turn begins among an OpenAI Agents SDK session's turn inputs (turn_input_event)."""
+
+    at: datetime | None  # the input event paired with the task, when the pairing holds and it exists
+    paired: bool  # the session's tasks and turn inputs pair one to one (the last turn's input may be unwritten)
+    inputs: int  # how many turn inputs the session holds (0: not an OpenAI Agents SDK session)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,10 +166,24 @@ class Events:
         async for r in conn.cursor(query, session_id, owner, before, cut_chars, prefetch=TASK_FETCH_BATCH):
             yield TranscriptEvent(
                 id=r["id"], created_at=r["created_at"], invocation_id=r["invocation_id"], turn_key=r["turn_key"],
+                items=bool(r["items"]), opens_turn=bool(r["opens_turn"]),
                 doc_kind=r["doc_kind"], author=r["author"], prompt_tokens=int(r["prompt_tokens"]),
                 completion_tokens=int(r["completion_tokens"]), total_tokens=int(r["total_tokens"]),
                 messages=r["messages"],
             )  # fmt: skip
+
+    async def turn_input(self, conn: Connection, session_id: str, owner: str, task_id: str) -> TurnInput:
+        """The input event of task `task_id`'s turn: the k-th turn input for the k-th task. The pairing holds
+        when the counts agree, or when only the last turn's input is missing (its task is the session's
+        newest row: the runtime has not written its input yet)."""
+        row = await conn.fetchrow(self.q["turn_input_event"], session_id, owner, task_id)
+        assert row is not None  # scalar subqueries always answer one row
+        tasks, inputs = int(row["tasks"]), int(row["inputs"])
+        last_task, last_input = row["last_task_at"], row["last_input_at"]
+        paired = inputs == tasks or (
+            inputs == tasks - 1 and (last_input is None or (last_task is not None and last_input < last_task))
+        )
+        return TurnInput(at=row["input_at"] if paired else None, paired=paired, inputs=inputs)
 
     async def event_stats(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> EventStats:
         row = await conn.fetchrow(self.q["count_events_before"], session_id, owner, before)
