@@ -301,3 +301,59 @@ async def test_a_new_map_is_read_with_statistics_that_describe_it(svc: Services)
         assert gathered >= 300  # one run a turn in these sessions
         assert await turn_map.prepare(svc.store, conn, small.session_id, small.user_id)
         assert await _reltuples(conn, schema) == gathered
+
+
+async def _kagent_table_shape(conn: asyncpg.Connection) -> dict[str, list[str]]:
+    """Everything on kagent's tables that a write pays for: their indexes, triggers, rules and constraints."""
+    return {
+        "indexes": [r[0] for r in await conn.fetch(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename IN ('event', 'task', 'session') "
+            "ORDER BY indexdef")],
+        "triggers": [r[0] for r in await conn.fetch(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid IN ('event'::regclass, 'task'::regclass, 'session'::regclass) "
+            "ORDER BY tgname")],
+        "rules": [r[0] for r in await conn.fetch(
+            "SELECT rulename FROM pg_rules WHERE tablename IN ('event', 'task', 'session') ORDER BY rulename")],
+        "constraints": [r[0] for r in await conn.fetch(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid IN ('event'::regclass, 'task'::regclass, 'session'::regclass) ORDER BY 1")],
+    }  # fmt: skip
+
+
+async def test_nothing_is_added_to_kagent_tables(server_url: str) -> None:
+    """kagent's write path stays as kagent made it: the service's migrations, a turn map built, kept through a
+    rewind and its undo, and a fork leave kagent's tables with exactly the indexes, triggers, rules and
+    constraints its own schema gives them (issue 23: 1.00x on kagent's writes, by construction)."""
+    url = await create_database(server_url)
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            from service.embedded.server import install_kagent_schema
+
+            await install_kagent_schema(conn)
+            kagent_only = await _kagent_table_shape(conn)
+            assert kagent_only["indexes"]  # kagent's own: the test reads something
+            settings = Settings(database_url=url)
+            await migrate(conn, settings.service_schema)
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+            try:
+                store = Store(settings.service_schema)
+                store.turn_map_min_tasks = 0
+                svc = Services(settings=settings, store=store, pool=pool)
+                conv = await seed(pool, dialect="v1", turns=4, tool_calls=True)
+                caller = Caller(user_id=conv.user_id)
+                await reading.answers(svc, caller, conv.session_id, conv.invocation_ids)  # the map made and read
+                done = await rewind.rewind(
+                    svc, caller, conv.session_id, RewindRequest(rewind_before_invocation_id=conv.invocation_ids[2])
+                )
+                assert isinstance(done, rewind.RewindResult) and done.rewind.id is not None
+                await rewind.undo(svc, caller, conv.session_id, done.rewind.id)
+                async with pool.acquire() as c:
+                    assert await turn_map.usable(store, c, conv.session_id, conv.user_id)
+            finally:
+                await pool.close()
+            assert await _kagent_table_shape(conn) == kagent_only
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(server_url, url)
