@@ -39,31 +39,18 @@ import asyncpg
 import httpx
 import pytest
 
-from service.app import create_app
 from service.config import Settings
-from service.kagent.migrate import migrate
-from tests.conftest import create_database, drop_database
 from tests.helpers import new_user, table_fingerprint
 from tests.support.kagent_chat import new_session, send, text
-from tests.support.kagent_controller import RunningController, register_agent, running_controller
-from tests.support.live_server import live_server
+from tests.support.kagent_controller import register_agent
+from tests.support.kagent_line import Line, running_line
 from tests.support.runtimes import RunningRuntime, byo_agent, running_runtime
-from tests.support.scripted_model import RunningModel, message_text, running_model, say
+from tests.support.scripted_model import message_text, say
 
-MIGRATION_0_10 = 7  # kagent's release/v0.10.x, the line with the crewai tables
 RUNTIME_USER = "admin@kagent.dev"  # kagent-crewai forwards no user: its rows are kagent's default user's
 EVALUATION = "Assess the quality of the task completed"  # crewai's TaskEvaluator, after each task
 DESCRIPTION = "Answer the user's latest question."  # the crew's task (crewai_agent.py): its memory's key
 IN_POD = "keeps no memory or flow state in kagent's database"
-
-
-@dataclass(frozen=True)
-class Line:
-    url: str
-    pool: asyncpg.Pool
-    controller: RunningController
-    model: RunningModel
-    service: str
 
 
 @dataclass(frozen=True)
@@ -79,20 +66,8 @@ class Crew:
 
 @pytest.fixture(scope="module")
 async def line(server_url: str, settings: Settings) -> AsyncIterator[Line]:
-    url = await create_database(server_url, migration_version=MIGRATION_0_10)
-    pool = await asyncpg.create_pool(url, min_size=1, max_size=8)
-    try:
-        async with pool.acquire() as conn:
-            await migrate(conn, settings.service_schema)
-        with ExitStack() as stack:
-            controller = stack.enter_context(running_controller(url))
-            model = stack.enter_context(running_model())
-            service_settings = dataclasses.replace(settings, database_url=url, kagent_a2a_url=controller.a2a_url)
-            service = stack.enter_context(live_server(create_app(service_settings, url)))
-            yield Line(url, pool, controller, model, service)
-    finally:
-        await pool.close()
-        await drop_database(server_url, url)
+    async with running_line(server_url, settings) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

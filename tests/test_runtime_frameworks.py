@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 import json
 import secrets
 import time
@@ -31,35 +30,20 @@ import asyncpg
 import httpx
 import pytest
 
-from service.app import create_app
 from service.config import Settings
-from service.kagent.migrate import migrate
-from tests.conftest import create_database, drop_database
 from tests.helpers import new_user
 from tests.support.kagent_chat import approval, new_session, send, text
-from tests.support.kagent_controller import RunningController, register_agent, running_controller
-from tests.support.live_server import live_server
+from tests.support.kagent_controller import register_agent
+from tests.support.kagent_line import Line, running_line
 from tests.support.runtimes import RunningRuntime, byo_agent, running_runtime
-from tests.support.scripted_model import RunningModel, call, message_text, running_model, say
+from tests.support.scripted_model import call, message_text, say
 
-MIGRATION_0_10 = 7  # kagent's release/v0.10.x: the line on which LangGraph keeps its state in the database
 FRAMEWORKS = {
     # framework as the service names it: (runtime, agent source in runtime_agents/, agent ref)
     "langgraph": ("kagent-langgraph", "langgraph_agent.py", "kagent/langgraph-agent"),
     "openai-agents": ("kagent-openai", "openai_agent.py", "kagent/openai-agent"),
 }
 RUNTIME_USER = "admin@kagent.dev"  # both runtimes write their own rows under kagent's default user
-
-
-@dataclass(frozen=True)
-class Line:
-    """A database of kagent's 0.10.x line, the stand-in and the model on it, and the service."""
-
-    url: str
-    pool: asyncpg.Pool
-    controller: RunningController
-    model: RunningModel
-    service: str
 
 
 @dataclass(frozen=True)
@@ -76,20 +60,8 @@ class Agent:
 
 @pytest.fixture(scope="session")
 async def line(server_url: str, settings: Settings) -> AsyncIterator[Line]:
-    url = await create_database(server_url, migration_version=MIGRATION_0_10)
-    pool = await asyncpg.create_pool(url, min_size=1, max_size=8)
-    try:
-        async with pool.acquire() as conn:
-            await migrate(conn, settings.service_schema)
-        with ExitStack() as stack:
-            controller = stack.enter_context(running_controller(url))
-            model = stack.enter_context(running_model())
-            service_settings = dataclasses.replace(settings, database_url=url, kagent_a2a_url=controller.a2a_url)
-            service = stack.enter_context(live_server(create_app(service_settings, url)))
-            yield Line(url, pool, controller, model, service)
-    finally:
-        await pool.close()
-        await drop_database(server_url, url)
+    async with running_line(server_url, settings) as started:
+        yield started
 
 
 @pytest.fixture(scope="session")

@@ -34,16 +34,23 @@ def runtime_users(owner: str) -> list[str]:
     return [owner] if owner == KAGENT_DEFAULT_USER else [owner, KAGENT_DEFAULT_USER]
 
 
+def _task(text: str | None) -> dialects.JSON | None:
+    """A task's JSON as the service's one task reader reads it; None: no task, or not one it reads."""
+    if text is None:
+        return None
+    try:
+        return dialects.decode(text)
+    except dialects.TaskFormatError:
+        return None
+
+
 def from_task(text: str | None) -> Framework | None:
     """What a task's metadata says: kagent-langgraph names its thread (`thread_id` on 0.10.x,
     `kagent_thread_id` on main), kagent-claude writes `kagent.claude.*` keys, kagent-crewai 0.10.x writes
     `app_name` and `session_id` and nothing else (kagent-langgraph 0.10.x writes them too, with its thread;
     kagent's other runtimes write `kagent_`-prefixed keys)."""
-    if text is None:
-        return None
-    try:
-        task = dialects.decode(text)
-    except dialects.TaskFormatError:
+    task = _task(text)
+    if task is None:
         return None
     metadata = task.get("metadata")
     keys = set(metadata) if isinstance(metadata, dict) else set()
@@ -63,11 +70,8 @@ _FLOW_METHOD = re.compile(r"Method \S+ from flow \S+ (started|finished) executio
 def crewai_flow(text: str | None) -> bool:
     """Whether a task of kagent-crewai ran a CrewAI flow (its history tells each flow method's start and end),
     not a crew."""
-    if text is None:
-        return False
-    try:
-        task = dialects.decode(text)
-    except dialects.TaskFormatError:
+    task = _task(text)
+    if task is None:
         return False
     history = task.get("history")
     for message in history if isinstance(history, list) else []:
