@@ -22,6 +22,7 @@ from tests.helpers import new_user, seed, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.a2a_agent import NAMESPACE, SLOW, V1, Seen, running_agents
 from tests.support.live_server import live_server
+from tests.test_frameworks import loaded
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
@@ -549,4 +550,34 @@ async def test_fork_before_and_after_a_turn_make_the_forks_they_say(
     boundary, invocations = await forked("Fork before this turn", 0)
     assert boundary == ids[0] and invocations == []
     await expect(tab.locator("#turns")).to_contain_text("No turns.")
+    assert problems == []
+
+
+async def test_the_turns_of_an_agent_without_invocation_ids_act_by_their_task(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    """An OpenAI Agents SDK session (captured from kagent-openai 0.10.4: no invocation ids): its turns show their
+    questions and offer every action, which names the turn by its task; "Fork before this turn" on turn 3 makes
+    the fork before turn 3's task, and the fork shows turns 1 and 2."""
+    tab, problems = page
+    fixture = await loaded(pool, "openai_3_turns")
+    user, sid, asked = fixture["user"], fixture["session_id"], fixture["turns"]
+    await open_as(tab, page_url, user)
+    await tab.locator(f"#sessions li[data-id='{sid}']").click()
+    turns = tab.locator("#turns > li.turn")
+    await expect(turns).to_have_count(3)
+    for i, turn in enumerate(asked):
+        await expect(turns.nth(i)).to_contain_text(turn["question"])
+    await expect(turns.nth(2).get_by_role("button", name="Experiment")).to_be_visible()
+    await turns.nth(2).get_by_role("button", name="Fork before this turn").click()
+    await expect(tab.locator("#status")).to_contain_text("Forked: now showing the fork")
+    fork_id = tab.url.split("session=")[1].split("&")[0]
+    async with pool.acquire() as conn:
+        named = await conn.fetchrow(
+            "SELECT rewind_before_invocation_id, rewind_before_task_id FROM kagent_fork.fork WHERE session_id = $1",
+            fork_id,
+        )
+    assert named is not None and tuple(named) == (None, asked[2]["task_id"])
+    await expect(turns).to_have_count(2)
+    await expect(turns.nth(1)).to_contain_text(asked[1]["question"])
     assert problems == []

@@ -212,15 +212,15 @@ function renderTurns(t) {
       return el("div", { class: "msg tool" }, el("div", { class: "who", text: `${m.author} ${what}` }),
         el("div", { class: "tool-text", text: plain(call ? m.args ?? {} : m.response ?? {}) }));
     });
-    const inv = turn.invocation_id;
+    const key = turnKey(turn);
     const number = turn.index + 1;
-    const actions = inv ? el("span", { class: "actions" },
-      el("button", { type: "button", onclick: () => dryRun(inv, number), text: "Dry run" }),
-      el("button", { type: "button", class: "primary", onclick: () => forkAt(inv, `before turn ${number}`), text: "Fork before this turn" }),
-      el("button", { type: "button", class: "danger", onclick: () => rewindAt(inv, number), text: "Rewind here" }),
-      el("button", { type: "button", onclick: () => whatifAt(inv, number), text: "What-if" }),
-      el("button", { type: "button", onclick: () => experimentAt(inv, number), text: "Experiment" })) : null;
-    return el("li", { class: "turn", "data-invocation": inv || "" },
+    const actions = key ? el("span", { class: "actions" },
+      el("button", { type: "button", onclick: () => dryRun(turn, number), text: "Dry run" }),
+      el("button", { type: "button", class: "primary", onclick: () => forkAt(turn, `before turn ${number}`), text: "Fork before this turn" }),
+      el("button", { type: "button", class: "danger", onclick: () => rewindAt(turn, number), text: "Rewind here" }),
+      el("button", { type: "button", onclick: () => whatifAt(turn, number), text: "What-if" }),
+      el("button", { type: "button", onclick: () => experimentAt(turn, number), text: "Experiment" })) : null;
+    return el("li", { class: "turn", "data-turn": key || "" },
       el("div", { class: "turn-head" },
         el("b", { text: `Turn ${number}` }),
         el("span", { class: "muted", text: `${stateName(turn.state)} · ${plural(turn.usage.total_tokens, "token")} · ${when(turn.started_at)}` }),
@@ -233,20 +233,27 @@ function renderTurns(t) {
   if (!items.length) $("turns").replaceChildren(el("li", { class: "muted", text: "No turns." }));
 }
 
+// A turn is named by its invocation id, or by its task when its agent writes none (every framework but ADK:
+// docs/frameworks.md); the key tells turns apart on the page.
+function turnKey(turn) { return turn.invocation_id || turn.task_id || null; }
+function boundaryOf(turn) {
+  return turn.invocation_id ? { rewind_before_invocation_id: turn.invocation_id } : { rewind_before_task_id: turn.task_id };
+}
+
 // A reply offers a fork that ends with it, as kagent's own UI recipe does (docs/ui-integration.md): the
 // fork before the next turn, or on the last turn the whole session.
 function afterReply(t, turn) {
   const replied = turn.messages.some((m) => m.role === "agent" && m.kind === "text");
   const next = t.turns[turn.index + 1];
-  if (!replied || (next && !next.invocation_id)) return null;
+  if (!replied || (next && !turnKey(next))) return null;
   const words = `after turn ${turn.index + 1}'s reply`;
   return el("div", { class: "reply-actions" },
-    el("button", { type: "button", onclick: () => forkAt(next ? next.invocation_id : null, words), text: "Fork after this reply" }));
+    el("button", { type: "button", onclick: () => forkAt(next || null, words), text: "Fork after this reply" }));
 }
 
 // What came of an action at a turn, shown beside that turn.
-function besideTurn(inv, ...content) {
-  const item = [...$("turns").children].find((li) => li.dataset.invocation === inv);
+function besideTurn(turn, ...content) {
+  const item = [...$("turns").children].find((li) => li.dataset.turn === turnKey(turn));
   const box = item && item.querySelector(".turn-result");
   if (!box) return null;
   box.hidden = false;
@@ -261,13 +268,13 @@ function leftBehind(summary) {
   return `It would leave behind ${plural(summary.turns, "turn")} (${plural(summary.events, "event")}), starting ${quoted(summary.first_user_text, 60)}.`;
 }
 
-async function dryRun(inv, number) {
+async function dryRun(turn, number) {
   notice(null);
   const answer = await act("Dry run", () => api("POST", `/api/sessions/${enc(current())}/fork`,
-    { rewind_before_invocation_id: inv, dry_run: true, if_boundary_missing: "error" }));
+    { ...boundaryOf(turn), dry_run: true, if_boundary_missing: "error" }));
   if (!answer) return;
   const d = answer.data;
-  besideTurn(inv,
+  besideTurn(turn,
     el("b", { text: `Dry run (nothing was written): a fork before turn ${number} would be “${d.name}”.` }),
     el("div", { text: `It would hold ${plural(d.events_copied, "event")} and ${plural(d.tasks_copied, "task")} (${d.task_layout.replace("_", " ")}), ${plural(d.bytes_to_copy, "byte")}, about ${plural(d.estimated_context_tokens, "context token")}.` }),
     el("div", { text: leftBehind(d.summary) }),
@@ -275,11 +282,11 @@ async function dryRun(inv, number) {
   say(`Dry run of a fork before turn ${number}: nothing was written`);
 }
 
-// A fork before the turn `inv` (null: of the whole session), `words` saying where ("before turn 3").
-async function forkAt(inv, words) {
+// A fork before `turn` (null: of the whole session), `words` saying where ("before turn 3").
+async function forkAt(turn, words) {
   notice(null);
   const source = state.session;
-  const body = inv ? { rewind_before_invocation_id: inv, if_boundary_missing: "error" } : {};
+  const body = turn ? { ...boundaryOf(turn), if_boundary_missing: "error" } : {};
   const answer = await act("Forking", () => api("POST", `/api/sessions/${enc(current())}/fork`, body));
   if (!answer) return;
   const f = answer.data;
@@ -290,10 +297,10 @@ async function forkAt(inv, words) {
   say(`Forked: now showing the fork “${f.name}”`);
 }
 
-async function rewindAt(inv, number) {
+async function rewindAt(turn, number) {
   if (!window.confirm(`Rewind: hide turn ${number} and everything after it? (Undo brings it back.)`)) return;
   const answer = await act("Rewinding", () => api("POST", `/api/sessions/${enc(current())}/rewind`,
-    { rewind_before_invocation_id: inv }));
+    boundaryOf(turn)));
   if (!answer) return;
   const r = answer.data.rewind;
   await openSession(current());
@@ -309,23 +316,23 @@ function whatifWarning(agent, number) {
     + "A tool that changes something changes it. Start the what-if?";
 }
 
-async function whatifAt(inv, number) {
+async function whatifAt(turn, number) {
   notice(null);
   const agent = $("whatif-agent").value.trim();
   const shown = agent || "this session's own agent";
   if (!window.confirm(whatifWarning(shown, number))) return;
-  const body = { rewind_before_invocation_id: inv };
+  const body = boundaryOf(turn);
   if (agent) body.agent_ref = agent;
   const answer = await act("Starting a what-if", () => api("POST", `/api/sessions/${enc(current())}/whatif`, body));
   if (!answer) return;
   const { job, session } = answer.data;
   await loadSessions();
-  const box = besideTurn(inv, el("b", { text: `What-if: ${job.agent_ref} is answering turn ${number} in the fork “${session.name}”...` }));
-  followJob(job.id, inv, number, box);
+  const box = besideTurn(turn, el("b", { text: `What-if: ${job.agent_ref} is answering turn ${number} in the fork “${session.name}”...` }));
+  followJob(job.id, number, box);
 }
 
 // Follow a what-if until it ends: the status line says it is running until then.
-async function followJob(jobId, inv, number, box) {
+async function followJob(jobId, number, box) {
   const epoch = state.epoch;
   const started = Date.now();
   for (let i = 0; i < 2400 && epoch === state.epoch; i++) {

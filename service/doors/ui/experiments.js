@@ -25,7 +25,7 @@ function choice(value, text, selected = false) {
 
 // The form to start an experiment from turn `number`, shown beside that turn. The agents are chosen as
 // for a what-if (namespace/name), several at once.
-function experimentAt(inv, number) {
+function experimentAt(turn, number) {
   notice(null);
   const t = state.session;
   const left = t.turns.length - (number - 1);
@@ -54,14 +54,14 @@ function experimentAt(inv, number) {
       el("button", { type: "button", onclick: () => { box.hidden = true; }, text: "Close" })));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const body = { rewind_before_invocation_id: inv, turns: turns.value === "all" ? "all" : Number(turns.value),
+    const body = { ...boundaryOf(turn), turns: turns.value === "all" ? "all" : Number(turns.value),
       repeats: Number(repeats.value), on_approval: onApproval.value };
     const names = agents.value.split(/[\s,]+/).filter(Boolean);
     if (names.length) body.agents = names;
     if (message.value.trim()) body.message = { text: message.value };
     startExperiment(body, number, refusal);
   });
-  const box = besideTurn(inv, form);
+  const box = besideTurn(turn, form);
 }
 
 function experimentWarning(body, number) {
