@@ -281,6 +281,38 @@ async def test_fork_rewind_undo_and_compare_inside_the_chat(chat: Chat, pool: as
     await chat.clean()
 
 
+async def test_the_branches_view_forks_and_rewinds_a_turn_known_by_its_task(chat: Chat, pool: asyncpg.Pool) -> None:
+    """A session of an agent that writes no invocation id (kagent-openai's rows): the branches view forks before
+    turn 2 and rewinds to turn 3 naming each turn by its task, and the undo brings turn 3 back."""
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=3, event_style="openai", user_id=user)
+    await chat.agent_calls(user, "show_branches", {"session_id": conv.session_id})
+    app = chat.app()
+    turns = app.locator("#turns li")
+    await expect(turns).to_have_count(3)
+    await turns.nth(1).get_by_role("button", name="Fork before this turn").click()
+    await expect(app.locator("#status")).to_contain_text("Forked before turn 2")
+    async with pool.acquire() as conn:
+        fork = await conn.fetchrow(
+            "SELECT rewind_before_invocation_id, rewind_before_task_id FROM kagent_fork.fork"
+            " WHERE parent_session_id = $1 AND user_id = $2",
+            conv.session_id, user,
+        )  # fmt: skip
+    assert fork is not None and tuple(fork) == (None, conv.turns[1].task_id)
+    await turns.nth(2).get_by_role("button", name="Rewind to here").click()
+    await expect(app.locator("#status")).to_contain_text("Rewound to before turn 3")
+    await expect(turns).to_have_count(2)
+    async with pool.acquire() as conn:
+        named = await conn.fetchval(
+            "SELECT rewind_before_task_id FROM kagent_fork.rewind WHERE session_id = $1", conv.session_id
+        )
+    assert named == conv.turns[2].task_id
+    await app.locator("#rewinds").get_by_role("button", name="Undo").click()
+    await expect(app.locator("#status")).to_contain_text("undone")
+    await expect(turns).to_have_count(3)
+    await chat.clean()
+
+
 async def test_bad_input_shows_the_service_message_and_changes_nothing(chat: Chat, pool: asyncpg.Pool) -> None:
     user, other = new_user(), new_user()
     conv = await seed(pool, dialect="v1", turns=3, user_id=user)

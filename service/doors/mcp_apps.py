@@ -28,7 +28,7 @@ from service.agents import experiments, whatif
 from service.branches import compare, lineage, turns
 from service.doors import explorer
 from service.doors.mcp_tools import Operation, SessionId, answer, runner_of
-from service.errors import NotConfigured, NotFound, Unauthorized
+from service.errors import BadRequest, NotConfigured, NotFound, Unauthorized
 from service.identity import Caller, resolve_caller, scope_headers
 from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest, checked_id
@@ -41,7 +41,16 @@ TOKEN_SECONDS = 12 * 3600
 _APP_ONLY = {"ui": {"visibility": ["app"]}}
 
 AppToken = Annotated[str, Field(description="The view's app_token (show_branches or show_experiment answers it).")]
-Turn = Annotated[str, Field(description="A turn, named by its invocation id.")]
+ByInvocation = Annotated[str | None, Field(description="The turn, by its invocation id.")]
+ByTask = Annotated[str | None, Field(description="The turn by its task, for an agent that writes no invocation id.")]
+
+
+def _named(invocation_id: str | None, task_id: str | None) -> dict[str, object]:
+    """A turn named by its invocation or by its task, as the requests take it (one of them: 400 otherwise)."""
+    named = {"rewind_before_invocation_id": invocation_id, "rewind_before_task_id": task_id}
+    return {k: v for k, v in named.items() if v is not None}
+
+
 ViewSession = Annotated[
     str | None,
     Field(description="The conversation (a kagent session id); default: the user's newest, the chat being typed in."),
@@ -200,14 +209,16 @@ async def app_branches(ctx: Context[Any, Any, Any], app_token: AppToken, session
 
 
 async def app_fork(
-    ctx: Context[Any, Any, Any], app_token: AppToken, session_id: SessionId, rewind_before_invocation_id: Turn
-) -> CallToolResult:
+    ctx: Context[Any, Any, Any], app_token: AppToken, session_id: SessionId,
+    rewind_before_invocation_id: ByInvocation = None, rewind_before_task_id: ByTask = None,
+) -> CallToolResult:  # fmt: skip
     """Fork before a turn (fork_session's operation); answers the fork and its chat's address."""
 
     async def op(svc: Services, caller: Caller) -> object:
-        req = msgspec.convert(
-            {"rewind_before_invocation_id": rewind_before_invocation_id, "if_boundary_missing": "error"}, ForkRequest
-        )
+        named = _named(rewind_before_invocation_id, rewind_before_task_id)
+        if not named:
+            raise BadRequest("name the turn: rewind_before_invocation_id or rewind_before_task_id")
+        req = msgspec.convert({**named, "if_boundary_missing": "error"}, ForkRequest)
         forked = (await forking.fork(svc, caller, checked_id(session_id), req)).data
         session = msgspec.to_builtins(forked)
         return {"fork": forked, "chat_path": chat_path(session.get("agent_id"), session["id"])}
@@ -216,12 +227,13 @@ async def app_fork(
 
 
 async def app_rewind(
-    ctx: Context[Any, Any, Any], app_token: AppToken, session_id: SessionId, rewind_before_invocation_id: Turn
-) -> CallToolResult:
+    ctx: Context[Any, Any, Any], app_token: AppToken, session_id: SessionId,
+    rewind_before_invocation_id: ByInvocation = None, rewind_before_task_id: ByTask = None,
+) -> CallToolResult:  # fmt: skip
     """Rewind to here (rewind_session's operation)."""
 
     async def op(svc: Services, caller: Caller) -> object:
-        req = msgspec.convert({"rewind_before_invocation_id": rewind_before_invocation_id}, RewindRequest)
+        req = msgspec.convert(_named(rewind_before_invocation_id, rewind_before_task_id), RewindRequest)
         return await rewind.rewind(svc, caller, checked_id(session_id), req)
 
     return await _as_app(ctx, app_token, op)
@@ -257,23 +269,15 @@ async def app_start_experiment(
     app_token: AppToken,
     session_id: SessionId,
     agents: Annotated[list[str], Field(description='1 to 8 agents, each "namespace/name".')],
-    rewind_before_invocation_id: Annotated[
-        str | None, Field(description="The first turn, by its invocation id.")
-    ] = None,
-    rewind_before_task_id: Annotated[
-        str | None, Field(description="The first turn by its task, for an agent that writes no invocation id.")
-    ] = None,
+    rewind_before_invocation_id: ByInvocation = None,
+    rewind_before_task_id: ByTask = None,
     turns: Annotated[int | str, Field(description='How many turns to replay, or "all".')] = 1,
     message_text: Annotated[str | None, Field(description="The first question, edited.")] = None,
 ) -> CallToolResult:
     """Start an experiment (start_experiment's operation)."""
 
     async def op(svc: Services, caller: Caller) -> object:
-        named = {
-            "rewind_before_invocation_id": rewind_before_invocation_id,
-            "rewind_before_task_id": rewind_before_task_id,
-        }
-        fields: dict[str, object] = {k: v for k, v in named.items() if v is not None}
+        fields = _named(rewind_before_invocation_id, rewind_before_task_id)
         fields["agents"] = agents
         fields["turns"] = turns
         if message_text:

@@ -29,10 +29,15 @@ const BranchesView = (() => {
     return path ? " The new chat: " + path : "";
   }
 
+  // A turn named by its invocation id, or by its task when its agent writes none (docs/frameworks.md).
+  function named(turn) {
+    return turn.invocation_id ? { rewind_before_invocation_id: turn.invocation_id } : { rewind_before_task_id: turn.task_id };
+  }
+
   function fork(turn, n) {
     act("Forking", async () => {
       const answer = await Bridge.call("app_fork", {
-        app_token: state.token, session_id: state.sessionId, rewind_before_invocation_id: turn.invocation_id,
+        app_token: state.token, session_id: state.sessionId, ...named(turn),
       });
       const text = "I forked this chat before turn " + n + " (\"" + short(turn.user_text, 80) + "\")." +
         chatLink(answer.chat_path);
@@ -44,7 +49,7 @@ const BranchesView = (() => {
   function rewindTo(turn, n) {
     act("Rewinding", async () => {
       const answer = await Bridge.call("app_rewind", {
-        app_token: state.token, session_id: state.sessionId, rewind_before_invocation_id: turn.invocation_id,
+        app_token: state.token, session_id: state.sessionId, ...named(turn),
       });
       const text = "I rewound this chat to before turn " + n + " (rewind " + answer.rewind.id +
         "; undo it from the branches view). Reload the chat to see it: " + (state.data.chat_path || state.sessionId);
@@ -65,7 +70,7 @@ const BranchesView = (() => {
     list.replaceChildren();
     state.data.turns.forEach((turn, i) => {
       const n = i + 1;
-      list.append(el("li", { "data-turn": turn.invocation_id },
+      list.append(el("li", { "data-turn": turn.invocation_id || turn.task_id },
         el("span", { class: "n" }, n + "."),
         el("span", { class: "q" }, turn.user_text || "(no text)"),
         el("span", { class: "actions" },
