@@ -22,7 +22,16 @@ import msgspec
 from service.kagent import dialects
 from service.kagent.store import Store
 from service.kagent.store.base import TASK_FETCH_BATCH, Connection
-from service.kagent.store.turn_map import KagentMarks, MapCounts, MappedTask, MapState, TaskFigures
+from service.kagent.store.turn_map import (
+    ForkCut,
+    ForkEvents,
+    ForkTasks,
+    KagentMarks,
+    MapCounts,
+    MappedTask,
+    MapState,
+    TaskFigures,
+)
 
 VERSION = 1
 USER_TEXT_CHARS = 200
@@ -299,3 +308,51 @@ async def after_undo(
     )
     if not was_trusted or not await _extend(store, conn, session_id, owner, state, marks):
         await maps.forget(conn, session_id, owner, rows=False)
+
+
+async def fork_cut(
+    store: Store, conn: Connection, session_id: str, owner: str, before: datetime | None
+) -> ForkCut | None:
+    """In a fork's snapshot, the source's map trusted there: where a fork keeping the events before `before`
+    (None: all) cuts the map; None when the cut falls inside a run (the fork is left unmapped)."""
+    if store.turn_map_min_tasks is None:
+        return None
+    return await store.turn_maps.fork_cut(conn, session_id, owner, before)
+
+
+async def after_fork(
+    store: Store,
+    conn: Connection,
+    *,
+    source: tuple[str, str],
+    fork: tuple[str, str],
+    cut: ForkCut,
+    tasks: ForkTasks,
+    events: ForkEvents,
+) -> bool:
+    """In a fork's transaction, once its rows and its map's tasks and whole turns are written (the store's
+    copy_tasks_mapping and copy_events_mapping): the fork's map finished as its source's map cut at the
+    boundary, or dropped (False: the fork is mapped on its first ask, as any session) when the copy is not
+    exactly that cut: two kept tasks or two kept events at one instant (a rebuild would order them by the
+    fork's new ids), a kept task the map does not hold, or another number of events than the kept runs
+    hold. Its runs keep the source's event ids but for the last run's first and last event, the ones
+    kagent's rows are read from (docs/turn-map.md, "A fork"); its claims are kagent's marks of the new
+    session read here, in the transaction that commits it."""
+    maps = store.turn_maps
+    new_id, user = fork
+    exact = (
+        tasks.sound
+        and tasks.mapped == tasks.copied
+        and events.copied == cut.events
+        and events.instants == events.copied
+        and (cut.runs == 0 or (events.last_run_first_id is not None and events.last_id is not None))
+    )
+    if not exact:
+        await maps.forget(conn, new_id, user, rows=True)
+        return False
+    await maps.copy_runs(conn, *source, fork, cut, events)
+    await maps.refresh_turns(conn, new_id, user, sorted(tasks.past))
+    marks = await maps.kagent_marks(conn, new_id, user)
+    watermark = (cut.last_at, events.last_id) if cut.last_at is not None and events.last_id is not None else None
+    await maps.save_state(conn, new_id, user, VERSION, marks, MapCounts(runs=cut.runs, events=cut.events), watermark)
+    return True

@@ -23,7 +23,7 @@ from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
-from service.kagent.store.turn_map import KeptTasks
+from service.kagent.store.turn_map import ForkCut, KeptTasks
 from service.operations import checkpoints, copying, crewai_state, plan, summary
 from service.operations.copying import (
     Cut,
@@ -463,6 +463,17 @@ async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
     return kept if kept.server_copy and kept.refused == 0 and not kept.open else None
 
 
+async def _map_cut(fork: _Fork, cut: Cut) -> ForkCut | None:
+    """Where the source's turn map is cut for the fork, if the fork is given that part of it
+    (docs/turn-map.md, "A fork"): the map is trusted in this snapshot, PostgreSQL copies every kept task
+    whole and exactly (`proven`: a per_task fork by the owner, every kept task finished), no task is cut,
+    the rows are written under the fork's owner, and the events end between two runs. None: the fork is
+    mapped on its first ask, as any session."""
+    if fork.proven is None or cut.partial is not None or fork.runtime_user is not None:
+        return None
+    return await turn_map.fork_cut(fork.svc.store, fork.conn, fork.source.id, fork.source.user_id, cut.events_before)
+
+
 async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> bool:
     """Whether every cut of the session is copied per_task: asked for, or `auto` on a session without
     legacy tasks (then any kept part is copied per_task: plan.choose_layout)."""
@@ -591,9 +602,20 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             conn, session_id=new_id, user_id=fork.runtime_user, name=None,
             agent_id=fork.into.agent_id or source.agent_id, source=source.source,
         )  # fmt: skip
+    map_cut = await _map_cut(fork, cut)
     try:
         events = await copy_rows(
-            svc, conn, fork.reader, source, cut, copier, guess, settle, proven=fork.proven, server=not fork.mapped
+            svc,
+            conn,
+            fork.reader,
+            source,
+            cut,
+            copier,
+            guess,
+            settle,
+            proven=fork.proven,
+            server=not fork.mapped,
+            map_cut=map_cut,
         )
     finally:
         if settle is not None:

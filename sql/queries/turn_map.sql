@@ -426,3 +426,88 @@ FROM pg_class AS c
 WHERE c.oid = ANY(ARRAY['{schema}.turn_map_run'::regclass, '{schema}.turn_map_task'::regclass,
                         '{schema}.turn_map_turn'::regclass]);
 
+
+-- name: map_fork_cut
+-- Where a fork keeping the events before $3 (NULL: all) cuts the map: the last run starting before $3,
+-- its running sum of events, and whether it also holds events at or after $3 (then the cut falls inside
+-- it and the fork gets no copy of the map). Only that run can (first_run_from): one index probe.
+SELECT seq, first_at, last_at, cum_events, $3::timestamptz IS NOT NULL AND last_at >= $3 AS straddles
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR first_at < $3)
+ORDER BY first_at DESC, first_id DESC
+LIMIT 1;
+
+-- name: copy_tasks_mapping
+-- A fork's kept tasks copied as copy_tasks_before copies them ($1-$5 the same), and in the same statement
+-- the source's map of them given to the fork ($5, $4): each mapped task under its copy's new id and
+-- updated_at (NOW(), as the copy writes it), and the turns kept whole (no run from $6 on, the fork's last
+-- kept run included, and no task from $3 on carries them), their first task named by its copy's id. The
+-- new ids are known only here: the (new id, source id) pairs of the kept tasks are materialized once
+-- (kagent's data stays a TOAST pointer in it) and read by the three writes. Nothing of the map is
+-- written when two kept tasks share an instant (sound: false): the fork's new ids would order them.
+-- past: the invocations of the turns not copied that the fork's map makes again from its runs and tasks.
+WITH kept AS MATERIALIZED (
+    {kept_tasks_with_new_ids}
+), sound AS MATERIALIZED (
+    SELECT count(*) = count(DISTINCT created_at) AS ok FROM kept
+), copied AS (
+    {task_copy_of_t}
+    FROM kept AS t
+    RETURNING 1
+), mapped AS (
+    INSERT INTO {schema}.turn_map_task (session_id, user_id, task_id, created_at, updated_at, state, invocation_ids,
+                                        user_texts, marks, messages, bytes, user_places, terminal, server_copy)
+    SELECT $5, $4, k.new_id, m.created_at, NOW(), m.state, m.invocation_ids, m.user_texts, m.marks, m.messages,
+           m.bytes, m.user_places, m.terminal, m.server_copy
+    FROM kept AS k
+    JOIN {schema}.turn_map_task AS m ON m.session_id = $1 AND m.user_id = $2 AND m.task_id = k.id
+    WHERE (SELECT ok FROM sound)
+    RETURNING 1
+), past AS MATERIALIZED (
+    SELECT invocation_id FROM {schema}.turn_map_run
+    WHERE session_id = $1 AND user_id = $2 AND seq >= $6 AND invocation_id IS NOT NULL
+    UNION
+    SELECT i FROM {schema}.turn_map_task AS m CROSS JOIN LATERAL unnest(m.invocation_ids) AS i
+    WHERE m.session_id = $1 AND m.user_id = $2 AND $3::timestamptz IS NOT NULL AND m.created_at >= $3
+      AND i IS NOT NULL
+), turns AS (
+    INSERT INTO {schema}.turn_map_turn (session_id, user_id, invocation_id, event_first_at, event_first_id, events,
+                                        has_messages, event_user_text, task_id, task_created_at, task_state,
+                                        task_user_text, started_at)
+    SELECT $5, $4, t.invocation_id, t.event_first_at, t.event_first_id, t.events, t.has_messages, t.event_user_text,
+           k.new_id, t.task_created_at, t.task_state, t.task_user_text, t.started_at
+    FROM {schema}.turn_map_turn AS t
+    LEFT JOIN kept AS k ON k.id = t.task_id
+    WHERE t.session_id = $1 AND t.user_id = $2 AND (SELECT ok FROM sound)
+      AND t.invocation_id NOT IN (SELECT invocation_id FROM past)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM copied) AS copied, (SELECT count(*) FROM mapped) AS mapped,
+       (SELECT ok FROM sound) AS sound, (SELECT coalesce(array_agg(invocation_id), '{}') FROM past) AS past;
+
+-- name: copy_events_mapping
+-- A fork's events copied as copy_events_before copies them ($1-$5 the same), with what the fork's map
+-- needs of the new rows: how many, at how many instants (all distinct: the fork's new ids order none of
+-- them), and the ids of its last kept run's first event (the first at or after $6) and of its last event
+-- (the watermark): the extension reads kagent's rows from those two.
+WITH copied AS (
+    {kept_events_copy}
+    RETURNING id, created_at
+)
+SELECT count(*) AS copied, count(DISTINCT created_at) AS instants,
+       (array_agg(id ORDER BY created_at, id) FILTER (WHERE created_at >= $6))[1] AS last_run_first_id,
+       (array_agg(id ORDER BY created_at DESC, id DESC) FILTER (WHERE created_at >= $6))[1] AS last_id
+FROM copied;
+
+-- name: copy_map_runs
+-- The source's runs 1 to $5 given to the fork ($3, $4) as they are (their running sums hold for a prefix),
+-- the last one's first and last event named by the fork's ids ($6, $7); the others keep the source's ids,
+-- which only the map compares with itself (docs/turn-map.md, "A fork").
+INSERT INTO {schema}.turn_map_run (session_id, user_id, seq, invocation_id, first_at, first_id, last_at, last_id,
+                                   events, bytes, text_chars, has_messages, user_text, tokens, tool_calls,
+                                   first_user_message, last_agent_message, cum_events, cum_bytes, cum_text_chars)
+SELECT $3, $4, seq, invocation_id, first_at, CASE WHEN seq = $5 THEN $6 ELSE first_id END, last_at,
+       CASE WHEN seq = $5 THEN $7 ELSE last_id END, events, bytes, text_chars, has_messages, user_text, tokens,
+       tool_calls, first_user_message, last_agent_message, cum_events, cum_bytes, cum_text_chars
+FROM {schema}.turn_map_run
+WHERE session_id = $1 AND user_id = $2 AND seq <= $5;

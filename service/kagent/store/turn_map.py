@@ -105,6 +105,40 @@ class KeptTasks:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForkCut:
+    """Where a fork's copy of its source's map ends: runs 1 to `runs` (0: none), holding `events` events, the
+    last of them from `last_first_at` to `last_at`."""
+
+    runs: int
+    events: int
+    last_first_at: datetime | None
+    last_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkTasks:
+    """A fork's kept tasks copied with the map of them: how many copied, how many mapped (the map's turns
+    kept whole with them), whether the map could be (no two kept tasks at one instant), and the turns
+    left to make again from the fork's runs and tasks."""
+
+    copied: int
+    mapped: int
+    sound: bool
+    past: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkEvents:
+    """A fork's events copied: how many, at how many instants, and the fork's ids of its last kept run's
+    first event and of its last event."""
+
+    copied: int
+    instants: int
+    last_run_first_id: str | None
+    last_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskStamp:
     id: str
     created_at: datetime
@@ -314,6 +348,53 @@ class TurnMaps:
 
     async def forget_tasks_from(self, conn: Connection, session_id: str, owner: str, at: datetime) -> list[str]:
         return list(await conn.fetchval(self.q["forget_tasks_from"], session_id, owner, at))
+
+    async def fork_cut(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> ForkCut | None:
+        """The runs a fork keeping the events before `before` (None: all) keeps; None when a run holds
+        events on both sides of it."""
+        r = await conn.fetchrow(self.q["map_fork_cut"], session_id, owner, before)
+        if r is None:
+            return ForkCut(runs=0, events=0, last_first_at=None, last_at=None)
+        if r["straddles"]:
+            return None
+        return ForkCut(runs=r["seq"], events=int(r["cum_events"]), last_first_at=r["first_at"], last_at=r["last_at"])
+
+    async def copy_tasks_mapping(
+        self, conn: Connection, *, session_id: str, owner: str, before: datetime | None, new_session_id: str,
+        new_user_id: str, cut: ForkCut,
+    ) -> ForkTasks:  # fmt: skip
+        """The kept tasks copied as copy_kept copies them, and the map of them (and of the turns kept whole)
+        given to the fork, in one statement."""
+        r = await conn.fetchrow(
+            self.q["copy_tasks_mapping"], session_id, owner, before, new_user_id, new_session_id, cut.runs
+        )
+        assert r is not None
+        return ForkTasks(copied=int(r["copied"]), mapped=int(r["mapped"]), sound=bool(r["sound"]), past=list(r["past"]))
+
+    async def copy_events_mapping(
+        self, conn: Connection, *, session_id: str, owner: str, before: datetime | None, new_session_id: str,
+        new_user_id: str, cut: ForkCut,
+    ) -> ForkEvents:  # fmt: skip
+        """The kept events copied as copy_kept copies them, with what the fork's map needs of the new rows."""
+        r = await conn.fetchrow(
+            self.q["copy_events_mapping"], session_id, owner, before, new_user_id, new_session_id, cut.last_first_at
+        )
+        assert r is not None
+        return ForkEvents(
+            copied=int(r["copied"]), instants=int(r["instants"]), last_run_first_id=r["last_run_first_id"],
+            last_id=r["last_id"],
+        )  # fmt: skip
+
+    async def copy_runs(
+        self, conn: Connection, session_id: str, owner: str, fork: tuple[str, str], cut: ForkCut, events: ForkEvents
+    ) -> None:
+        """The source's runs 1 to cut.runs given to the fork, the last one named by the fork's ids."""
+        if cut.runs == 0:
+            return
+        await conn.execute(
+            self.q["copy_map_runs"], session_id, owner, fork[0], fork[1], cut.runs, events.last_run_first_id,
+            events.last_id,
+        )  # fmt: skip
 
     async def turn(self, conn: Connection, session_id: str, owner: str, invocation_id: str) -> MapTurn | None:
         r = await conn.fetchrow(self.q["map_turn"], session_id, owner, invocation_id)
