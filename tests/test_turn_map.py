@@ -403,7 +403,9 @@ async def test_a_fork_is_given_its_sources_map_cut_at_the_boundary(svc: Services
     """A per_task fork by the owner of a mapped session: its map, trusted as soon as the fork commits, is the
     map a rebuild of the fork makes (but for run ids only the map compares), every answer read with it is
     exact, and kagent's writes to the fork extend it (not a rebuild) exactly."""
-    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True)
+    # Legacy with kagent 0.10.x's runtime events: a header_update run before every turn, one invocation
+    # whose rows lie on both sides of every cut (its turn is made again for the fork).
+    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True, runtime_events=dialect == "legacy")
     caller = Caller(user_id=conv.user_id)
     owner, keep = conv.user_id, 4
     await _mapped(svc, caller, conv.session_id, conv.invocation_ids)
@@ -411,6 +413,7 @@ async def test_a_fork_is_given_its_sources_map_cut_at_the_boundary(svc: Services
     async with svc.pool.acquire() as conn:
         assert await turn_map.usable(svc.store, conn, fork_id, owner)  # copied with the fork, no rebuild
     copied = await _map_rows(svc, fork_id, owner)
+    assert ("header_update" in {t["invocation_id"] for t in copied["turns"]}) == (dialect == "legacy")
     assert copied["state"]["events"] == len(await _event_ids(svc, fork_id, owner)) > 0
     source_ids = await _consistent(svc, fork_id, owner)
     assert source_ids[-1] in await _event_ids(svc, fork_id, owner)  # the last run's: the fork's own row

@@ -24,7 +24,6 @@ from service.kagent.store import Store
 from service.kagent.store.base import TASK_FETCH_BATCH, Connection
 from service.kagent.store.turn_map import (
     ForkCut,
-    ForkEvents,
     ForkTasks,
     KagentMarks,
     MapCounts,
@@ -317,42 +316,19 @@ async def fork_cut(
     (None: all) cuts the map; None when the cut falls inside a run (the fork is left unmapped)."""
     if store.turn_map_min_tasks is None:
         return None
-    return await store.turn_maps.fork_cut(conn, session_id, owner, before)
+    return await store.turn_maps.forks.fork_cut(conn, session_id, owner, before)
 
 
-async def after_fork(
-    store: Store,
-    conn: Connection,
-    *,
-    source: tuple[str, str],
-    fork: tuple[str, str],
-    cut: ForkCut,
-    tasks: ForkTasks,
-    events: ForkEvents,
-) -> bool:
-    """In a fork's transaction, once its rows and its map's tasks and whole turns are written (the store's
-    copy_tasks_mapping and copy_events_mapping): the fork's map finished as its source's map cut at the
-    boundary, or dropped (False: the fork is mapped on its first ask, as any session) when the copy is not
-    exactly that cut: two kept tasks or two kept events at one instant (a rebuild would order them by the
-    fork's new ids), a kept task the map does not hold, or another number of events than the kept runs
-    hold. Its runs keep the source's event ids but for the last run's first and last event, the ones
-    kagent's rows are read from (docs/turn-map.md, "A fork"); its claims are kagent's marks of the new
-    session read here, in the transaction that commits it."""
+async def after_fork(store: Store, conn: Connection, fork: tuple[str, str], tasks: ForkTasks | None) -> bool:
+    """In a fork's transaction, once its rows are written with its map (the store's copy_events_mapping, then
+    copy_tasks_mapping; `tasks` None: the events were not the map's cut, so the tasks were copied alone):
+    the fork's map finished, or dropped (False: the fork is mapped on its first ask, as any session) when
+    the copy is not exactly the map's cut. The turns with kept rows that rows past the cut carry too are
+    made again from the fork's runs and tasks, as a rewind makes the turns it cuts."""
     maps = store.turn_maps
     new_id, user = fork
-    exact = (
-        tasks.sound
-        and tasks.mapped == tasks.copied
-        and events.copied == cut.events
-        and events.instants == events.copied
-        and (cut.runs == 0 or (events.last_run_first_id is not None and events.last_id is not None))
-    )
-    if not exact:
+    if tasks is None or not tasks.sound or tasks.mapped != tasks.copied:
         await maps.forget(conn, new_id, user, rows=True)
         return False
-    await maps.copy_runs(conn, *source, fork, cut, events)
-    await maps.refresh_turns(conn, new_id, user, sorted(tasks.past))
-    marks = await maps.kagent_marks(conn, new_id, user)
-    watermark = (cut.last_at, events.last_id) if cut.last_at is not None and events.last_id is not None else None
-    await maps.save_state(conn, new_id, user, VERSION, marks, MapCounts(runs=cut.runs, events=cut.events), watermark)
+    await maps.refresh_turns(conn, new_id, user, sorted(tasks.remake))
     return True

@@ -437,15 +437,51 @@ WHERE session_id = $1 AND user_id = $2 AND ($3::timestamptz IS NULL OR first_at 
 ORDER BY first_at DESC, first_id DESC
 LIMIT 1;
 
+-- name: copy_events_mapping
+-- A fork's events copied as copy_events_before copies them ($1-$5 the same) and, in the same statement,
+-- the source's runs 1 to $7 (the kept ones, $8 events in all; $6: the last one's first event's time) given
+-- to the fork as they are (their running sums hold for a prefix), the last one named by the fork's ids of
+-- its first and last event, read from the copy's RETURNING; the others keep the source's ids, which only
+-- the map compares with itself (docs/turn-map.md, "A fork"). The runs are written only when the copy is
+-- their cut (sound): the events the runs hold, each at an instant of its own (the fork's new ids order
+-- none of them, so a rebuild of the fork would make these same runs).
+WITH copied AS (
+    {kept_events_copy}
+    RETURNING id, created_at
+), ends AS MATERIALIZED (
+    SELECT count(*) AS copied, count(*) = count(DISTINCT created_at) AND count(*) = $8 AS sound,
+           (array_agg(id ORDER BY created_at, id) FILTER (WHERE created_at >= $6))[1] AS last_run_first_id,
+           (array_agg(id ORDER BY created_at DESC, id DESC) FILTER (WHERE created_at >= $6))[1] AS last_id
+    FROM copied
+), runs AS (
+    INSERT INTO {schema}.turn_map_run (session_id, user_id, seq, invocation_id, first_at, first_id, last_at, last_id,
+                                       events, bytes, text_chars, has_messages, user_text, tokens, tool_calls,
+                                       first_user_message, last_agent_message, cum_events, cum_bytes,
+                                       cum_text_chars)
+    SELECT $5, $4, r.seq, r.invocation_id, r.first_at, CASE WHEN r.seq = $7 THEN e.last_run_first_id ELSE r.first_id END,
+           r.last_at, CASE WHEN r.seq = $7 THEN e.last_id ELSE r.last_id END, r.events, r.bytes, r.text_chars,
+           r.has_messages, r.user_text, r.tokens, r.tool_calls, r.first_user_message, r.last_agent_message,
+           r.cum_events, r.cum_bytes, r.cum_text_chars
+    FROM {schema}.turn_map_run AS r
+    CROSS JOIN ends AS e
+    WHERE r.session_id = $1 AND r.user_id = $2 AND r.seq <= $7 AND e.sound
+    RETURNING 1
+)
+SELECT e.copied, e.sound, e.last_run_first_id, e.last_id, (SELECT count(*) FROM runs) AS runs
+FROM ends AS e;
+
 -- name: copy_tasks_mapping
--- A fork's kept tasks copied as copy_tasks_before copies them ($1-$5 the same), and in the same statement
--- the source's map of them given to the fork ($5, $4): each mapped task under its copy's new id and
--- updated_at (NOW(), as the copy writes it), and the turns kept whole (no run from $6 on, the fork's last
--- kept run included, and no task from $3 on carries them), their first task named by its copy's id. The
--- new ids are known only here: the (new id, source id) pairs of the kept tasks are materialized once
--- (kagent's data stays a TOAST pointer in it) and read by the three writes. Nothing of the map is
--- written when two kept tasks share an instant (sound: false): the fork's new ids would order them.
--- past: the invocations of the turns not copied that the fork's map makes again from its runs and tasks.
+-- A fork's kept tasks copied as copy_tasks_before copies them ($1-$5 the same), once copy_events_mapping
+-- gave the fork its runs, and in the same statement the rest of the source's map cut for the fork: each
+-- kept task's map row under its copy's new id and updated_at (NOW(), as the copy writes it); the turns
+-- kept whole (no run after the last kept one, $6, and no task from $3 on, carries them), their first task
+-- named by its copy's id, and the first event of the one that starts at the last kept run's first event
+-- ($7) by the fork's id ($8); and the map's claims: kagent's marks of the new session (as map_guard reads
+-- them), $9 runs, $10 events, the watermark ($11, $12), version $13. The new ids are known only here: the
+-- (new id, source id) pairs of the kept tasks are materialized once (kagent's data stays a TOAST pointer
+-- in it) and read by the writes. Nothing of the map is written when two kept tasks share an instant
+-- (sound: false): the fork's new ids would order them. remake: the turns with a kept part that rows past
+-- the cut carry too (kagent 0.10.x's header_update), which the caller makes again from the fork's rows.
 WITH kept AS MATERIALIZED (
     {kept_tasks_with_new_ids}
 ), sound AS MATERIALIZED (
@@ -465,7 +501,7 @@ WITH kept AS MATERIALIZED (
     RETURNING 1
 ), past AS MATERIALIZED (
     SELECT invocation_id FROM {schema}.turn_map_run
-    WHERE session_id = $1 AND user_id = $2 AND seq >= $6 AND invocation_id IS NOT NULL
+    WHERE session_id = $1 AND user_id = $2 AND seq > $6 AND invocation_id IS NOT NULL
     UNION
     SELECT i FROM {schema}.turn_map_task AS m CROSS JOIN LATERAL unnest(m.invocation_ids) AS i
     WHERE m.session_id = $1 AND m.user_id = $2 AND $3::timestamptz IS NOT NULL AND m.created_at >= $3
@@ -474,40 +510,25 @@ WITH kept AS MATERIALIZED (
     INSERT INTO {schema}.turn_map_turn (session_id, user_id, invocation_id, event_first_at, event_first_id, events,
                                         has_messages, event_user_text, task_id, task_created_at, task_state,
                                         task_user_text, started_at)
-    SELECT $5, $4, t.invocation_id, t.event_first_at, t.event_first_id, t.events, t.has_messages, t.event_user_text,
-           k.new_id, t.task_created_at, t.task_state, t.task_user_text, t.started_at
+    SELECT $5, $4, t.invocation_id, t.event_first_at,
+           CASE WHEN t.event_first_at = $7 THEN $8 ELSE t.event_first_id END, t.events, t.has_messages,
+           t.event_user_text, k.new_id, t.task_created_at, t.task_state, t.task_user_text, t.started_at
     FROM {schema}.turn_map_turn AS t
     LEFT JOIN kept AS k ON k.id = t.task_id
     WHERE t.session_id = $1 AND t.user_id = $2 AND (SELECT ok FROM sound)
       AND t.invocation_id NOT IN (SELECT invocation_id FROM past)
     RETURNING 1
+), claims AS (
+    INSERT INTO {schema}.turn_map (session_id, user_id, version, session_updated_at, events_deleted, tasks_deleted,
+                                   watermark_at, watermark_id, events, runs, built_at)
+    SELECT $5, $4, $13, (SELECT updated_at FROM session WHERE id = $5 AND user_id = $4),
+           (SELECT count(*) FROM event WHERE session_id = $5 AND deleted_at IS NOT NULL),
+           (SELECT count(*) FROM task WHERE session_id = $5 AND deleted_at IS NOT NULL), $11, $12, $10, $9, NOW()
+    WHERE (SELECT ok FROM sound)
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM copied) AS copied, (SELECT count(*) FROM mapped) AS mapped,
-       (SELECT ok FROM sound) AS sound, (SELECT coalesce(array_agg(invocation_id), '{}') FROM past) AS past;
-
--- name: copy_events_mapping
--- A fork's events copied as copy_events_before copies them ($1-$5 the same), with what the fork's map
--- needs of the new rows: how many, at how many instants (all distinct: the fork's new ids order none of
--- them), and the ids of its last kept run's first event (the first at or after $6) and of its last event
--- (the watermark): the extension reads kagent's rows from those two.
-WITH copied AS (
-    {kept_events_copy}
-    RETURNING id, created_at
-)
-SELECT count(*) AS copied, count(DISTINCT created_at) AS instants,
-       (array_agg(id ORDER BY created_at, id) FILTER (WHERE created_at >= $6))[1] AS last_run_first_id,
-       (array_agg(id ORDER BY created_at DESC, id DESC) FILTER (WHERE created_at >= $6))[1] AS last_id
-FROM copied;
-
--- name: copy_map_runs
--- The source's runs 1 to $5 given to the fork ($3, $4) as they are (their running sums hold for a prefix),
--- the last one's first and last event named by the fork's ids ($6, $7); the others keep the source's ids,
--- which only the map compares with itself (docs/turn-map.md, "A fork").
-INSERT INTO {schema}.turn_map_run (session_id, user_id, seq, invocation_id, first_at, first_id, last_at, last_id,
-                                   events, bytes, text_chars, has_messages, user_text, tokens, tool_calls,
-                                   first_user_message, last_agent_message, cum_events, cum_bytes, cum_text_chars)
-SELECT $3, $4, seq, invocation_id, first_at, CASE WHEN seq = $5 THEN $6 ELSE first_id END, last_at,
-       CASE WHEN seq = $5 THEN $7 ELSE last_id END, events, bytes, text_chars, has_messages, user_text, tokens,
-       tool_calls, first_user_message, last_agent_message, cum_events, cum_bytes, cum_text_chars
-FROM {schema}.turn_map_run
-WHERE session_id = $1 AND user_id = $2 AND seq <= $5;
+       (SELECT ok FROM sound) AND (SELECT count(*) FROM claims) = 1 AS sound,
+       (SELECT coalesce(array_agg(t.invocation_id), '{}') FROM {schema}.turn_map_turn AS t
+        WHERE t.session_id = $1 AND t.user_id = $2 AND t.invocation_id IN (SELECT invocation_id FROM past)
+          AND (t.event_first_at <= $7 OR t.task_created_at < $3 OR $3::timestamptz IS NULL)) AS remake;
