@@ -249,6 +249,8 @@ class Bench:
         await self.conn.execute("DELETE FROM event WHERE session_id = $1", session_id)
         await self.conn.execute("DELETE FROM task WHERE session_id = $1", session_id)
         await self.conn.execute("DELETE FROM session WHERE id = $1", session_id)
+        for table in ("turn_map", "turn_map_run", "turn_map_task", "turn_map_turn"):  # a fork's copy of its map
+            await self.conn.execute(f"DELETE FROM kagent_fork.{table} WHERE session_id = $1", session_id)
 
     async def turn_start(self, s: GeneratedSession, index: int) -> tuple[Any, Any]:
         """(first event's created_at, task's created_at) of turn `index`: the floor's known boundary."""
@@ -447,6 +449,34 @@ async def measure_map_builds(b: Bench, sessions: list[GeneratedSession]) -> None
         label = f"{s.events:,} {s.dialect} events"
         b.report.add(_timed_row(f"turn map made by the first listing page of {label} (then a page: "
                                 f"{timings[1] * 1000:.0f} ms)", timings[0] * 1000, None))  # fmt: skip
+
+
+async def measure_fork_listings(b: Bench, sessions: list[GeneratedSession]) -> None:
+    """The first listing page of a fresh fork (before the last turn), as kagent's UI asks for it once it opens
+    the fork: read from the map the fork was given (docs/turn-map.md, "A fork"), and, for the before/after,
+    with that map deleted right after the fork (as forks were before: the first ask builds it); then a
+    second page."""
+    for s in sessions:
+        for given in (True, False):
+            await b.quiesce()
+            _, data = await b.http_fork(s, {"rewind_before_invocation_id": s.invocation_ids[-1]})
+            mapped = await b.conn.fetchval("SELECT count(*) FROM kagent_fork.turn_map WHERE session_id = $1",
+                                           data["id"])  # fmt: skip
+            if not given:
+                await b.conn.execute("DELETE FROM kagent_fork.turn_map WHERE session_id = $1", data["id"])
+            await b.quiesce()
+            path = f"/api/sessions/{data['id']}/invocations"
+            timings = []
+            for _ in range(2):
+                started = time.perf_counter()
+                response = await b.client.get(path, params={"limit": 100}, headers=HEADERS)
+                timings.append(time.perf_counter() - started)
+                if response.status_code != 200 or len(response.json()["data"]) != 100:
+                    raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
+            await b.drop_copy(data["id"])
+            how = ("given its map" if mapped else "**not given a map**") if given else "its map deleted: built now"
+            b.report.add(_timed_row(f"first listing page of a fresh fork of {s.events:,} events ({how}; then a "
+                                    f"page: {timings[1] * 1000:.0f} ms)", timings[0] * 1000, None))  # fmt: skip
 
 
 def _timed_row(measure: str, ms: float, limit_ms: float | None) -> Row:
@@ -816,6 +846,8 @@ async def measure_service(
         if "forks" in want:
             v1_10k = await phase("(a, b) fork 10k vs floor", measure_forks(b, s10k, "10,000 events", fork_limit))
             v1_100k = await phase("(a, c) fork 100k vs floor", measure_forks(b, s100k, "100,000 events", fork_limit))
+            if mapped:
+                await phase("first listing of a fresh fork", measure_fork_listings(b, [s10k, s100k]))
         if "legacy" in want:
             await phase("legacy 10k fork (merged) vs floor",
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip

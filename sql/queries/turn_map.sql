@@ -447,7 +447,8 @@ LIMIT 1;
 -- none of them, so a rebuild of the fork would make these same runs).
 WITH copied AS (
     {kept_events_copy}
-    RETURNING id, created_at
+    -- the ids of the last kept run's events only: the rows returned stay small (in work_mem at 100,000)
+    RETURNING created_at, CASE WHEN created_at >= $6 THEN id END AS id
 ), ends AS MATERIALIZED (
     SELECT count(*) AS copied, count(*) = count(DISTINCT created_at) AND count(*) = $8 AS sound,
            (array_agg(id ORDER BY created_at, id) FILTER (WHERE created_at >= $6))[1] AS last_run_first_id,
@@ -471,32 +472,30 @@ SELECT e.copied, e.sound, e.last_run_first_id, e.last_id, (SELECT count(*) FROM 
 FROM ends AS e;
 
 -- name: copy_tasks_mapping
--- A fork's kept tasks copied as copy_tasks_before copies them ($1-$5 the same), once copy_events_mapping
--- gave the fork its runs, and in the same statement the rest of the source's map cut for the fork: each
--- kept task's map row under its copy's new id and updated_at (NOW(), as the copy writes it); the turns
--- kept whole (no run after the last kept one, $6, and no task from $3 on, carries them), their first task
--- named by its copy's id, and the first event of the one that starts at the last kept run's first event
--- ($7) by the fork's id ($8); and the map's claims: kagent's marks of the new session (as map_guard reads
--- them), $9 runs, $10 events, the watermark ($11, $12), version $13. The new ids are known only here: the
--- (new id, source id) pairs of the kept tasks are materialized once (kagent's data stays a TOAST pointer
--- in it) and read by the writes. Nothing of the map is written when two kept tasks share an instant
--- (sound: false): the fork's new ids would order them. remake: the turns with a kept part that rows past
--- the cut carry too (kagent 0.10.x's header_update), which the caller makes again from the fork's rows.
-WITH kept AS MATERIALIZED (
-    {kept_tasks_with_new_ids}
-), sound AS MATERIALIZED (
-    SELECT count(*) = count(DISTINCT created_at) AS ok FROM kept
-), copied AS (
+-- A fork's kept tasks copied as copy_tasks_before copies them ($1-$5 the same, the same SQL), once
+-- copy_events_mapping gave the fork its runs, and in the same statement the rest of the source's map cut
+-- for the fork. The copies are known by their created_at, which is the source task's: the map is written
+-- only when no two kept tasks share an instant (sound), so each copy is the one source task of its instant
+-- (and the fork's new ids order none of them). Written: each kept task's map row under its copy's id and
+-- updated_at (NOW(), as the copy writes it); the turns kept whole (no run after the last kept one, $6, and
+-- no task from $3 on, carries them), their first task named by its copy's id, and the first event of the
+-- turn that starts at the last kept run's first event ($7) by the fork's id ($8); and the map's claims:
+-- kagent's marks of the new session (as map_guard reads them), $9 runs, $10 events, the watermark ($11,
+-- $12), version $13. remake: the turns with a kept part that rows past the cut carry too (kagent
+-- 0.10.x's header_update), which the caller makes again from the fork's rows.
+WITH copied AS (
     {task_copy_of_t}
-    FROM kept AS t
-    RETURNING 1
+    FROM ({kept_tasks_with_new_ids}) AS t
+    RETURNING id, created_at
+), sound AS MATERIALIZED (
+    SELECT count(*) = count(DISTINCT created_at) AS ok FROM copied
 ), mapped AS (
     INSERT INTO {schema}.turn_map_task (session_id, user_id, task_id, created_at, updated_at, state, invocation_ids,
                                         user_texts, marks, messages, bytes, user_places, terminal, server_copy)
-    SELECT $5, $4, k.new_id, m.created_at, NOW(), m.state, m.invocation_ids, m.user_texts, m.marks, m.messages,
+    SELECT $5, $4, c.id, m.created_at, NOW(), m.state, m.invocation_ids, m.user_texts, m.marks, m.messages,
            m.bytes, m.user_places, m.terminal, m.server_copy
-    FROM kept AS k
-    JOIN {schema}.turn_map_task AS m ON m.session_id = $1 AND m.user_id = $2 AND m.task_id = k.id
+    FROM copied AS c
+    JOIN {schema}.turn_map_task AS m ON m.session_id = $1 AND m.user_id = $2 AND m.created_at = c.created_at
     WHERE (SELECT ok FROM sound)
     RETURNING 1
 ), past AS MATERIALIZED (
@@ -512,9 +511,9 @@ WITH kept AS MATERIALIZED (
                                         task_user_text, started_at)
     SELECT $5, $4, t.invocation_id, t.event_first_at,
            CASE WHEN t.event_first_at = $7 THEN $8 ELSE t.event_first_id END, t.events, t.has_messages,
-           t.event_user_text, k.new_id, t.task_created_at, t.task_state, t.task_user_text, t.started_at
+           t.event_user_text, c.id, t.task_created_at, t.task_state, t.task_user_text, t.started_at
     FROM {schema}.turn_map_turn AS t
-    LEFT JOIN kept AS k ON k.id = t.task_id
+    LEFT JOIN copied AS c ON c.created_at = t.task_created_at
     WHERE t.session_id = $1 AND t.user_id = $2 AND (SELECT ok FROM sound)
       AND t.invocation_id NOT IN (SELECT invocation_id FROM past)
     RETURNING 1
