@@ -18,6 +18,7 @@ import pytest
 from bench.generate import SessionSpec, insert_session
 from bench.kagent_writes import INSERT_EVENT, UPSERT_TASK
 from service.config import Settings
+from service.errors import Unprocessable
 from service.identity import Caller
 from service.kagent import turn_map
 from service.kagent.migrate import migrate
@@ -26,7 +27,7 @@ from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest
 from service.services import Services
 from tests.conftest import create_database, drop_database
-from tests.helpers import new_user, seed
+from tests.helpers import new_user, seed, table_fingerprint
 from tests.support.conversations import build_conversation, insert_conversation
 from tests.test_invocation_index import _answers, _pages
 from tests.test_server_copy import ODDITIES, _oddity, copies, same_fork_both_ways
@@ -477,3 +478,37 @@ async def test_a_fork_the_map_cannot_be_cut_for_is_left_unmapped_and_answers_exa
     visitor = Caller(user_id=new_user(), share_token=token)
     fork_id = await _fork_of(svc, visitor, conv, 3, "invocation")
     await _unmapped_fork_answers_exactly(svc, Caller(user_id=visitor.user_id), conv, fork_id, 3)
+
+
+async def test_a_mapped_fork_over_the_event_cap_writes_nothing(own_db: str) -> None:
+    """MAX_FORK_EVENTS holds for a fork given its map: the 422 rolls back its rows and its map's."""
+    settings = Settings(database_url=own_db, max_fork_events=10)
+    pool = await asyncpg.create_pool(own_db, min_size=1, max_size=4)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn, settings.service_schema)
+        store = Store(settings.service_schema, max_fork_events=10)
+        store.turn_map_min_tasks = 0
+        svc = Services(settings=settings, store=store, pool=pool)
+        conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
+        caller = Caller(user_id=conv.user_id)
+        async with pool.acquire() as conn:
+            assert await turn_map.prepare(store, conn, conv.session_id, conv.user_id)
+        before = await table_fingerprint(pool)
+        copies: list[int] = []
+        copy = store.turn_maps.forks.copy_events_mapping
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            copies.append(1)
+            return await copy(*args, **kwargs)
+
+        store.turn_maps.forks.copy_events_mapping = counted  # type: ignore[method-assign]
+        with pytest.raises(Unprocessable, match="more than 10 events"):
+            await _fork_of(svc, caller, conv, 4, "invocation", task_layout="per_task")
+        assert copies == [1]  # the fork that copies the map
+        assert await table_fingerprint(pool) == before
+        async with pool.acquire() as conn:
+            schema = settings.service_schema
+            assert await conn.fetchval(f"SELECT count(*) FROM {schema}.turn_map") == 1  # the source's only
+    finally:
+        await pool.close()
