@@ -512,3 +512,26 @@ async def test_a_mapped_fork_over_the_event_cap_writes_nothing(own_db: str) -> N
             assert await conn.fetchval(f"SELECT count(*) FROM {schema}.turn_map") == 1  # the source's only
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize("dialect", ["v1", "legacy"])
+async def test_a_rewound_fork_with_a_copied_map_answers_exactly_after_kagent_writes(
+    svc: Services, dialect: str
+) -> None:
+    """A rewind of the fork cuts its copied map (its last run now one whose ids are the source's): trusted
+    and exact; then kagent writes a turn, and the map extended or rebuilt answers exactly too."""
+    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True, runtime_events=dialect == "legacy")
+    caller = Caller(user_id=conv.user_id)
+    owner, invocations = conv.user_id, conv.invocation_ids
+    await _mapped(svc, caller, conv.session_id, invocations)
+    fork_id = await _fork_of(svc, caller, conv, 4, "invocation", task_layout="per_task")
+    answer = await rewind.rewind(svc, caller, fork_id, RewindRequest(rewind_before_invocation_id=invocations[2]))
+    assert isinstance(answer, rewind.RewindResult) and answer.rewind.id is not None
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.usable(svc.store, conn, fork_id, owner)  # cut by the rewind
+    kept = invocations[:2]
+    _same(await _mapped(svc, caller, fork_id, kept), await _exact(svc, caller, fork_id, kept))
+    new_turn = await _append_turn(svc, fork_id, owner)
+    now = [*kept, new_turn]
+    _same(await _mapped(svc, caller, fork_id, now), await _exact(svc, caller, fork_id, now))
+    assert await _map_rows(svc, fork_id, owner) == await _rebuilt(svc, fork_id, owner)
