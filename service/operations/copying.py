@@ -241,7 +241,10 @@ async def _proven_copy(
                 raise _CopyInPython(f"{copied} tasks copied, the turn map holds {proven.tasks}")
             events = await _copy_events(svc, conn, source, copier, cut.events_before)
         else:
-            # The events first: their copy says whether the runs are its cut, and names the last run's ends.
+            # Planned for their own parameters and not JIT-compiled: compiling the tasks' statement took 50 ms
+            # at 100,000 events (the plain copy's 10 ms). The events first: their copy says whether the runs
+            # are its cut, and names the last run's ends.
+            await store.database.custom_plans(conn)
             forks = store.turn_maps.forks
             mapped = await forks.copy_events_mapping(conn, before=cut.events_before, cut=map_cut, **kept)
             events = _capped(svc, mapped.copied)
