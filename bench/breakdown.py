@@ -30,7 +30,7 @@ def _timed_store(store: Any, spent: dict[str, float], calls: dict[str, int], spa
     """Wrap every public coroutine and async generator of the store's parts so that their time is summed
     (and each call's span kept, for --timeline)."""
     parts = [store.database, store.sessions, store.events, store.tasks, store.lineage, store.rewinds, store.jobs,
-             store.turn_maps, store.turn_maps.figures]  # fmt: skip
+             store.turn_maps, store.turn_maps.figures, store.turn_maps.forks]  # fmt: skip
     for part, name, method in [(p, n, m) for p in parts for n, m in inspect.getmembers(p, inspect.ismethod)]:
         if name.startswith("_"):
             continue

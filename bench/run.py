@@ -83,7 +83,7 @@ def percentile(samples: list[float], p: float) -> float:
 class Row:
     measure: str
     value: str
-    index: str = ""  # the variant measured: "plain" (without the turn map) or "map" (with it)
+    index: str = ""  # the variant measured: "plain" (no turn map), "map" (the default), "fork-copy" (its copy)
     floor: str = ""
     ratio: str = ""
     target: str = ""
@@ -249,6 +249,8 @@ class Bench:
         await self.conn.execute("DELETE FROM event WHERE session_id = $1", session_id)
         await self.conn.execute("DELETE FROM task WHERE session_id = $1", session_id)
         await self.conn.execute("DELETE FROM session WHERE id = $1", session_id)
+        for table in ("turn_map", "turn_map_run", "turn_map_task", "turn_map_turn"):  # a fork's copy of its map
+            await self.conn.execute(f"DELETE FROM kagent_fork.{table} WHERE session_id = $1", session_id)
 
     async def turn_start(self, s: GeneratedSession, index: int) -> tuple[Any, Any]:
         """(first event's created_at, task's created_at) of turn `index`: the floor's known boundary."""
@@ -488,6 +490,29 @@ async def measure_map_builds(b: Bench, sessions: list[GeneratedSession]) -> None
         label = f"{s.events:,} {s.dialect} events"
         b.report.add(_timed_row(f"turn map made by the first listing page of {label} (then a page: "
                                 f"{timings[1] * 1000:.0f} ms)", timings[0] * 1000, None))  # fmt: skip
+
+
+async def measure_fork_listings(b: Bench, sessions: list[GeneratedSession]) -> None:
+    """The first listing page of a fresh fork (before the last turn), as kagent's UI asks for it once it opens
+    the fork, then a second page: read from the map the fork was given (the fork-copy variant, docs/turn-map.md
+    "A fork's map"), or with the map built by that first ask (the map variant, the service's default)."""
+    for s in sessions:
+        await b.quiesce()
+        _, data = await b.http_fork(s, {"rewind_before_invocation_id": s.invocation_ids[-1]})
+        given = await b.conn.fetchval("SELECT count(*) FROM kagent_fork.turn_map WHERE session_id = $1", data["id"])
+        await b.quiesce()
+        path = f"/api/sessions/{data['id']}/invocations"
+        timings = []
+        for _ in range(2):
+            started = time.perf_counter()
+            response = await b.client.get(path, params={"limit": 100}, headers=HEADERS)
+            timings.append(time.perf_counter() - started)
+            if response.status_code != 200 or len(response.json()["data"]) != 100:
+                raise RuntimeError(f"invocations answered {response.status_code}: {response.text[:300]}")
+        await b.drop_copy(data["id"])
+        how = "given its map by the fork" if given else "its map built by this first ask"
+        b.report.add(_timed_row(f"first listing page of a fresh fork of {s.events:,} events ({how}; then a "
+                                f"page: {timings[1] * 1000:.0f} ms)", timings[0] * 1000, None))  # fmt: skip
 
 
 def _timed_row(measure: str, ms: float, limit_ms: float | None) -> Row:
@@ -781,7 +806,7 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
-VARIANTS = ("plain", "map")
+VARIANTS = ("plain", "map", "fork-copy")
 MEASURES = (
     "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz",
     "experiments",
@@ -816,12 +841,17 @@ async def measure_service(
 ) -> None:
     s10k, s100k, s200, legacy = (sessions[k] for k in ("v1_10k", "v1_100k", "v1_200", "legacy_10k"))
     fork_limit = 1.4  # issue 23's target, in every variant
-    mapped = variant == "map"
+    mapped = variant in ("map", "fork-copy")
     log = tmp / f"service-{variant}.log"
-    env = {} if mapped else {"TURN_MAP_MIN_TASKS": "off"}
+    env = {"map": {}, "fork-copy": {"TURN_MAP_FORK_COPY": "on"}}.get(variant, {"TURN_MAP_MIN_TASKS": "off"})
+    if variant == "fork-copy":  # only what the fork's copy of its map changes: the forks, and the fork's first look
+        want = want & {"forks"}
     async with serving(args, dsn, conn, report, log, env) as b:
-        if mapped:
+        if variant == "map":
             await phase("the turn maps, made on the first ask", measure_map_builds(b, [s10k, legacy, s100k]))
+        elif mapped:  # the sources' maps there (as the map variant leaves them), not measured again
+            for s in (s10k, s100k):
+                await b.client.get(f"/api/sessions/{s.session_id}/invocations", params={"limit": 1}, headers=HEADERS)
         await phase("warming up on 200-event forks", warm_up(b, [s200]))
         if "memory" in want:
             await phase("(e) memory during a 100k fork", measure_memory(b, s100k, "100,000 events", True))
@@ -831,6 +861,8 @@ async def measure_service(
         if "forks" in want:
             v1_10k = await phase("(a, b) fork 10k vs floor", measure_forks(b, s10k, "10,000 events", fork_limit))
             v1_100k = await phase("(a, c) fork 100k vs floor", measure_forks(b, s100k, "100,000 events", fork_limit))
+            if mapped:
+                await phase("first listing of a fresh fork", measure_fork_listings(b, [s10k, s100k]))
         if "legacy" in want:
             await phase("legacy 10k fork (merged) vs floor",
                         measure_forks(b, legacy, "10,000 legacy events, merged", None))  # fmt: skip
@@ -916,7 +948,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--keep", action="store_true", help="keep the database (for profiling)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
-                   help="measure without the turn map (plain), then with it (map), in this order")  # fmt: skip
+                   help="measure without the turn map (plain), with it (map, the default), and with the forks' copy "
+                        "of it (fork-copy: TURN_MAP_FORK_COPY=on; forks only), in this order")  # fmt: skip
     args = p.parse_args(argv)
     started = time.monotonic()
     report = asyncio.run(run(args))

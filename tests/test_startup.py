@@ -98,7 +98,9 @@ async def test_migrations_run_once_even_from_two_replicas(server_url: str) -> No
 def test_settings_from_env_fail_with_the_variable_named() -> None:
     assert from_env({}).auth_mode == "unsecure"
     assert from_env({"AUTH_MODE": "trusted-proxy", "MAX_FORK_DEPTH": "3"}).max_fork_depth == 3
+    assert not from_env({}).turn_map_fork_copy and from_env({"TURN_MAP_FORK_COPY": "on"}).turn_map_fork_copy
     for env, name in [
+        ({"TURN_MAP_FORK_COPY": "yes please"}, "TURN_MAP_FORK_COPY"),
         ({"AUTH_MODE": "oidc"}, "AUTH_MODE"),
         ({"MAX_FORK_DEPTH": "many"}, "MAX_FORK_DEPTH"),
         ({"MAX_FORK_DEPTH": "0"}, "MAX_FORK_DEPTH"),

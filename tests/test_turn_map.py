@@ -7,6 +7,7 @@ Each test works in a database of its own, with the map made for every session (t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -18,15 +19,16 @@ import pytest
 from bench.generate import SessionSpec, insert_session
 from bench.kagent_writes import INSERT_EVENT, UPSERT_TASK
 from service.config import Settings
+from service.errors import Unprocessable
 from service.identity import Caller
 from service.kagent import turn_map
 from service.kagent.migrate import migrate
 from service.kagent.store import Store
-from service.operations import rewind
-from service.schemas import RewindRequest
+from service.operations import forking, rewind
+from service.schemas import ForkRequest, RewindRequest
 from service.services import Services
 from tests.conftest import create_database, drop_database
-from tests.helpers import new_user, seed
+from tests.helpers import new_user, seed, table_fingerprint
 from tests.support import answers as reading
 from tests.support.conversations import build_conversation, insert_conversation
 from tests.test_server_copy import ODDITIES, _oddity, copies, same_fork_both_ways
@@ -43,7 +45,7 @@ async def own_db(server_url: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def svc(own_db: str) -> AsyncIterator[Services]:
-    settings = Settings(database_url=own_db)
+    settings = Settings(database_url=own_db, turn_map_fork_copy=True)  # the forks' map copied (TURN_MAP_FORK_COPY)
     pool = await asyncpg.create_pool(own_db, min_size=1, max_size=6)
     async with pool.acquire() as conn:
         await migrate(conn, settings.service_schema)
@@ -357,3 +359,250 @@ async def test_nothing_is_added_to_kagent_tables(server_url: str) -> None:
             await conn.close()
     finally:
         await drop_database(server_url, url)
+
+
+async def _map_rows(svc: Services, session_id: str, user_id: str) -> dict[str, Any]:
+    """The session's map as rows: its claims (but built_at), its runs, tasks and turns in key order. The
+    runs' event ids are left out but for the last run's (a fork's map keeps its source's: docs/turn-map.md,
+    "A fork"), and so are the turns' first event ids; `_consistent` checks those within the map."""
+    schema = svc.store.schema
+    where = "WHERE session_id = $1 AND user_id = $2"
+    async with svc.pool.acquire() as conn:
+        state = await conn.fetchrow(f"SELECT * FROM {schema}.turn_map {where}", session_id, user_id)
+        runs = await conn.fetch(f"SELECT * FROM {schema}.turn_map_run {where} ORDER BY seq", session_id, user_id)
+        tasks = await conn.fetch(f"SELECT * FROM {schema}.turn_map_task {where} ORDER BY task_id", session_id, user_id)
+        turns = await conn.fetch(
+            f"SELECT * FROM {schema}.turn_map_turn {where} ORDER BY invocation_id", session_id, user_id
+        )
+    assert state is not None
+    last = len(runs)
+    return {
+        "state": {k: v for k, v in dict(state).items() if k != "built_at"},
+        "runs": [
+            {k: v for k, v in dict(r).items() if r["seq"] == last or k not in ("first_id", "last_id")} for r in runs
+        ],
+        "tasks": [dict(r) for r in tasks],
+        "turns": [{k: v for k, v in dict(r).items() if k != "event_first_id"} for r in turns],
+    }
+
+
+async def _consistent(svc: Services, session_id: str, user_id: str) -> list[str]:
+    """Every turn's first event is the first event of one of its runs (what map_opening joins on); the
+    runs' first event ids (all but the last run's may be the source's)."""
+    schema = svc.store.schema
+    async with svc.pool.acquire() as conn:
+        unmatched = await conn.fetchval(
+            f"""SELECT count(*) FROM {schema}.turn_map_turn AS t
+                WHERE t.session_id = $1 AND t.user_id = $2 AND t.event_first_id IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM {schema}.turn_map_run AS r
+                    WHERE r.session_id = t.session_id AND r.user_id = t.user_id AND r.invocation_id = t.invocation_id
+                      AND (r.first_at, r.first_id) = (t.event_first_at, t.event_first_id))""",
+            session_id,
+            user_id,
+        )
+        ids = await conn.fetch(
+            f"SELECT first_id FROM {schema}.turn_map_run WHERE session_id = $1 AND user_id = $2 ORDER BY seq",
+            session_id,
+            user_id,
+        )
+    assert unmatched == 0
+    return [r["first_id"] for r in ids]
+
+
+async def _event_ids(svc: Services, session_id: str, user_id: str) -> set[str]:
+    async with svc.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT id FROM event WHERE session_id = $1 AND user_id = $2", session_id, user_id)
+    return {r["id"] for r in rows}
+
+
+async def _rebuilt(svc: Services, session_id: str, user_id: str) -> dict[str, Any]:
+    """The map a rebuild makes of the session now (the one it has dropped first)."""
+    async with svc.pool.acquire() as conn:
+        async with conn.transaction():
+            await svc.store.turn_maps.forget(conn, session_id, user_id, rows=True)
+        assert await turn_map.prepare(svc.store, conn, session_id, user_id)
+    return await _map_rows(svc, session_id, user_id)
+
+
+async def _fork_of(svc: Services, caller: Caller, conv: Any, keep: int, by: str, **req: Any) -> str:
+    turn = conv.turns[keep]
+    named = (
+        {"rewind_before_task_id": turn.task_id} if by == "task" else {"rewind_before_invocation_id": turn.invocation_id}
+    )
+    outcome = await forking.fork(svc, caller, conv.session_id, ForkRequest(**named, **req))
+    assert outcome.session_id is not None
+    return outcome.session_id
+
+
+async def _append_turn(svc: Services, session_id: str, owner: str) -> str:
+    """kagent writes a turn to the session: its task upserted working, two events, the task completed."""
+    new_turn = "e-" + str(uuid.uuid4())
+    task_id = str(uuid.uuid4())
+
+    def task(state: str) -> str:
+        return json.dumps({
+            "id": task_id, "contextId": session_id, "status": {"state": state},
+            "history": [{"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "one more"}],
+                         "taskId": task_id, "contextId": session_id}],
+            "metadata": {"adk_invocation_id": new_turn},
+        })  # fmt: skip
+
+    async with svc.pool.acquire() as conn:
+        await conn.execute(UPSERT_TASK, task_id, task("TASK_STATE_WORKING"), session_id, "1.0", owner)
+        await conn.execute(INSERT_EVENT, str(uuid.uuid4()), owner, session_id, _event(new_turn, "user", "one more"))
+        await conn.execute(INSERT_EVENT, str(uuid.uuid4()), owner, session_id, _event(new_turn, "k8s_agent", "done"))
+        await conn.execute(UPSERT_TASK, task_id, task("TASK_STATE_COMPLETED"), session_id, "1.0", owner)
+    return new_turn
+
+
+@pytest.mark.parametrize(
+    ("dialect", "by"), [("v1", "invocation"), ("v1", "task"), ("legacy", "invocation"), ("legacy", "task")]
+)
+async def test_a_fork_is_given_its_sources_map_cut_at_the_boundary(svc: Services, dialect: str, by: str) -> None:
+    """A per_task fork by the owner of a mapped session: its map, trusted as soon as the fork commits, is the
+    map a rebuild of the fork makes (but for run ids only the map compares), every answer read with it is
+    exact, and kagent's writes to the fork extend it (not a rebuild) exactly."""
+    # Legacy with kagent 0.10.x's runtime events: a header_update run before every turn, one invocation
+    # whose rows lie on both sides of every cut (its turn is made again for the fork).
+    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True, runtime_events=dialect == "legacy")
+    caller = Caller(user_id=conv.user_id)
+    owner, keep = conv.user_id, 4
+    await _mapped(svc, caller, conv.session_id, conv.invocation_ids)
+    fork_id = await _fork_of(svc, caller, conv, keep, by, task_layout="per_task")
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.usable(svc.store, conn, fork_id, owner)  # copied with the fork, no rebuild
+    copied = await _map_rows(svc, fork_id, owner)
+    assert ("header_update" in {t["invocation_id"] for t in copied["turns"]}) == (dialect == "legacy")
+    assert copied["state"]["events"] == len(await _event_ids(svc, fork_id, owner)) > 0
+    source_ids = await _consistent(svc, fork_id, owner)
+    assert source_ids[-1] in await _event_ids(svc, fork_id, owner)  # the last run's: the fork's own row
+    assert set(source_ids[:-1]) <= await _event_ids(svc, conv.session_id, owner)  # the others: the source's
+    kept = conv.invocation_ids[:keep]
+    _same(await _mapped(svc, caller, fork_id, kept), await _exact(svc, caller, fork_id, kept))
+    assert copied == await _rebuilt(svc, fork_id, owner)
+
+    # kagent writes to a fork whose map is the copy: extended from its last run, exactly.
+    fork_id = await _fork_of(svc, caller, conv, keep, by, task_layout="per_task")
+    new_turn = await _append_turn(svc, fork_id, owner)
+    async with svc.pool.acquire() as conn:
+        assert not await turn_map.usable(svc.store, conn, fork_id, owner)
+        assert await turn_map.prepare(svc.store, conn, fork_id, owner)
+    extended = await _map_rows(svc, fork_id, owner)
+    first_ids = await _consistent(svc, fork_id, owner)
+    assert first_ids[0] in await _event_ids(svc, conv.session_id, owner)  # extended, not rebuilt
+    invocations = [*kept, new_turn]
+    _same(await _mapped(svc, caller, fork_id, invocations), await _exact(svc, caller, fork_id, invocations))
+    assert extended == await _rebuilt(svc, fork_id, owner)
+
+
+async def _unmapped_fork_answers_exactly(svc: Services, caller: Caller, conv: Any, fork_id: str, keep: int) -> None:
+    async with svc.pool.acquire() as conn:
+        assert await _state(svc, fork_id, caller.user_id) is None
+        assert not await turn_map.usable(svc.store, conn, fork_id, caller.user_id)
+    kept = conv.invocation_ids[:keep]
+    _same(await _mapped(svc, caller, fork_id, kept), await _exact(svc, caller, fork_id, kept))
+
+
+async def test_with_the_copy_off_a_fork_is_mapped_on_its_first_ask(svc: Services) -> None:
+    """TURN_MAP_FORK_COPY off (the default): the same per_task fork by the owner of a mapped session writes no map
+    row, and its first ask maps it; every answer is exact."""
+    off = dataclasses.replace(svc, settings=dataclasses.replace(svc.settings, turn_map_fork_copy=False))
+    conv = await seed(off.pool, dialect="v1", turns=5, tool_calls=True)
+    caller = Caller(user_id=conv.user_id)
+    await _mapped(off, caller, conv.session_id, conv.invocation_ids)
+    fork_id = await _fork_of(off, caller, conv, 3, "invocation", task_layout="per_task")
+    await _unmapped_fork_answers_exactly(off, caller, conv, fork_id, 3)
+    async with off.pool.acquire() as conn:
+        assert await turn_map.usable(off.store, conn, fork_id, conv.user_id)  # mapped by that first ask
+
+
+async def test_a_fork_the_map_cannot_be_cut_for_is_left_unmapped_and_answers_exactly(svc: Services) -> None:
+    """Two kept events at one instant (the fork's new ids would order them), a merged fork (its task is the
+    service's own), a share visitor's fork (the tasks are rewritten in Python): no map is copied, the fork
+    is mapped on its first ask and answers exactly."""
+    conv = await seed(svc.pool, dialect="v1", turns=5, tool_calls=True)
+    caller = Caller(user_id=conv.user_id)
+    async with svc.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE event SET created_at = (SELECT min(created_at) FROM event WHERE session_id = $1)"
+            " WHERE id = (SELECT id FROM event WHERE session_id = $1 ORDER BY created_at, id OFFSET 1 LIMIT 1)",
+            conv.session_id,
+        )
+    await _mapped(svc, caller, conv.session_id, conv.invocation_ids)
+    fork_id = await _fork_of(svc, caller, conv, 3, "invocation")
+    await _unmapped_fork_answers_exactly(svc, caller, conv, fork_id, 3)
+
+    legacy = await seed(svc.pool, dialect="legacy", turns=5, tool_calls=True)
+    caller = Caller(user_id=legacy.user_id)
+    await _mapped(svc, caller, legacy.session_id, legacy.invocation_ids)
+    fork_id = await _fork_of(svc, caller, legacy, 3, "invocation", task_layout="merged")
+    await _unmapped_fork_answers_exactly(svc, caller, legacy, fork_id, 3)
+
+    conv = await seed(svc.pool, dialect="v1", turns=5, tool_calls=True)
+    token = f"t-{conv.session_id}"
+    async with svc.pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO session_share (token, session_id, user_id, read_only) VALUES ($1, $2, $3, true)",
+            token, conv.session_id, conv.user_id,
+        )  # fmt: skip
+    await _mapped(svc, Caller(user_id=conv.user_id), conv.session_id, conv.invocation_ids)
+    visitor = Caller(user_id=new_user(), share_token=token)
+    fork_id = await _fork_of(svc, visitor, conv, 3, "invocation")
+    await _unmapped_fork_answers_exactly(svc, Caller(user_id=visitor.user_id), conv, fork_id, 3)
+
+
+async def test_a_mapped_fork_over_the_event_cap_writes_nothing(own_db: str) -> None:
+    """MAX_FORK_EVENTS holds for a fork given its map: the 422 rolls back its rows and its map's."""
+    settings = Settings(database_url=own_db, max_fork_events=10, turn_map_fork_copy=True)
+    pool = await asyncpg.create_pool(own_db, min_size=1, max_size=4)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn, settings.service_schema)
+        store = Store(settings.service_schema, max_fork_events=10)
+        store.turn_map_min_tasks = 0
+        svc = Services(settings=settings, store=store, pool=pool)
+        conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
+        caller = Caller(user_id=conv.user_id)
+        async with pool.acquire() as conn:
+            assert await turn_map.prepare(store, conn, conv.session_id, conv.user_id)
+        before = await table_fingerprint(pool)
+        copies: list[int] = []
+        copy = store.turn_maps.forks.copy_events_mapping
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            copies.append(1)
+            return await copy(*args, **kwargs)
+
+        store.turn_maps.forks.copy_events_mapping = counted  # type: ignore[method-assign]
+        with pytest.raises(Unprocessable, match="more than 10 events"):
+            await _fork_of(svc, caller, conv, 4, "invocation", task_layout="per_task")
+        assert copies == [1]  # the fork that copies the map
+        assert await table_fingerprint(pool) == before
+        async with pool.acquire() as conn:
+            schema = settings.service_schema
+            assert await conn.fetchval(f"SELECT count(*) FROM {schema}.turn_map") == 1  # the source's only
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize("dialect", ["v1", "legacy"])
+async def test_a_rewound_fork_with_a_copied_map_answers_exactly_after_kagent_writes(
+    svc: Services, dialect: str
+) -> None:
+    """A rewind of the fork cuts its copied map (its last run now one whose ids are the source's): trusted
+    and exact; then kagent writes a turn, and the map extended or rebuilt answers exactly too."""
+    conv = await seed(svc.pool, dialect=dialect, turns=6, tool_calls=True, runtime_events=dialect == "legacy")
+    caller = Caller(user_id=conv.user_id)
+    owner, invocations = conv.user_id, conv.invocation_ids
+    await _mapped(svc, caller, conv.session_id, invocations)
+    fork_id = await _fork_of(svc, caller, conv, 4, "invocation", task_layout="per_task")
+    answer = await rewind.rewind(svc, caller, fork_id, RewindRequest(rewind_before_invocation_id=invocations[2]))
+    assert isinstance(answer, rewind.RewindResult) and answer.rewind.id is not None
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.usable(svc.store, conn, fork_id, owner)  # cut by the rewind
+    kept = invocations[:2]
+    _same(await _mapped(svc, caller, fork_id, kept), await _exact(svc, caller, fork_id, kept))
+    new_turn = await _append_turn(svc, fork_id, owner)
+    now = [*kept, new_turn]
+    _same(await _mapped(svc, caller, fork_id, now), await _exact(svc, caller, fork_id, now))
+    assert await _map_rows(svc, fork_id, owner) == await _rebuilt(svc, fork_id, owner)

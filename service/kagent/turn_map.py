@@ -22,7 +22,15 @@ import msgspec
 from service.kagent import dialects
 from service.kagent.store import Store
 from service.kagent.store.base import TASK_FETCH_BATCH, Connection
-from service.kagent.store.turn_map import KagentMarks, MapCounts, MappedTask, MapState, TaskFigures
+from service.kagent.store.turn_map import (
+    ForkCut,
+    ForkTasks,
+    KagentMarks,
+    MapCounts,
+    MappedTask,
+    MapState,
+    TaskFigures,
+)
 
 VERSION = 1
 USER_TEXT_CHARS = 200
@@ -301,3 +309,28 @@ async def after_undo(
     )
     if not was_trusted or not await _extend(store, conn, session_id, owner, state, marks):
         await maps.forget(conn, session_id, owner, rows=False)
+
+
+async def fork_cut(
+    store: Store, conn: Connection, session_id: str, owner: str, before: datetime | None
+) -> ForkCut | None:
+    """In a fork's snapshot, the source's map trusted there: where a fork keeping the events before `before`
+    (None: all) cuts the map; None when the cut falls inside a run (the fork is left unmapped)."""
+    if store.turn_map_min_tasks is None:
+        return None
+    return await store.turn_maps.forks.fork_cut(conn, session_id, owner, before)
+
+
+async def after_fork(store: Store, conn: Connection, fork: tuple[str, str], tasks: ForkTasks | None) -> bool:
+    """In a fork's transaction, once its rows are written with its map (the store's copy_events_mapping, then
+    copy_tasks_mapping; `tasks` None: the events were not the map's cut, so the tasks were copied alone):
+    the fork's map finished, or dropped (False: the fork is mapped on its first ask, as any session) when
+    the copy is not exactly the map's cut. The turns with kept rows that rows past the cut carry too are
+    made again from the fork's runs and tasks, as a rewind makes the turns it cuts."""
+    maps = store.turn_maps
+    new_id, user = fork
+    if tasks is None or not tasks.sound or tasks.mapped != tasks.copied:
+        await maps.forget(conn, new_id, user, rows=True)
+        return False
+    await maps.refresh_turns(conn, new_id, user, sorted(tasks.remake))
+    return True

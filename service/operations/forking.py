@@ -23,12 +23,13 @@ from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
-from service.kagent.store.turn_map import KeptTasks
+from service.kagent.store.turn_map import ForkCut
 from service.operations import checkpoints, copying, crewai_state, plan, summary
 from service.operations.copying import (
     Cut,
     Guess,
     GuessWrong,
+    Proven,
     cancelled,
     copy_rows,
     kept_tasks,
@@ -485,7 +486,7 @@ async def written_elsewhere(
     return None
 
 
-async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
+async def _proven(fork: _Fork, cut: Cut) -> Proven | None:
     """The map's figures of the kept whole tasks, if PostgreSQL's text copy writes each exactly: a per_task
     fork by the owner, of tasks all finished and read (plan.ServerCopyCheck's rule, applied when mapped)."""
     svc, conn, source, req = fork.svc, fork.conn, fork.source, fork.req
@@ -494,7 +495,22 @@ async def _proven(fork: _Fork, cut: Cut) -> KeptTasks | None:
     kept = await svc.store.turn_maps.figures.kept_tasks(
         conn, source.id, source.user_id, cut.tasks_before, source.user_id
     )
-    return kept if kept.server_copy and kept.refused == 0 and not kept.open else None
+    if not kept.server_copy or kept.refused != 0 or kept.open:
+        return None
+    return Proven(tasks=kept, map_cut=await _map_cut(fork, cut))
+
+
+async def _map_cut(fork: _Fork, cut: Cut) -> ForkCut | None:
+    """Where the source's turn map is cut for the fork, if the fork is given that part of it
+    (docs/turn-map.md, "A fork"): the map is trusted in this snapshot, PostgreSQL copies every kept task
+    whole and exactly (the caller, `_proven`: a per_task fork by the owner, every kept task finished), no
+    task is cut, the rows are written under the fork's owner, and the events end between two runs. None:
+    the fork is mapped on its first ask, as any session."""
+    if not fork.svc.settings.turn_map_fork_copy:
+        return None
+    if cut.partial is not None or fork.runtime_user is not None:
+        return None
+    return await turn_map.fork_cut(fork.svc.store, fork.conn, fork.source.id, fork.source.user_id, cut.events_before)
 
 
 async def _always_per_task(svc: Services, conn: Connection, source: SessionRow, req: ForkRequest) -> bool:
@@ -528,7 +544,7 @@ class _Fork:
     runtime_user: str | None  # the user the runtime wrote the rows under, when not the owner: copies are his
     runtime_row: bool = False  # that user has a session row of the source's id (kagent-openai): the fork gets one
     notes: tuple[str, ...] = ()  # warnings the agent's framework adds (a Claude agent's tasks_only fork)
-    proven: KeptTasks | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
+    proven: Proven | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
 
 async def _guess_cut(

@@ -49,12 +49,7 @@ WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS 
 -- kagent's ORDER BY created_at shows the same order). {fork_events_limit} is MAX_FORK_EVENTS + 1 (or
 -- ALL), a constant so that no generic plan is made for an unknown limit: the caller rolls back a copy
 -- of more rows than the cap, having copied at most one row too many.
-INSERT INTO event (id, user_id, session_id, created_at, updated_at, data)
-SELECT gen_random_uuid()::text, $4, $5, created_at, NOW(), data
-FROM event
-WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-  AND ($3::timestamptz IS NULL OR created_at < $3)
-LIMIT {fork_events_limit};
+{kept_events_copy};
 
 -- name: copy_tasks_before
 -- The fork's kept tasks, copied inside PostgreSQL (per_task layout): each gets a new id (uuid4), the
@@ -64,17 +59,8 @@ LIMIT {fork_events_limit};
 -- (fork.ServerCopyCheck, tasks.replacing_ids_rewrites) and rolls the copy back otherwise.
 -- gen_random_uuid() in the subquery's select list is evaluated once per row (a volatile subquery is
 -- never flattened), and each replace() works on one detoasted copy of the row's text.
-INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id)
-SELECT t.new_id, t.created_at, NOW(),
-       replace(replace(t.data, '"' || t.id || '"', '"' || t.new_id || '"'), '"' || $1 || '"', '"' || $5 || '"'),
-       $5, t.protocol_version, $4
-FROM (
-    SELECT gen_random_uuid()::text AS new_id, id, created_at, data, protocol_version
-    FROM task
-    WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
-      AND ($3::timestamptz IS NULL OR created_at < $3)
-      AND {task_owned_by_$2}
-) AS t;
+{task_copy_of_t}
+FROM ({kept_tasks_with_new_ids}) AS t;
 
 -- name: first_user_event
 -- The text of the session's first user event, for a default fork name.

@@ -2,6 +2,33 @@
 -- kagent's tables are read with named columns only (kagent may add more) and every read filters
 -- deleted_at IS NULL, as kagent's backend does. {name} stands for the fragment of that name below.
 
+-- fragment: kept_tasks_with_new_ids
+-- The kept tasks of a fork (before $3, kagent's owner rule for $2), each with its new id (uuid4). It stands
+-- before task_owned_by_$2: a fragment may use only those defined after it.
+SELECT gen_random_uuid()::text AS new_id, id, created_at, data, protocol_version
+FROM task
+WHERE session_id = $1 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+  AND {task_owned_by_$2}
+
+-- fragment: task_copy_of_t
+-- The fork's copies of the kept tasks `t` (kept_tasks_with_new_ids): the fork's session ($5) and user ($4),
+-- the source created_at, and data with the task's own id and the source session id ($1), each as a whole
+-- JSON string, replaced by the new ones. Followed by the FROM that names `t`.
+INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id)
+SELECT t.new_id, t.created_at, NOW(),
+       replace(replace(t.data, '"' || t.id || '"', '"' || t.new_id || '"'), '"' || $1 || '"', '"' || $5 || '"'),
+       $5, t.protocol_version, $4
+
+-- fragment: kept_events_copy
+-- The fork's events copied (copy_events_before says how).
+INSERT INTO event (id, user_id, session_id, created_at, updated_at, data)
+SELECT gen_random_uuid()::text, $4, $5, created_at, NOW(), data
+FROM event
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+LIMIT {fork_events_limit}
+
 -- fragment: task_owned_by_$2
 -- kagent's owner rule for a task row (go/core/internal/database/queries/tasks.sql): task.user_id, or,
 -- for rows written before that column existed, the one user whose session of that id existed when

@@ -105,6 +105,40 @@ class KeptTasks:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForkCut:
+    """Where a fork's copy of its source's map ends: runs 1 to `runs` (0: none), holding `events` events, the
+    last of them from `last_first_at` to `last_at`."""
+
+    runs: int
+    events: int
+    last_first_at: datetime | None
+    last_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkEvents:
+    """A fork's events copied, with its map's runs when they are the copy's cut (`sound`): how many events,
+    the fork's ids of its last kept run's first event and of its last event, and how many runs written."""
+
+    copied: int
+    sound: bool
+    last_run_first_id: str | None
+    last_id: str | None
+    runs: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkTasks:
+    """A fork's kept tasks copied with the rest of its map: how many copied, how many mapped, whether the map
+    was written (no two kept tasks at one instant), and the turns left to make again from the fork's rows."""
+
+    copied: int
+    mapped: int
+    sound: bool
+    remake: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskStamp:
     id: str
     created_at: datetime
@@ -141,7 +175,7 @@ class TurnMaps:
 
     def __init__(self, q: Queries) -> None:
         self.q = q
-        self.figures = MapFigures(q)
+        self.figures, self.forks = MapFigures(q), ForkMaps(q)
 
     async def state(self, conn: Connection, session_id: str, owner: str) -> MapState | None:
         r = await conn.fetchrow(self.q["map_state"], session_id, owner)
@@ -396,6 +430,55 @@ class MapFigures:
             tasks=int(r["tasks"]), messages=int(r["messages"]), bytes=int(r["bytes"]), refused=int(r["refused"]),
             server_copy=bool(r["server_copy"]), open=list(zip(r["open_ids"], r["open_states"], strict=True)),
         )  # fmt: skip
+
+
+class ForkMaps:
+    """A fork's copy of its source's map, written by the statements that copy the fork's rows
+    (docs/turn-map.md, "A fork"); service/kagent/turn_map.py decides when."""
+
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def fork_cut(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> ForkCut | None:
+        """The runs a fork keeping the events before `before` (None: all) keeps; None when a run holds
+        events on both sides of it."""
+        r = await conn.fetchrow(self.q["map_fork_cut"], session_id, owner, before)
+        if r is None:
+            return ForkCut(runs=0, events=0, last_first_at=None, last_at=None)
+        if r["straddles"]:
+            return None
+        return ForkCut(runs=r["seq"], events=int(r["cum_events"]), last_first_at=r["first_at"], last_at=r["last_at"])
+
+    async def copy_events_mapping(
+        self, conn: Connection, *, session_id: str, owner: str, before: datetime | None, new_session_id: str,
+        new_user_id: str, cut: ForkCut,
+    ) -> ForkEvents:  # fmt: skip
+        """The kept events copied as copy_kept copies them, and the map's kept runs given to the fork when the
+        copy is their cut, in one statement."""
+        r = await conn.fetchrow(
+            self.q["copy_events_mapping"], session_id, owner, before, new_user_id, new_session_id,
+            cut.last_first_at, cut.runs, cut.events,
+        )  # fmt: skip
+        assert r is not None
+        return ForkEvents(
+            copied=int(r["copied"]), sound=bool(r["sound"]), last_run_first_id=r["last_run_first_id"],
+            last_id=r["last_id"], runs=int(r["runs"]),
+        )  # fmt: skip
+
+    async def copy_tasks_mapping(
+        self, conn: Connection, *, session_id: str, owner: str, before: datetime | None, new_session_id: str,
+        new_user_id: str, cut: ForkCut, events: ForkEvents, version: int,
+    ) -> ForkTasks:  # fmt: skip
+        """The kept tasks copied as copy_kept copies them, and the rest of the map cut for the fork (its tasks,
+        the turns kept whole, its claims), in one statement."""
+        r = await conn.fetchrow(
+            self.q["copy_tasks_mapping"], session_id, owner, before, new_user_id, new_session_id, cut.runs,
+            cut.last_first_at, events.last_run_first_id, cut.runs, cut.events, cut.last_at, events.last_id, version,
+        )  # fmt: skip
+        assert r is not None
+        return ForkTasks(
+            copied=int(r["copied"]), mapped=int(r["mapped"]), sound=bool(r["sound"]), remake=list(r["remake"])
+        )
 
 
 def lock_name(session_id: str, owner: str) -> str:
