@@ -241,8 +241,13 @@ class Bench:
     report: Report
 
     async def quiesce(self) -> None:
-        """The same starting point for every repetition: dead rows vacuumed, dirty pages written."""
-        await self.conn.execute("VACUUM event, task")
+        """The same starting point for every repetition: dead rows vacuumed, dirty pages written. The service's
+        turn map tables too: a rewind and its undo, and a fork's map dropped with its copy, leave thousands of
+        dead rows there, and autovacuum's pass over them otherwise lands inside the next repetitions."""
+        await self.conn.execute(
+            "VACUUM event, task, kagent_fork.turn_map, kagent_fork.turn_map_run, kagent_fork.turn_map_task, "
+            "kagent_fork.turn_map_turn"
+        )
         await self.conn.execute("CHECKPOINT")
 
     async def drop_copy(self, session_id: str) -> None:
