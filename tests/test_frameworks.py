@@ -702,6 +702,13 @@ async def test_an_openai_cut_whose_inputs_do_not_pair_with_the_tasks_falls_back_
     assert dry["events_copied"] == expected and any("do not pair" in w for w in dry["warnings"])
     shown = (await get(client, f"/api/sessions/{sid}/transcript", user)).json()["data"]
     assert {t["task_id"] for t in shown["turns"]} == {None} and any("do not pair" in w for w in shown["warnings"])
+    for dry_run in (True, False):  # the rewind (its plan, and done) says so too
+        r = await post(
+            client, f"/api/sessions/{sid}/rewind", user,
+            {"rewind_before_task_id": turns[2]["task_id"], "dry_run": dry_run},
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert any("do not pair" in w for w in r.json()["data"]["rewind"]["warnings"]), r.text
 
 
 async def test_dry_run_summaries_of_openai_and_langgraph_sessions(client: Any, pool: asyncpg.Pool) -> None:

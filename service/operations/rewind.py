@@ -37,6 +37,9 @@ class RewindInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     created_at: str | None
     summary: Summary | None
     undone_at: str | None = None
+    # What the rewind could not do as asked: an OpenAI Agents SDK turn whose input event could not be told
+    # from the session's (its inputs do not pair with its tasks) is cut at its task's creation instead.
+    warnings: tuple[str, ...] = ()
 
 
 class RewindEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -219,7 +222,7 @@ async def _rewind_locked(
                 info = RewindInfo(
                     id=None, rewind_before_invocation_id=invocation_id, rewind_before_task_id=task_id,
                     events_removed=hides.events if hides else 0,
-                    tasks_removed=hidden_count, created_at=None, summary=hides,
+                    tasks_removed=hidden_count, created_at=None, summary=hides, warnings=_noted(named),
                 )  # fmt: skip
                 return RewindPlan(dry_run=True, rewind=info)
             stamp = await store.rewinds.rewind_stamp(conn, sid, owner)
@@ -253,16 +256,22 @@ async def _rewind_locked(
         rows_user_id=runtime.user_id if runtime else None,
     )  # fmt: skip
     created = await store.rewinds.insert_rewind(conn, record)
-    return RewindResult(session=session_json(session), rewind=_info(record, created_at=created))
+    return RewindResult(session=session_json(session), rewind=_info(record, created_at=created, warnings=_noted(named)))
 
 
-def _info(r: Rewind, *, created_at: datetime | None = None, undone_at: datetime | None = None) -> RewindInfo:
+def _noted(named: NamedTurn) -> tuple[str, ...]:
+    return (named.note,) if named.note else ()
+
+
+def _info(
+    r: Rewind, *, created_at: datetime | None = None, undone_at: datetime | None = None, warnings: tuple[str, ...] = ()
+) -> RewindInfo:
     undone = undone_at or r.undone_at
     return RewindInfo(
         id=r.id, rewind_before_invocation_id=r.rewind_before_invocation_id,
         rewind_before_task_id=r.rewind_before_task_id, events_removed=r.events_removed,
         tasks_removed=r.tasks_removed, created_at=rfc3339(created_at or r.created_at),
-        summary=summary.loaded(r.summary), undone_at=rfc3339(undone) if undone else None,
+        summary=summary.loaded(r.summary), undone_at=rfc3339(undone) if undone else None, warnings=warnings,
     )  # fmt: skip
 
 

@@ -92,6 +92,8 @@ export interface RewindInfo {
   created_at: string;
   summary: BranchSummary | null;
   undone_at?: string;
+  /** What the rewind could not do as asked (an OpenAI Agents SDK turn cut at its task's creation). */
+  warnings?: string[];
 }
 
 /** The session after a rewind or an undo, with the rewind's record. */
