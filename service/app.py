@@ -23,7 +23,7 @@ from service.kagent.migrate import check_kagent_schema, migrate
 from service.kagent.store import Store
 from service.kagent.store.base import CONNECTION_ERRORS
 from service.observability import configure_logging, observe, stamp_request_ids
-from service.services import Services
+from service.services import Services, open_lock_pool
 from service.tracing import tracing_middleware
 
 log = logging.getLogger("kagent_fork")
@@ -184,9 +184,10 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         pool = await open_pool(settings, dsn)
+        locks = await open_lock_pool(settings, dsn)
         try:
             await prepare_database(settings, store, pool)
-            app.state.services = Services(settings=settings, store=store, pool=pool)
+            app.state.services = Services(settings=settings, store=store, pool=pool, locks=locks)
             runner = app.state.whatif_runner = whatif.Runner(svc=app.state.services)
             runners.append(runner)
             # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
@@ -199,6 +200,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
                 await runner.stop()
         finally:
             await close_pool(pool)
+            await close_pool(locks)
 
     app = Litestar(
         route_handlers=[*api.handlers(), *experiments_http.handlers(), mcp_endpoint],

@@ -34,6 +34,9 @@ class Settings:
     pool_min_size: int = 1
     pool_max_size: int = 10
     db_connect_timeout_seconds: float = 5.0  # a database that accepts but never answers fails this fast
+    # The longest any request or job waits for a pooled connection (or a keyed start for its key's lock):
+    # past it a request answers 503 with Retry-After, so that no burst stalls the service (docs/reliability.md).
+    db_pool_wait_seconds: float = 10.0
     idempotency_ttl_seconds: int = 24 * 3600
     embedded_data_dir: str = ".kagent-fork/pgdata"
     otel_tracing_enabled: bool = False
@@ -115,6 +118,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         max_body_bytes=_int(env, "MAX_BODY_BYTES", 1024 * 1024, minimum=1024, maximum=1 << 30),
         pool_min_size=pool_min,
         pool_max_size=pool_max,
+        db_pool_wait_seconds=_int(env, "DB_POOL_WAIT_SECONDS", 10, minimum=1, maximum=600),
         db_connect_timeout_seconds=_int(env, "DB_CONNECT_TIMEOUT_SECONDS", 5, minimum=1, maximum=600),
         idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60, maximum=1 << 31),
         embedded_data_dir=env.get("KAGENT_FORK_DATA_DIR", ".kagent-fork/pgdata") or ".kagent-fork/pgdata",

@@ -60,6 +60,15 @@ class DatabaseUnavailable(ServiceError):
     status = 503
 
 
+class Busy(ServiceError):
+    """A bounded wait ran out (a pooled connection, an Idempotency-Key's lock): nothing was done; retry."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"Retry-After": "1"})
+
+
 def envelope(message: str) -> dict[str, str]:
     """kagent's failure envelope."""
     return {"error": message}

@@ -256,14 +256,18 @@ async def once(
 ) -> tuple[T | msgspec.Raw, bool]:
     """`start` run once per Idempotency-Key and request (`digest`): (answer, replayed). Retries of one key
     wait on its lock and replay the first answer, which `start` keeps under (key, digest) in its last
-    transaction; the lock's connection is the only one held meanwhile (each step takes and returns its own)."""
+    transaction; the key's lock is held on a lock connection meanwhile, and each step takes and returns its own
+    request connection."""
     if idempotency_key is None:
         return await start(None), False
     key = f"{kind}:{idempotency_key}"
-    async with svc.connection() as conn, svc.store.lineage.key_lock(conn, f"{kind}:{caller.user_id}", idempotency_key):
-        stored = await svc.store.lineage.idempotent_answer(
-            conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
-        )
+    # The key's lock lives on a lock connection (Services.key_lock), never on a request connection: `start`
+    # takes request connections one at a time, so no burst of keyed starts can hold them all while waiting.
+    async with svc.key_lock(f"{kind}:{caller.user_id}", idempotency_key):
+        async with svc.connection() as conn:
+            stored = await svc.store.lineage.idempotent_answer(
+                conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
+            )
         if stored is not None:
             if stored[0] != digest:
                 raise Unprocessable("Idempotency-Key was already used with a different request")

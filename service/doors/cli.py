@@ -364,11 +364,12 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         turn_map_min_tasks=settings.turn_map_min_tasks,
     )
     pool = await open_pool(settings, dsn)
+    locks = await services.open_lock_pool(settings, dsn)  # min_size 0: a connection only for a keyed start
     try:
         await prepare_database(settings, store, pool)
         if args.command == "index":
             return await _index(store, pool, args.action)
-        svc = services.Services(settings=settings, store=store, pool=pool)
+        svc = services.Services(settings=settings, store=store, pool=pool, locks=locks)
         caller = Caller(user_id=args.user, share_token=args.share_token)
         commands: dict[str, Callable[[], Awaitable[tuple[object, str]]]] = {}
 
@@ -468,6 +469,7 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         return await _job_command(svc, caller, args.command, args.session_id)
     finally:
         await pool.close()
+        await locks.close()
 
 
 async def _job_command(svc: Services, caller: Caller, command: str, name: str) -> tuple[object, str]:

@@ -362,14 +362,17 @@ async def _new_tasks(
 @asynccontextmanager
 async def snapshot_reader(svc: Services, conn: Connection, *, wanted: bool) -> AsyncIterator[Connection | None]:
     """A second connection that reads in the fork's own snapshot, so that reading overlaps with writing
-    on the fork's connection. None when not wanted or when the pool has no connection free right away:
+    on the fork's connection. None when not wanted or when the pool cannot lend one without a wait:
     the fork then reads and writes on its own connection."""
-    if not wanted:
+    # Taken only when the pool can lend one without waiting for another to come back (one idle, or room to
+    # make one): the fork holds its own, and a task that holds a pooled connection never waits for another.
+    pool = svc.pool
+    if not wanted or (pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size()):
         yield None
         return
     try:
         reader = await svc.pool.acquire(timeout=READER_WAIT_SECONDS)
-    except TimeoutError:
+    except TimeoutError:  # another took the idle one first and making a new one took too long
         yield None
         return
     snapshot = reader.transaction(isolation="repeatable_read", readonly=True)

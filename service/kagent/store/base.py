@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeAlias
@@ -15,6 +18,7 @@ from typing import TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+log = logging.getLogger("kagent_fork")
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _FRAGMENT = re.compile(r"^-- fragment: (\S+)\s*$", re.M)
 SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
@@ -47,12 +51,54 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class PoolBusy(Exception):
+    """No pooled connection was free within the bounded wait: the service is busy, nothing was done."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no database connection free within {seconds:g} s")
+        self.seconds = seconds
+
+
+class NestedConnection(RuntimeError):
+    """A task asked for a pooled connection while it held one: with every connection so held, each waits for
+    another for ever (the deadlock of issue 32). Raised in tests (KAGENT_FORK_POOL_STRICT=1), logged otherwise."""
+
+
+# The connection the current task holds, shared with the tasks it starts meanwhile: [True] while held.
+_held: ContextVar[list[bool] | None] = ContextVar("kagent_fork_held_connection", default=None)
+
+
+def check_not_holding(what: str) -> None:
+    """Refuse (in tests) or report a wait for a connection by a task that holds a pooled one."""
+    held = _held.get()
+    if held is None or not held[0]:
+        return
+    message = f"{what} asked for while this task holds a pooled connection"
+    if os.environ.get("KAGENT_FORK_POOL_STRICT") == "1":
+        raise NestedConnection(message)
+    log.error("%s: a burst of these can take every connection and stall the service", message)
+
+
+async def _acquire(pool: asyncpg.Pool, wait: float | None) -> PoolConnectionProxy[asyncpg.Record]:
+    try:
+        conn: PoolConnectionProxy[asyncpg.Record] = await pool.acquire(timeout=wait)
+    except TimeoutError:
+        if wait is None:
+            raise
+        raise PoolBusy(wait) from None
+    return conn
+
+
 @asynccontextmanager
-async def pooled_connection(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-    """A connection from the pool that answers. One the database dropped while it sat idle fails a first
-    cheap statement: then every pooled connection is expired (after a restart they are all dead) and a
-    new one is made, so a request never fails for a connection that died before it began."""
-    conn: PoolConnectionProxy[asyncpg.Record] = await pool.acquire()
+async def pooled_connection(
+    pool: asyncpg.Pool, wait: float | None = None
+) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    """A connection from the pool that answers, waited for at most `wait` seconds (PoolBusy past it). One the
+    database dropped while it sat idle fails a first cheap statement: then every pooled connection is expired
+    (after a restart they are all dead) and a new one is made, so a request never fails for a connection that
+    died before it began. A task holds one pooled connection at a time (check_not_holding)."""
+    check_not_holding("a pooled connection")
+    conn = await _acquire(pool, wait)
     try:
         await conn.execute("SELECT 1")
     except CONNECTION_ERRORS:
@@ -60,10 +106,15 @@ async def pooled_connection(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionP
             conn.terminate()
         await pool.release(conn)
         await pool.expire_connections()
-        conn = await pool.acquire()
+        conn = await _acquire(pool, wait)
+    held = [True]
+    token = _held.set(held)
     try:
         yield conn
     finally:
+        held[0] = False
+        with contextlib.suppress(ValueError):  # a block left in another context than it was entered in
+            _held.reset(token)
         await pool.release(conn)
 
 

@@ -80,13 +80,18 @@ class LineageStore:
     async def key_lock(self, conn: Connection, scope: str, key: str) -> AsyncIterator[None]:
         """A session-level advisory lock on (scope, key), held for the block. A connection that died
         took its locks with it, and the pool's reset unlocks whatever a cancelled block left."""
-        name = f"{scope}\n{key}"
-        await conn.execute(self.q["advisory_lock"], name)
+        await self.lock_key(conn, scope, key)
         try:
             yield
         finally:
             if not conn.is_closed():
-                await conn.execute(self.q["advisory_unlock"], name)
+                await self.unlock_key(conn, scope, key)
+
+    async def lock_key(self, conn: Connection, scope: str, key: str) -> None:
+        await conn.execute(self.q["advisory_lock"], f"{scope}\n{key}")
+
+    async def unlock_key(self, conn: Connection, scope: str, key: str) -> None:
+        await conn.execute(self.q["advisory_unlock"], f"{scope}\n{key}")
 
     async def fork_rate_wait(self, conn: Connection, user_id: str, rate: int) -> float | None:
         """None if the user made fewer than `rate` forks in the last minute, else the seconds to wait."""
