@@ -210,7 +210,7 @@ async def _task_source_turns(
         return []
     first = keys.index(turn_listing.TASK_TURN + task_id)
     span = listed[first : first + count]
-    users = frameworks.runtime_users(source.user_id)
+    users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
     ids = [t.task_id for t in span if t.task_id is not None]
     tasks = {r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)}
     out = []

@@ -38,7 +38,7 @@ from service.observability import (
     WHATIF_JOBS,
     WHATIF_RUNNING,
 )
-from service.operations import forking, plan, summary
+from service.operations import plan, summary
 from service.services import Services
 
 log = logging.getLogger("kagent_fork")
@@ -283,7 +283,7 @@ class Runner:
             # The fork's rows where its agent's runtime wrote them (kagent's default user for the 0.10.4
             # runtimes), as its transcript reads them (docs/frameworks.md).
             fork_row = await svc.store.sessions.get_session(conn, job.session_id, job.user_id)
-            runtime = await forking.runtime_session(svc, conn, fork_row, framework) if fork_row else None
+            runtime = await frameworks.runtime_session(svc.store, conn, fork_row, framework) if fork_row else None
             rows_user = runtime.user_id if runtime is not None else job.user_id
             tally = await summary.tally(svc.store, conn, job.session_id, rows_user, job.created_at)
             answer, tools = tally.last_agent_text, tally.tool_calls

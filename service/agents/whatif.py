@@ -36,7 +36,7 @@ from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.observability import WHATIF_DURATION, WHATIF_JOBS
-from service.operations import forking, plan
+from service.operations import boundary, forking, plan
 from service.schemas import ForkedSession, ForkRequest, Text, one_boundary, rfc3339
 from service.services import Services
 
@@ -222,7 +222,7 @@ async def turn_named(
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         _, rows = await turns_read_from(svc, conn, source)
-        named = await forking.named_turn(svc, conn, rows, None, task_id)
+        named = await boundary.named_turn(svc, conn, rows, None, task_id)
     if named.missing is not None:
         raise NotFound(f"task {task_id} not found in session {session_id}")
     if named.invocation_id is None:
@@ -277,9 +277,9 @@ async def once(
 
 async def turns_read_from(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, SessionRow]:
     """The session's framework, and where its turns are read: its runtime's own row when the runtime wrote
-    them under kagent's default user (forking.runtime_session), else the session's."""
+    them under kagent's default user (frameworks.runtime_session), else the session's."""
     framework = await frameworks.detect(svc.store, conn, source.id, source.user_id)
-    return framework, await forking.runtime_session(svc, conn, source, framework) or source
+    return framework, await frameworks.runtime_session(svc.store, conn, source, framework) or source
 
 
 def _count(wanted: int | float | str, available: int, boundary: str) -> int:
@@ -321,7 +321,7 @@ async def task_span(
                 break
             ids.append(t.task_id)
         ids = ids[: _count(wanted, len(ids), task_id)]
-        users = frameworks.runtime_users(source.user_id)
+        users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
         found = {
             r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)
         }

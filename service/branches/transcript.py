@@ -32,7 +32,7 @@ from service.kagent.store.events import TranscriptEvent
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.operations import plan
-from service.operations.forking import named_turn, runtime_session
+from service.operations.boundary import named_turn
 from service.schemas import one_boundary, rfc3339
 from service.services import Services
 
@@ -275,7 +275,7 @@ async def open_reading(
     open while its turns are read (one Reading at a time on a connection: its rows come through a cursor)."""
     framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id)
     # Read where the agent's runtime wrote the rows (as a fork reads them), told as the session it is.
-    runtime = await runtime_session(svc, conn, visible, framework)
+    runtime = await frameworks.runtime_session(svc.store, conn, visible, framework)
     source = dataclasses.replace(runtime, name=visible.name) if runtime is not None else visible
     sid, owner = source.id, source.user_id
     until = tasks_until = None
@@ -294,7 +294,7 @@ async def open_reading(
             raise NotFound(f"invocation {before} not found in session {sid}")
     if framework in frameworks.TASK_CHAT or not await svc.store.sessions.has_events(conn, sid, owner):
         # The tasks the turn listing lists: the owner's and those its runtime wrote under kagent's default user.
-        users = frameworks.runtime_users(owner)
+        users = await frameworks.runtime_users(svc.store, conn, sid, owner)
         tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, users), tasks_until or until)
         return Reading(session=source, framework=framework, tasks=tasks)
     events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=CUT_CHARS)

@@ -234,7 +234,7 @@ async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, fra
         await with_tasks(svc, conn, source, turns)
     else:
         # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
-        users = frameworks.runtime_users(source.user_id)
+        users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
         async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
             # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
             if not _complete(turns, row, None):

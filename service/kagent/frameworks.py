@@ -6,12 +6,14 @@ conversation in different places (docs/frameworks.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Literal
 
 from service.kagent import dialects
 from service.kagent.store import Store
 from service.kagent.store.base import Connection
+from service.kagent.store.sessions import SessionRow
 
 Framework = Literal["adk", "adk-go", "langgraph", "openai-agents", "crewai", "claude", "unknown"]
 
@@ -28,10 +30,16 @@ TASK_CHAT: tuple[Framework, ...] = ("langgraph", "crewai", "claude")
 _EVENT_KINDS: dict[str, Framework] = {"openai-agents": "openai-agents", "adk": "adk", "adk-go": "adk-go"}
 
 
-def runtime_users(owner: str) -> list[str]:
-    """The users whose rows of a session its agent's runtime may have written: the owner and kagent's
-    default user."""
-    return [owner] if owner == KAGENT_DEFAULT_USER else [owner, KAGENT_DEFAULT_USER]
+async def runtime_users(store: Store, conn: Connection, session_id: str, owner: str) -> list[str]:
+    """The users whose rows of the session are its owner's: the owner, and kagent's default user when the rows
+    its agent's runtime wrote there are provably the owner's (store.sessions.runtime_rows_owned: a fork of the
+    owner's, or the owner's row came first and no other user has one of that id). The one decision of whose
+    rows a session's are, for reading and writing alike (docs/frameworks.md)."""
+    if owner != KAGENT_DEFAULT_USER and await store.sessions.runtime_rows_owned(
+        conn, session_id, owner, KAGENT_DEFAULT_USER
+    ):
+        return [owner, KAGENT_DEFAULT_USER]
+    return [owner]
 
 
 def _task(text: str | None) -> dialects.JSON | None:
@@ -99,4 +107,38 @@ def decide(langgraph: bool, crewai: bool, event_kinds: list[str], first_task: st
 
 async def detect(store: Store, conn: Connection, session_id: str, owner: str) -> Framework:
     """The framework of the session `session_id` of `owner` (one query)."""
-    return decide(*await store.sessions.framework_signals(conn, session_id, runtime_users(owner)))
+    users = await runtime_users(store, conn, session_id, owner)
+    return decide(*await store.sessions.framework_signals(conn, session_id, users))
+
+
+async def runtime_session(
+    store: Store, conn: Connection, source: SessionRow, framework: Framework
+) -> SessionRow | None:
+    """The session row of the same id that the agent's runtime keeps under kagent's default user (or, when it
+    made none, the owner's row as that user's), when the runtime wrote the conversation there and not under the
+    session's owner (the 0.10.4 runtimes forward no user), and those rows are the owner's (runtime_users).
+    None: the owner's rows hold the conversation."""
+    if await written_elsewhere(store, conn, source, framework) is None:
+        return None
+    row = await store.sessions.get_session(conn, source.id, KAGENT_DEFAULT_USER)
+    # kagent-langgraph 0.10.4 writes tasks under that user with no session row of his: the rows are his all
+    # the same (a fork copies them under him, and writes no row the source lacks).
+    return row or dataclasses.replace(source, user_id=KAGENT_DEFAULT_USER)
+
+
+async def written_elsewhere(store: Store, conn: Connection, source: SessionRow, framework: Framework) -> str | None:
+    """Why this session's rows are read from kagent's default user's and not the owner's: its runtime wrote
+    them there (kagent-openai 0.10.4: its events, tasks and a session row; kagent-langgraph, kagent-crewai,
+    kagent-claude: their tasks), and they are the owner's (runtime_users). None: the owner's rows hold them."""
+    owner = source.user_id
+    if KAGENT_DEFAULT_USER not in await runtime_users(store, conn, source.id, owner):
+        return None
+    if framework == "openai-agents" and not await store.sessions.has_events(conn, source.id, owner):
+        return f"this session's agent (OpenAI Agents SDK) wrote its conversation under {KAGENT_DEFAULT_USER}"
+    if (
+        framework in ("langgraph", "crewai", "claude")
+        and await store.tasks.count_tasks(conn, source.id, owner) == 0
+        and await store.tasks.count_tasks(conn, source.id, KAGENT_DEFAULT_USER) > 0
+    ):
+        return f"this session's agent ({framework}) wrote its tasks under {KAGENT_DEFAULT_USER}"
+    return None

@@ -32,7 +32,7 @@ async def _thread(store: Store, conn: Connection, sid: str, owner: str) -> list[
     """The live checkpoints of the session's thread, each with its task; 422 when one names none (its turn,
     and so the cut, cannot be told)."""
     named = []
-    for c in await store.langgraph.checkpoints(conn, sid, runtime_users(owner)):
+    for c in await store.langgraph.checkpoints(conn, sid, await runtime_users(store, conn, sid, owner)):
         if (task := task_of(c)) is None:
             raise Unprocessable(
                 f"this session's LangGraph checkpoint {c.checkpoint_id} names no A2A task (a2a_task_id): the turn "

@@ -25,6 +25,7 @@ from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import ForkCut
 from service.operations import checkpoints, copying, crewai_state, plan, summary
+from service.operations.boundary import NamedTurn, mapped_boundary, named_turn
 from service.operations.copying import (
     Cut,
     Guess,
@@ -61,48 +62,6 @@ class ForkOutcome:
     created: bool  # 201 with a Location, else 200
     replayed: bool
     session_id: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class NamedTurn:
-    """The turn a request names, by its invocation or by its task (`rewind_before_task_id`)."""
-
-    invocation_id: str | None  # as asked, or the first turn the named task carries
-    task: TaskRow | None = None  # the named task, when it carries no invocation id: the turn starts at it
-    missing: str | None = None  # the task id asked for, when no live task of the session has it
-    # With `task`: where the turn's events begin (its input event in an OpenAI Agents SDK session, else the
-    # task's creation), and why the task's creation was taken when the input event could not be told.
-    events_from: datetime | None = None
-    note: str | None = None
-
-
-async def named_turn(
-    svc: Services, conn: Connection, source: SessionRow, invocation_id: str | None, task_id: str | None
-) -> NamedTurn:
-    """The turn named by `invocation_id` or `task_id` (one_boundary checked that not both). A task names
-    the first turn it carries; a task of an agent that writes no invocation id (every framework but ADK)
-    names the turn that starts with it."""
-    if task_id is None:
-        return NamedTurn(invocation_id=invocation_id)
-    row = await svc.store.tasks.owned_task(conn, source.id, source.user_id, task_id)
-    if row is None:
-        return NamedTurn(invocation_id=None, missing=task_id)
-    try:
-        invocation = dialects.first_turn_invocation(dialects.decode(row.data))
-    except dialects.TaskFormatError:
-        invocation = None
-    if invocation is not None:
-        return NamedTurn(invocation_id=invocation)
-    # A turn known by its task alone. In an OpenAI Agents SDK session its events begin at its input event,
-    # which kagent-openai writes a few ms after the task, or before it (docs/frameworks.md, "Naming a turn").
-    found = await svc.store.events.turn_input(conn, source.id, source.user_id, row.id)
-    note = None
-    if found.inputs and not found.paired:
-        note = (
-            f"the session's turn inputs do not pair one to one with its tasks: the turn of task {row.id} is cut "
-            "at the task's creation, not at its input event"
-        )
-    return NamedTurn(invocation_id=None, task=row, events_from=found.at or row.created_at, note=note)
 
 
 async def _find_cut(
@@ -186,30 +145,6 @@ async def _find_cut(
         boundary_found=found,
         warnings=tuple(warnings),
     )
-
-
-async def mapped_boundary(
-    svc: Services, conn: Connection, source: SessionRow, invocation_id: str
-) -> tuple[datetime | None, list[TaskRow]]:
-    """The turn's first event and the candidates for its task, as the exact searches find them, read from
-    the session's turn map (which the caller found trusted in its snapshot)."""
-    store, sid, owner = svc.store, source.id, source.user_id
-    turn = await store.turn_maps.turn(conn, sid, owner, invocation_id)
-    if turn is None:
-        return None, []
-    at = turn.event_first_at
-    if at is not None and turn.event_first_id is not None:
-        # A turn begins at the header_update just before its first event (boundary_event's rule).
-        opening = await store.turn_maps.opening(conn, sid, owner, (at, turn.event_first_id))
-        if opening is not None and opening[0] == at:  # an earlier event at the same instant: ask kagent's rows
-            at = await store.events.boundary_event_at(
-                conn, sid, owner, invocation_id, prefilter=dialects.verbatim_in_json(invocation_id)
-            )
-        elif opening is not None and opening[1] == "header_update":
-            at = opening[0]
-    rows = await store.turn_maps.tasks_by_id(conn, sid, owner, [turn.task_id] if turn.task_id else [])
-    tasks = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data) for r in rows]
-    return at, tasks
 
 
 def _running_turn(last: TaskRow | None, before: datetime | None) -> tuple[str | None, TaskRow, str | None] | None:
@@ -344,7 +279,7 @@ async def _fork_once(
         framework = await frameworks.detect(store, conn, visible.id, visible.user_id)
         notes = await _refusals(svc, conn, visible, framework, req)
         # The rows are read from the runtime's own session row when it wrote them under kagent's default user.
-        runtime = await runtime_session(svc, conn, visible, framework)
+        runtime = await frameworks.runtime_session(store, conn, visible, framework)
         source = runtime or visible
         sid, owner = source.id, source.user_id
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
@@ -438,7 +373,8 @@ async def _refusals(
         return ("a fork of the visible chat only: the agent keeps its conversation in its own pod and will not "
                 "remember this one",)  # fmt: skip
     if framework == "langgraph":
-        in_database = (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
+        users = await frameworks.runtime_users(store, conn, sid, owner)
+        in_database = (await store.sessions.framework_signals(conn, sid, users))[0]
         if not in_database:
             raise Unprocessable(
                 "this session's agent (LangGraph) keeps its state in its graph's own checkpointer, not in "
@@ -450,40 +386,6 @@ async def _refusals(
                 "tasks are copied one by one (per_task)"
             )
     return ()
-
-
-async def runtime_session(
-    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
-) -> SessionRow | None:
-    """The session row of the same id that the agent's runtime keeps under kagent's default user (or, when it
-    made none, the owner's row as that user's), when the runtime wrote the conversation there and not under the
-    session's owner (the 0.10.4 runtimes forward no user). None: the owner's rows hold the conversation."""
-    if await written_elsewhere(svc, conn, source, framework) is None:
-        return None
-    row = await svc.store.sessions.get_session(conn, source.id, frameworks.KAGENT_DEFAULT_USER)
-    # kagent-langgraph 0.10.4 writes tasks under that user with no session row of his: the rows are his all
-    # the same (a fork copies them under him, and writes no row the source lacks).
-    return row or dataclasses.replace(source, user_id=frameworks.KAGENT_DEFAULT_USER)
-
-
-async def written_elsewhere(
-    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework
-) -> str | None:
-    """Why this session's rows are read from kagent's default user's and not the owner's: its runtime wrote
-    them there (kagent-openai 0.10.4: its events, tasks and a session row; kagent-langgraph, kagent-crewai,
-    kagent-claude: their tasks), docs/frameworks.md. None: the owner's rows hold them."""
-    owner, store = source.user_id, svc.store
-    if owner == frameworks.KAGENT_DEFAULT_USER:
-        return None
-    if framework == "openai-agents" and not await store.sessions.has_events(conn, source.id, owner):
-        return f"this session's agent (OpenAI Agents SDK) wrote its conversation under {frameworks.KAGENT_DEFAULT_USER}"
-    if (
-        framework in ("langgraph", "crewai", "claude")
-        and await store.tasks.count_tasks(conn, source.id, owner) == 0
-        and await store.tasks.count_tasks(conn, source.id, frameworks.KAGENT_DEFAULT_USER) > 0
-    ):
-        return f"this session's agent ({framework}) wrote its tasks under {frameworks.KAGENT_DEFAULT_USER}"
-    return None
 
 
 async def _proven(fork: _Fork, cut: Cut) -> Proven | None:

@@ -23,7 +23,7 @@ from service.kagent.store.rewinds import Rewind
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import NewTask
 from service.operations import checkpoints, copying, crewai_state, plan, summary
-from service.operations.forking import NamedTurn, mapped_boundary, named_turn, runtime_session
+from service.operations.boundary import NamedTurn, mapped_boundary, named_turn
 from service.schemas import RewindRequest, Session, Summary, one_boundary, rfc3339, session_json
 from service.services import Services
 
@@ -176,7 +176,9 @@ async def _rewind_locked(
         )
     if (
         framework == "langgraph"
-        and not (await store.sessions.framework_signals(conn, sid, frameworks.runtime_users(owner)))[0]
+        and not (
+            await store.sessions.framework_signals(conn, sid, await frameworks.runtime_users(store, conn, sid, owner))
+        )[0]
     ):
         raise Unprocessable(
             "this session cannot be rewound: its LangGraph agent keeps its state in its graph's own checkpointer, "
@@ -184,7 +186,7 @@ async def _rewind_locked(
         )
     # The rows are hidden where the agent's runtime wrote them: under kagent's default user in its own row of
     # the session (kagent-openai 0.10.4), else the owner's; the record stays the owner's (docs/frameworks.md).
-    runtime = await runtime_session(svc, conn, source, framework)
+    runtime = await frameworks.runtime_session(store, conn, source, framework)
     rows = runtime or source
     keeper = rows.user_id
     named = await named_turn(svc, conn, rows, req.rewind_before_invocation_id, req.rewind_before_task_id)

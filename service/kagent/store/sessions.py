@@ -90,6 +90,10 @@ class Sessions:
         assert row is not None
         return bool(row["langgraph"]), bool(row["crewai"]), list(row["event_kinds"] or []), row["first_task"]
 
+    async def runtime_rows_owned(self, conn: Connection, session_id: str, owner: str, runtime_user: str) -> bool:
+        """Whether the session's rows under `runtime_user` (kagent's default user) are provably `owner`'s."""
+        return bool(await conn.fetchval(self.q["runtime_rows_owned"], session_id, owner, runtime_user))
+
     async def has_events(self, conn: Connection, session_id: str, owner: str) -> bool:
         return bool(await conn.fetchval(self.q["has_events"], session_id, owner))
 
