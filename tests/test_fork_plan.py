@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
 from service.errors import Unprocessable
@@ -12,6 +13,8 @@ from service.kagent import dialects
 from service.kagent.dialects import TaskDialect
 from service.kagent.store.tasks import TaskRow
 from service.operations import plan
+from service.services import Services
+from tests.helpers import new_user
 from tests.test_tasks import turn
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -84,3 +87,46 @@ def test_copier_merged_writes_one_task_at_the_first_tasks_time() -> None:
     assert merged.created_at == datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     assert copier.written == 1 and copier.messages == 4
     assert [m["messageId"] for m in json.loads(merged.data)["history"]] == ["u1", "a1", "u2", "a2"]
+
+
+TURN_SHAPES = [
+    ["a", "a", "b", "b", "c"],  # no openings (Go ADK, kagent-adk 1.0): a turn begins at its first event
+    ["header_update", "a", "a", "header_update", "b", "header_update", "c", "c"],  # kagent-adk 0.10.x
+    ["a", "header_update", "header_update", "b"],  # two openings: only the one just before the turn counts
+    ["header_update", "a", "b", "header_update"],  # a trailing opening belongs to no turn
+    ["a", None, "b", "b"],  # a row that names no invocation
+]
+
+
+@pytest.mark.parametrize("ids", TURN_SHAPES)
+def test_turn_start_is_the_first_event_or_its_opening(ids: list[str | None]) -> None:
+    for wanted in ("a", "b", "c", "missing"):
+        at = plan.turn_start(ids, wanted)
+        if wanted not in ids:
+            assert at is None
+            continue
+        assert at is not None
+        first = ids.index(wanted)
+        assert at == (first - 1 if first and ids[first - 1] == "header_update" else first)
+        assert all(x != wanted for x in ids[:at])  # nothing of the turn is before its start
+
+
+async def test_turn_start_agrees_with_the_boundary_event_query(services: Services, pool: asyncpg.Pool) -> None:
+    """plan.turn_start is boundary_event's rule for rows in hand: on the same events, both find the same start."""
+    for shape_index, ids in enumerate(TURN_SHAPES):
+        user, session = new_user(), f"turn-start-{shape_index}-{new_user()}"
+        times = [NOW + timedelta(seconds=i) for i in range(len(ids))]
+        rows = [
+            (f"e{i}", user, session, times[i], json.dumps({"invocation_id": x} if x else {"author": "user"}))
+            for i, x in enumerate(ids)
+        ]
+        async with pool.acquire() as conn:
+            await conn.executemany(
+                "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data)"
+                " VALUES ($1, $2, $3, $4, $4, $5)",
+                rows,
+            )
+            for wanted in ("a", "b", "c", "missing"):
+                at = await services.store.events.boundary_event_at(conn, session, user, wanted, prefilter=True)
+                index = plan.turn_start(ids, wanted)
+                assert at == (times[index] if index is not None else None), (ids, wanted)

@@ -10,6 +10,7 @@ from service.kagent import dialects
 from service.kagent.store.base import Connection
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
+from service.operations import plan
 from service.services import Services
 
 
@@ -66,13 +67,13 @@ async def mapped_boundary(
         return None, []
     at = turn.event_first_at
     if at is not None and turn.event_first_id is not None:
-        # A turn begins at the header_update just before its first event (boundary_event's rule).
+        # A turn begins at the header_update just before its first event (plan.turn_start, boundary_event's rule).
         opening = await store.turn_maps.opening(conn, sid, owner, (at, turn.event_first_id))
         if opening is not None and opening[0] == at:  # an earlier event at the same instant: ask kagent's rows
             at = await store.events.boundary_event_at(
                 conn, sid, owner, invocation_id, prefilter=dialects.verbatim_in_json(invocation_id)
             )
-        elif opening is not None and opening[1] == "header_update":
+        elif opening is not None and plan.turn_start([opening[1], invocation_id], invocation_id) == 0:
             at = opening[0]
     rows = await store.turn_maps.tasks_by_id(conn, sid, owner, [turn.task_id] if turn.task_id else [])
     tasks = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data) for r in rows]

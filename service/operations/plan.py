@@ -147,6 +147,22 @@ def find_boundary_task(candidates: Sequence[TaskRow], invocation_id: str) -> Bou
     return None
 
 
+TURN_OPENING = "header_update"  # the invocation id of the event kagent-adk 0.10.x writes before each turn
+
+
+def turn_start(invocation_ids: Sequence[str | None], invocation_id: str) -> int | None:
+    """Where the turn of `invocation_id` begins in a conversation's events, given their invocation ids in
+    the order the runtime reads them: the index of its first event, or of the event just before it when
+    that one is the "header_update" that opens the turn (kept, a hidden turn's request headers would stay
+    in the state the runtime rebuilds). None when no event carries the id. This is `boundary_event`'s rule
+    (sql/queries/events.sql) for rows already in hand: the turn map's boundary and a native ADK database
+    (kagent 1.0's per-Actor SQLite, docs/kagent-1.0.md) are cut by it."""
+    first = next((i for i, x in enumerate(invocation_ids) if x == invocation_id), None)
+    if first is not None and first > 0 and invocation_ids[first - 1] == TURN_OPENING:
+        return first - 1
+    return first
+
+
 def closed_warning(task_id: str, state: str | None) -> str:
     return f"task {task_id} was left in state {state!r}: its copy is closed as canceled"
 
