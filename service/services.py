@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from asyncpg.pool import PoolConnectionProxy
 from service.config import Settings
 from service.errors import Busy
 from service.kagent.store import Store
-from service.kagent.store.base import PoolBusy, check_not_holding, pooled_connection
+from service.kagent.store.base import CONNECTION_ERRORS, PoolBusy, check_not_holding, pooled_connection
 
 
 def _busy(seconds: float) -> Busy:
@@ -74,11 +75,13 @@ class Services:
                 yield
             finally:
                 if not conn.is_closed():
-                    await self.store.lineage.unlock_key(conn, scope, key)
+                    with contextlib.suppress(*CONNECTION_ERRORS):  # a dead connection's locks went with it
+                        await self.store.lineage.unlock_key(conn, scope, key)
         finally:
             # A lock left behind (a cancelled block, a statement timed out after it was granted) goes with
             # the pool's reset, which unlocks every advisory lock of the connection.
-            await self.locks.release(conn)
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await self.locks.release(conn)
 
 
 async def open_lock_pool(settings: Settings, dsn: str) -> asyncpg.Pool:

@@ -18,7 +18,7 @@ import msgspec
 from service.errors import NotFound, TooManyRequests, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent import dialects, frameworks, turn_map
-from service.kagent.store.base import Connection
+from service.kagent.store.base import CONNECTION_ERRORS, Connection
 from service.kagent.store.events import EventStats
 from service.kagent.store.lineage import Lineage
 from service.kagent.store.sessions import SessionRow
@@ -211,7 +211,20 @@ async def fork(
     into: Into | None = None,
 ) -> ForkOutcome:
     """Fork chat from here: a new session holding the conversation before the boundary turn."""
-    into = into or Into()
+    try:
+        return await _fork_or_doubt(svc, caller, session_id, req, idempotency_key, into or Into())
+    except CommitInDoubt as doubt:
+        # A success is answered as one once committed: the lineage record is written in the fork's transaction.
+        async with svc.connection() as conn:
+            if await svc.store.lineage.fork_exists(conn, doubt.outcome.session_id or "", caller.user_id):
+                log.warning("the connection failed at a fork's commit, which was made: answered as made")
+                return doubt.outcome
+        raise doubt.__cause__ or doubt from None
+
+
+async def _fork_or_doubt(
+    svc: Services, caller: Caller, session_id: str, req: ForkRequest, idempotency_key: str | None, into: Into
+) -> ForkOutcome:
     async with svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
             return await _fork_within_rate(svc, conn, caller, session_id, req, None, into)
@@ -249,6 +262,15 @@ async def _fork_within_rate(
         return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=rate)
 
 
+class CommitInDoubt(Exception):
+    """The fork's connection failed once its rows were written (at its COMMIT, or while its reader was let go):
+    whether it was committed is known only by looking (fork() does, on another connection)."""
+
+    def __init__(self, outcome: ForkOutcome) -> None:
+        super().__init__("the connection failed at the fork's commit")
+        self.outcome = outcome
+
+
 async def _fork_once(
     svc: Services,
     conn: Connection,
@@ -260,6 +282,33 @@ async def _fork_once(
     *,
     rate: int,
 ) -> ForkOutcome:
+    written: list[ForkOutcome] = []
+    try:
+        return await _fork_in_transaction(svc, conn, caller, session_id, req, idempotency, into, rate, written)
+    except CONNECTION_ERRORS as exc:
+        if written and written[0].created:
+            raise CommitInDoubt(written[0]) from exc
+        raise
+
+
+def _noted(written: list[ForkOutcome], outcome: ForkOutcome) -> ForkOutcome:
+    written.append(outcome)
+    return outcome
+
+
+async def _fork_in_transaction(
+    svc: Services,
+    conn: Connection,
+    caller: Caller,
+    session_id: str,
+    req: ForkRequest,
+    idempotency: tuple[str, str] | None,
+    into: Into,
+    rate: int,
+    written: list[ForkOutcome],
+) -> ForkOutcome:
+    """The fork in its one REPEATABLE READ transaction; `written` gets the answer once the rows are written,
+    before the commit."""
     store = svc.store
     # The source's turn map, made true to kagent's rows first (its own short transaction); read below only
     # if its guard holds in the fork's snapshot.
@@ -319,7 +368,9 @@ async def _fork_once(
             cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True, named=named)
             proven = await _proven(fork, cut) if not req.dry_run else None
             reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large and proven is None))
-            return await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
+            return _noted(
+                written, await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
+            )
         reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
         fork = dataclasses.replace(fork, reader=reader)
         boundary = req.rewind_before_invocation_id
@@ -335,14 +386,14 @@ async def _fork_once(
                 stack.push_async_callback(cancelled, guess.events_search)
                 try:
                     async with conn.transaction():  # a savepoint: a wrong guess leaves nothing behind
-                        return await _plan_and_write(fork, cut, guess)
+                        return _noted(written, await _plan_and_write(fork, cut, guess))
                 except GuessWrong as exc:
                     log.info("the boundary guessed from the last turns is not the fork's: %s", exc)
                 # Let the reader's search end: cancelled mid-statement, it would abort the reader's
                 # transaction, which the exact cut below reads in.
                 await asyncio.wait((guess.events_search,))
         cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named)
-        return await _plan_and_write(fork, cut, None)
+        return _noted(written, await _plan_and_write(fork, cut, None))
 
 
 async def _refusals(

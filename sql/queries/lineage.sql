@@ -60,3 +60,7 @@ WHERE user_id = $1 AND created_at > NOW() - interval '1 minute'
 ORDER BY created_at DESC
 OFFSET $2 - 1
 LIMIT 1;
+
+-- name: fork_exists
+-- Whether the service made this fork (its lineage record is written in the fork's own transaction).
+SELECT EXISTS (SELECT 1 FROM {schema}.fork WHERE session_id = $1 AND user_id = $2);

@@ -115,7 +115,10 @@ async def pooled_connection(
         held[0] = False
         with contextlib.suppress(ValueError):  # a block left in another context than it was entered in
             _held.reset(token)
-        await pool.release(conn)
+        # A connection that died during the block fails its reset here; asyncpg has closed it already, and the
+        # block's outcome (a commit, say) stands: it is not turned into an error.
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            await pool.release(conn)
 
 
 def sql_dir() -> Path:

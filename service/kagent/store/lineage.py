@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.kagent.store.base import (
+    CONNECTION_ERRORS,
     Connection,
     Queries,
 )
@@ -79,13 +80,18 @@ class LineageStore:
     @contextlib.asynccontextmanager
     async def key_lock(self, conn: Connection, scope: str, key: str) -> AsyncIterator[None]:
         """A session-level advisory lock on (scope, key), held for the block. A connection that died
-        took its locks with it, and the pool's reset unlocks whatever a cancelled block left."""
+        took its locks with it (so its unlock failing is no failure of the block: work the block committed
+        stays answered as committed), and the pool's reset unlocks whatever a cancelled block left."""
         await self.lock_key(conn, scope, key)
         try:
             yield
         finally:
             if not conn.is_closed():
-                await self.unlock_key(conn, scope, key)
+                with contextlib.suppress(*CONNECTION_ERRORS):
+                    await self.unlock_key(conn, scope, key)
+
+    async def fork_exists(self, conn: Connection, session_id: str, user_id: str) -> bool:
+        return bool(await conn.fetchval(self.q["fork_exists"], session_id, user_id))
 
     async def lock_key(self, conn: Connection, scope: str, key: str) -> None:
         await conn.execute(self.q["advisory_lock"], f"{scope}\n{key}")
