@@ -18,7 +18,7 @@ from service.agents import whatif
 from service.config import Settings
 from service.doors import api, experiments_http, mcp_apps, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
-from service.kagent import invocation_index
+from service.kagent import invocation_index, turn_map
 from service.kagent.migrate import check_kagent_schema, migrate
 from service.kagent.store import Store
 from service.kagent.store.base import CONNECTION_ERRORS
@@ -197,6 +197,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
                     yield
             finally:
                 await runner.stop()
+                await turn_map.settled(cancel=True)
         finally:
             await close_pool(pool)
 

@@ -151,7 +151,8 @@ async def invocations(
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
     store = svc.store
-    async with svc.connection() as conn:
+    # A session never asked about is listed from kagent's rows and mapped after (turn_map.first_touch_exact).
+    async with turn_map.first_touch_exact(store, svc.connection), svc.connection() as conn:
         # The session's turn map is made true first (its own short transaction), then read in the
         # listing's snapshot if its guard holds there.
         source, _ = await visible_session(svc, conn, caller, session_id)

@@ -277,7 +277,8 @@ async def fork(
 ) -> ForkOutcome:
     """Fork chat from here: a new session holding the conversation before the boundary turn."""
     into = into or Into()
-    async with svc.connection() as conn:
+    # A source never asked about is forked (or planned) from kagent's rows and mapped after (docs/turn-map.md).
+    async with turn_map.first_touch_exact(svc.store, svc.connection), svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
             return await _fork_within_rate(svc, conn, caller, session_id, req, None, into)
         digest = request_hash(session_id, req)
