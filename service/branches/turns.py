@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,7 @@ from service.kagent.store.events import EventTurn
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import MapTurn
-from service.operations import plan
+from service.operations import copying, plan
 from service.schemas import rfc3339
 from service.services import Services
 
@@ -83,6 +84,69 @@ async def with_tasks(
     user text when the events had none, and the turns only tasks know (started at the task's time)."""
     async for row in svc.store.tasks.stream_tasks_before(conn, source.id, source.user_id, None):
         _complete(turns, row, None)
+    return turns
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TaskFacts:
+    """What `_complete` takes from one task, read before the turns it completes are known."""
+
+    row: TaskRow  # its id and created_at (data emptied: the facts below are what is kept of it)
+    state: str | None
+    carried: list[str]
+    marks: dict[str, dialects.ChatMarks]
+    user_texts: dict[str, str | None]
+
+
+def _facts(row: TaskRow) -> _TaskFacts | None:
+    """None: a task that is not JSON (skipped, as `_complete` skips it)."""
+    try:
+        data = dialects.decode(row.data)
+    except dialects.TaskFormatError:
+        return None
+    dialect = plan.dialect_of(row)
+    carried = dialects.invocation_ids(data)
+    texts = {inv: dialects.first_user_text(data, dialect, inv) for inv in carried}
+    return _TaskFacts(
+        row=TaskRow(id=row.id, created_at=row.created_at, protocol_version=row.protocol_version, data=""),
+        state=dialects.state(data), carried=carried, marks=dialects.chat_marks(data, dialect),
+        user_texts={inv: text[:USER_TEXT_CHARS] if text else None for inv, text in texts.items()},
+    )  # fmt: skip
+
+
+def _apply(turns: dict[str, TurnInfo], facts: _TaskFacts) -> None:
+    """`_complete` of one task, from its facts."""
+    row = facts.row
+    for invocation_id in facts.carried:
+        turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=row.created_at))
+        if row.id not in turn.task_ids:
+            turn.task_ids.append(row.id)
+            mark = facts.marks[invocation_id]
+            turn.marks.message_ids += mark.message_ids
+            turn.marks.call_ids += mark.call_ids
+            turn.marks.response_ids += mark.response_ids
+            turn.marks.text_count += mark.text_count
+        if turn.task_id is None:
+            turn.task_id, turn.state = row.id, facts.state
+        if turn.user_text is None:
+            turn.user_text = facts.user_texts[invocation_id]
+
+
+async def _adk_turns(svc: Services, conn: Connection, source: SessionRow) -> dict[str, TurnInfo]:
+    """turn_index's turns, the events read on a second connection in the same snapshot while the tasks are
+    streamed and read here (each side reads all of the session's rows of its table: at once, on two cores)."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    async with copying.snapshot_reader(svc, conn, wanted=conn.is_in_transaction()) as reader:
+        if reader is None:
+            return await turn_index(svc, conn, source)
+        events = asyncio.ensure_future(store.events.event_turns(reader, sid, owner))
+        try:
+            read = [f async for row in store.tasks.stream_tasks_before(conn, sid, owner, None) if (f := _facts(row))]
+            turns = {t.invocation_id: _turn_info(t) for t in await events}
+        finally:
+            await copying.cancelled(events)
+    for facts in read:
+        _apply(turns, facts)
     return turns
 
 
@@ -227,19 +291,19 @@ async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, fra
     """Every turn of the session in the listing's order, read from all of its rows (no map, no index): for an
     agent that writes no invocation id, one turn per task (keyed TASK_TURN + its id), in the tasks' order.
     Needs a transaction."""
+    if framework in ("adk", "adk-go"):
+        # A task without an invocation id is a turn just started here (its events name it).
+        turns = await _adk_turns(svc, conn, source)
+        return sorted(turns.values(), key=lambda t: t.started_at)
     turns = {
         t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
     }
-    if framework in ("adk", "adk-go"):
-        # A task without an invocation id is a turn just started here (its events name it).
-        await with_tasks(svc, conn, source, turns)
-    else:
-        # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
-        users = frameworks.runtime_users(source.user_id)
-        async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
-            # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
-            if not _complete(turns, row, None):
-                turns[TASK_TURN + row.id] = _task_turn(row)
+    # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
+    users = frameworks.runtime_users(source.user_id)
+    async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
+        # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
+        if not _complete(turns, row, None):
+            turns[TASK_TURN + row.id] = _task_turn(row)
     return sorted(turns.values(), key=lambda t: t.started_at)
 
 
