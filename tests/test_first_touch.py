@@ -115,7 +115,9 @@ async def test_a_first_listing_and_dry_run_answer_as_with_the_map(
         await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, invocation_id))
 
 
-async def test_a_long_session_first_touch_answers_as_with_the_map(svc: Services, deferred: list[tuple[str, str]]) -> None:
+async def test_a_long_session_first_touch_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]]
+) -> None:
     """A generated session of 1,200 events: its first pages, and a dry run before its 90 % turn."""
     async with svc.pool.acquire() as conn:
         s = await insert_session(conn, SessionSpec(turns=120))
