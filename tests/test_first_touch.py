@@ -18,7 +18,7 @@ from service.identity import Caller
 from service.kagent import turn_map
 from service.kagent.migrate import migrate
 from service.kagent.store import Store
-from service.operations import forking
+from service.operations import copying, forking
 from service.schemas import ForkRequest
 from service.services import Services
 from tests.conftest import create_database, drop_database
@@ -103,10 +103,14 @@ CONVERSATIONS = [
 ]
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 @pytest.mark.parametrize("shape", CONVERSATIONS, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
 async def test_a_first_listing_and_dry_run_answer_as_with_the_map(
-    svc: Services, deferred: list[tuple[str, str]], shape: dict[str, Any]
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch, shape: dict[str, Any], large: bool
 ) -> None:
+    """`large`: read as a session of 200 tasks or more is (a dry run without a map counts the events on a second
+    connection while it reads the tasks)."""
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
     conv = await seed(svc.pool, **shape)
     caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
     for limit in (1, 2, 100):
