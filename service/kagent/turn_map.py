@@ -2,7 +2,8 @@
 (each turn's first event and task, its events, the running sums a dry run answers), kept in the service's
 own schema (migration 0008, docs/turn-map.md). Nothing is added to kagent's tables or to its writes.
 
-A map is made the first time a session is asked about, extended from the events newer than its
+A map is made the first time a session is asked about (after that ask, in the background, for a listing or a
+fork: `first_touch_exact`), extended from the events newer than its
 watermark and the tasks kagent wrote since, kept true by the service's own rewinds (and forgotten by an
 undo), and read only after its guard (`trusted`) found that what it claims still holds: kagent's
 `session.updated_at` (which its InsertEvent and UpsertTask move), the soft-deleted rows of the session
