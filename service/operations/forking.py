@@ -361,10 +361,12 @@ async def _fork_once(
             and not await store.sessions.has_events(conn, sid, owner)
         ):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
-        large = (  # a dry run of a session without a map too: it reads the events while it reads the tasks
-            last_task is not None and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
-        )
         mapped = mapped and await turn_map.usable(store, conn, sid, owner)
+        large = (  # a dry run without a map too: it reads the events while it reads the tasks
+            last_task is not None
+            and not (req.dry_run and mapped)
+            and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
+        )
         root_id, root_owner, depth = await _lineage_parent(svc, conn, visible)
         named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
         # From here the request names the turn by its invocation when it has one (the answer says both).
