@@ -18,7 +18,7 @@ from service.agents import whatif
 from service.config import Settings
 from service.doors import api, experiments_http, mcp_apps, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
-from service.kagent import invocation_index
+from service.kagent import invocation_index, turn_map
 from service.kagent.migrate import check_kagent_schema, migrate
 from service.kagent.store import Store
 from service.kagent.store.base import CONNECTION_ERRORS
@@ -78,6 +78,13 @@ SELECT EXISTS (
 """
 
 
+# JIT compilation: every statement of the service reads one session's rows (at most a few hundred thousand),
+# but the service's SQL functions make the planner's estimates pass jit_above_cost, and compiling took longer
+# than running: a dry run's count of 100,000 events spent 2.4 s of 8.2 s compiling (docs/turn-map.md, "The
+# first touch"). Off, unless the operator chose a value (server, database, role or connection string).
+_JIT_CHOSEN = "SELECT source <> 'default' FROM pg_settings WHERE name = 'jit'"
+
+
 # How long a shutdown waits for borrowed connections to come back before cutting them.
 POOL_CLOSE_SECONDS = 10.0
 
@@ -88,9 +95,11 @@ async def connection_setup(dsn: str, connect_seconds: float) -> str | None:
     conn = await asyncpg.connect(dsn, timeout=connect_seconds)
     try:
         lz4 = bool(await conn.fetchval(_LZ4_CHOOSABLE))
+        jit_chosen = bool(await conn.fetchval(_JIT_CHOSEN))
     finally:
         await conn.close()
-    return "SET default_toast_compression = lz4" if lz4 else None
+    sets = [*(["default_toast_compression = lz4"] if lz4 else []), *([] if jit_chosen else ["jit = off"])]
+    return "; ".join(f"SET {s}" for s in sets) or None
 
 
 async def open_pool(settings: Settings, dsn: str) -> asyncpg.Pool:
@@ -198,6 +207,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
                     yield
             finally:
                 await runner.stop()
+                await turn_map.settled(cancel=True)
         finally:
             await close_pool(pool)
             await close_pool(locks)

@@ -51,6 +51,7 @@ async def svc(own_db: str) -> AsyncIterator[Services]:
         await migrate(conn, settings.service_schema)
     store = Store(settings.service_schema)
     store.turn_map_min_tasks = 0
+    store.turn_map_background = False  # the map made inside the operation that asks (test_first_touch: after)
     try:
         yield Services(settings=settings, store=store, pool=pool)
     finally:
@@ -341,6 +342,7 @@ async def test_nothing_is_added_to_kagent_tables(server_url: str) -> None:
             try:
                 store = Store(settings.service_schema)
                 store.turn_map_min_tasks = 0
+                store.turn_map_background = False
                 svc = Services(settings=settings, store=store, pool=pool)
                 conv = await seed(pool, dialect="v1", turns=4, tool_calls=True)
                 caller = Caller(user_id=conv.user_id)
@@ -560,6 +562,7 @@ async def test_a_mapped_fork_over_the_event_cap_writes_nothing(own_db: str) -> N
             await migrate(conn, settings.service_schema)
         store = Store(settings.service_schema, max_fork_events=10)
         store.turn_map_min_tasks = 0
+        store.turn_map_background = False
         svc = Services(settings=settings, store=store, pool=pool)
         conv = await seed(pool, dialect="v1", turns=6, tool_calls=True)
         caller = Caller(user_id=conv.user_id)

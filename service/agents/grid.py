@@ -191,6 +191,7 @@ async def source_turns(svc: Services, conn: Connection, row: ExperimentRow) -> l
                 source.user_id,
                 t.started_at,
                 until,
+                conn=conn,
                 state=a2a_client.state_label(infos[t.invocation_id].state),
             )
         )

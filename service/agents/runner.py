@@ -112,10 +112,21 @@ def question_of(parts: list[object]) -> str | None:
 
 
 async def turn_figures(
-    svc: Services, session_id: str, owner: str, since: datetime, until: datetime | None, **known: object
+    svc: Services,
+    session_id: str,
+    owner: str,
+    since: datetime,
+    until: datetime | None,
+    *,
+    conn: Connection | None = None,
+    **known: object,
 ) -> TurnFigures:
-    """A turn's figures from the events written in [since, until) (the branch summary's one query)."""
-    async with svc.connection() as conn:
+    """A turn's figures from the events written in [since, until) (the branch summary's one query), on `conn`
+    when the caller holds one (a task never waits for a second pooled connection), else on one of its own."""
+    if conn is None:
+        async with svc.connection() as own:
+            t = await summary.tally(svc.store, own, session_id, owner, since, until)
+    else:
         t = await summary.tally(svc.store, conn, session_id, owner, since, until)
     duration = (t.last_at - t.first_at).total_seconds() if t.first_at and t.last_at else 0.0
     fields: dict[str, object] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,7 @@ from service.kagent.store.events import EventTurn
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import MapTurn
-from service.operations import plan
+from service.operations import copying, plan
 from service.schemas import rfc3339
 from service.services import Services
 
@@ -86,6 +87,80 @@ async def with_tasks(
     return turns
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Carried:
+    """What the listing's order needs of one task, read before the turns are: the turns it carries, its state."""
+
+    id: str
+    created_at: datetime
+    state: str | None
+    carried: list[str]
+
+
+def _carried(row: TaskRow) -> _Carried | None:
+    """None: a task that is not JSON (skipped, as `_complete` skips it)."""
+    try:
+        data = dialects.decode(row.data)
+    except dialects.TaskFormatError:
+        return None
+    plan.dialect_of(row)  # an unknown protocol_version is refused here, as `_complete` refuses it
+    return _Carried(id=row.id, created_at=row.created_at, state=dialects.state(data),
+                    carried=dialects.invocation_ids(data))  # fmt: skip
+
+
+async def _adk_order(svc: Services, conn: Connection, source: SessionRow) -> tuple[dict[str, TurnInfo], list[str]]:
+    """Every turn of an ADK session as turn_index makes it but for what only a page needs (its chat marks, and its
+    user text when its events have none: `_with_page_tasks`), and the task ids in the order read. The events are
+    read on a second connection in the same snapshot while the tasks are read here (each side reads all of the
+    session's rows of its table: at once, on two cores)."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    async with copying.snapshot_reader(svc, conn, wanted=True) as reader:
+        events = asyncio.ensure_future(store.events.event_turns(reader or conn, sid, owner))
+        try:
+            if reader is None:
+                await asyncio.wait((events,))  # one connection: the events first
+            read = [c async for row in store.tasks.stream_tasks_before(conn, sid, owner, None) if (c := _carried(row))]
+            turns = {t.invocation_id: _turn_info(t) for t in await events}
+        finally:
+            await copying.cancelled(events)
+    for task in read:
+        for invocation_id in task.carried:
+            turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=task.created_at))
+            if task.id not in turn.task_ids:
+                turn.task_ids.append(task.id)
+            if turn.task_id is None:
+                turn.task_id, turn.state = task.id, task.state
+    return turns, [task.id for task in read]
+
+
+async def _with_page_tasks(
+    svc: Services, conn: Connection, source: SessionRow, page: list[TurnInfo], order: list[str]
+) -> None:
+    """The page's turns completed as `_complete` completes them (each one's chat marks from every task carrying
+    it, its user text from its tasks when its events have none), the page's tasks read again by id, in `order`."""
+    wanted = {t.invocation_id: t for t in page}
+    rank = {task_id: index for index, task_id in enumerate(order)}
+    ids = sorted({task_id for t in page for task_id in t.task_ids})
+    rows = await svc.store.turn_maps.tasks_by_id(conn, source.id, source.user_id, ids)
+    for row in sorted(rows, key=lambda r: rank[r.id]):
+        data = dialects.decode(row.data)  # JSON: `_carried` read it
+        dialect = plan.dialect_of(TaskRow(id=row.id, created_at=row.created_at, protocol_version=row.protocol_version,
+                                          data=""))  # fmt: skip
+        marks = dialects.chat_marks(data, dialect)
+        for invocation_id in dialects.invocation_ids(data):
+            turn = wanted.get(invocation_id)
+            if turn is None:
+                continue
+            mark = marks[invocation_id]
+            turn.marks.message_ids += mark.message_ids
+            turn.marks.call_ids += mark.call_ids
+            turn.marks.response_ids += mark.response_ids
+            turn.marks.text_count += mark.text_count
+            if turn.user_text is None:
+                text = dialects.first_user_text(data, dialect, invocation_id)
+                turn.user_text = text[:USER_TEXT_CHARS] if text else None
+
+
 def _task_turn(row: TaskRow) -> TurnInfo:
     """A turn known only by its task: it starts with the task, which holds its user text and state."""
     turn = TurnInfo(invocation_id=TASK_TURN + row.id, started_at=row.created_at, task_id=row.id, task_ids=[row.id])
@@ -151,7 +226,8 @@ async def invocations(
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
     store = svc.store
-    async with svc.connection() as conn:
+    # A session never asked about is listed from kagent's rows and mapped after (turn_map.first_touch_exact).
+    async with turn_map.first_touch_exact(store, svc.connection), svc.connection() as conn:
         # The session's turn map is made true first (its own short transaction), then read in the
         # listing's snapshot if its guard holds there.
         source, _ = await visible_session(svc, conn, caller, session_id)
@@ -206,8 +282,14 @@ def _mapped(t: MapTurn) -> TurnInfo:
 async def _read_page(
     svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
 ) -> Page:
-    """A page read from kagent's rows: all of them, sorted."""
-    ordered = await ordered_turns(svc, conn, source, framework)
+    """A page read from kagent's rows: all of them, sorted (an ADK session's chat marks, and its tasks' user texts,
+    only for the page's turns)."""
+    order = None
+    if framework in ("adk", "adk-go"):
+        turns, order = await _adk_order(svc, conn, source)
+        ordered = sorted(turns.values(), key=lambda t: t.started_at)
+    else:
+        ordered = await ordered_turns(svc, conn, source, framework)
     start = 0
     if after is not None:
         # A turn is named by its invocation id, or by its task when it has none.
@@ -219,6 +301,8 @@ async def _read_page(
             raise BadRequest(f"after names no turn of this session: {after}")
         start = index + 1
     page = ordered[start : start + limit]
+    if order is not None:
+        await _with_page_tasks(svc, conn, source, page, order)
     return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
 
 
@@ -232,13 +316,13 @@ async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, fra
     if framework in ("adk", "adk-go"):
         # A task without an invocation id is a turn just started here (its events name it).
         await with_tasks(svc, conn, source, turns)
-    else:
-        # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
-        users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
-        async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
-            # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
-            if not _complete(turns, row, None):
-                turns[TASK_TURN + row.id] = _task_turn(row)
+        return sorted(turns.values(), key=lambda t: t.started_at)
+    # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
+    users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
+    async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
+        # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
+        if not _complete(turns, row, None):
+            turns[TASK_TURN + row.id] = _task_turn(row)
     return sorted(turns.values(), key=lambda t: t.started_at)
 
 

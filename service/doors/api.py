@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import tempfile
 import time
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
@@ -231,32 +232,44 @@ async def list_invocations(request: AnyRequest, session_id: FromPath[str]) -> Re
 TRANSCRIPT_FORMATS = {"json": "application/json", "markdown": "text/markdown"}
 
 
+# A transcript is read whole before its first byte is sent, into memory up to this size and into a temporary
+# file beyond it: the connection and its snapshot are held for as long as PostgreSQL takes to give the rows,
+# never for as long as a slow or stalled client takes to read them (docs/reliability.md).
+TRANSCRIPT_SPOOL_MEMORY_BYTES = 8 * 1024 * 1024
+TRANSCRIPT_SEND_BYTES = 64 * 1024
+
+
 @get("/api/sessions/{session_id:str}/transcript")
 async def session_transcript(request: AnyRequest, session_id: FromPath[str]) -> Stream:
-    """Streamed while the events are read: every refusal (400, 404) is raised before the first byte."""
+    """Read whole, then sent: every refusal (400, 404) is raised before the first byte."""
     form = _query_text(request, "format") or "json"
     if form not in TRANSCRIPT_FORMATS:
         raise BadRequest(f"query parameter format must be one of {sorted(TRANSCRIPT_FORMATS)}, got {form!r}")
     before, before_task = _query_text(request, "before"), _query_text(request, "before_task")
     svc, caller = services(request), caller_of(request)
-
-    async def body() -> AsyncGenerator[bytes, None]:
-        async with transcript.reading(svc, caller, checked_id(session_id), before=before, before_task=before_task) as r:
-            yield b""  # the session is visible and `before` found: the answer can start
-            if form == "markdown":
-                async for chunk in transcript.markdown_chunks(r):
-                    yield chunk
-            else:
-                async for chunk in transcript.json_chunks(r, message="Successfully read transcript"):
-                    yield chunk
-
-    chunks = body()
+    spool = tempfile.SpooledTemporaryFile(max_size=TRANSCRIPT_SPOOL_MEMORY_BYTES)  # noqa: SIM115 (closed by send)
     try:
-        await anext(chunks)
+        async with transcript.reading(svc, caller, checked_id(session_id), before=before, before_task=before_task) as r:
+            chunks = (
+                transcript.markdown_chunks(r)
+                if form == "markdown"
+                else transcript.json_chunks(r, message="Successfully read transcript")
+            )
+            async for chunk in chunks:
+                spool.write(chunk)
+        spool.seek(0)
     except BaseException:
-        await chunks.aclose()
+        spool.close()
         raise
-    return Stream(chunks, media_type=TRANSCRIPT_FORMATS[form])
+
+    async def send() -> AsyncGenerator[bytes, None]:
+        try:
+            while block := spool.read(TRANSCRIPT_SEND_BYTES):
+                yield block
+        finally:
+            spool.close()
+
+    return Stream(send(), media_type=TRANSCRIPT_FORMATS[form])
 
 
 @get("/api/sessions/{session_id:str}/rewinds")

@@ -2,7 +2,8 @@
 (each turn's first event and task, its events, the running sums a dry run answers), kept in the service's
 own schema (migration 0008, docs/turn-map.md). Nothing is added to kagent's tables or to its writes.
 
-A map is made the first time a session is asked about, extended from the events newer than its
+A map is made the first time a session is asked about (after that ask, in the background, for a listing or a
+fork: `first_touch_exact`), extended from the events newer than its
 watermark and the tasks kagent wrote since, kept true by the service's own rewinds (and forgotten by an
 undo), and read only after its guard (`trusted`) found that what it claims still holds: kagent's
 `session.updated_at` (which its InsertEvent and UpsertTask move), the soft-deleted rows of the session
@@ -14,6 +15,12 @@ only inside their own snapshot, after `trusted` said yes there, and use the exac
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import asyncpg
@@ -31,6 +38,8 @@ from service.kagent.store.turn_map import (
     MapState,
     TaskFigures,
 )
+
+log = logging.getLogger("kagent_fork")
 
 VERSION = 1
 USER_TEXT_CHARS = 200
@@ -70,7 +79,9 @@ async def usable(store: Store, conn: Connection, session_id: str, owner: str) ->
 
 async def prepare(store: Store, conn: Connection, session_id: str, owner: str) -> bool:
     """Outside any transaction: the session's map made true to kagent's rows now, if the session is large
-    enough to have one. False: no map (small, the map is off, or a task the reader refuses)."""
+    enough to have one. False: no map (small, the map is off, or a task the reader refuses), or, within
+    `first_touch_exact`, a map still to be built (from scratch: none yet, or one to rebuild), which is then
+    built after the operation, in the background."""
     minimum = store.turn_map_min_tasks
     if minimum is None:
         return False
@@ -79,12 +90,75 @@ async def prepare(store: Store, conn: Connection, session_id: str, owner: str) -
         return True  # the common case, read without the lock or a transaction of its own
     if state is None and minimum > 0 and await store.tasks.count_tasks(conn, session_id, owner) < minimum:
         return False
+    deferred = _deferred.get()
+    if deferred is not None and not _intact(state, marks, last_run):
+        deferred.sessions.append((session_id, owner))
+        return False
     try:
         return await ensure(store, conn, session_id, owner)
     except Unmappable:
         return False
     except asyncpg.SerializationError:
         return False  # a rewind changed the map meanwhile: this request reads exactly, the next one maps
+
+
+Connect = Callable[[], AbstractAsyncContextManager[Connection]]
+
+
+@dataclass
+class _Deferred:
+    sessions: list[tuple[str, str]] = field(default_factory=list)
+
+
+_deferred: ContextVar[_Deferred | None] = ContextVar("turn_map_deferred", default=None)
+_building: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+
+@asynccontextmanager
+async def first_touch_exact(store: Store, connect: Connect) -> AsyncIterator[None]:
+    """Around an operation: a session whose map must be built from scratch (the first touch of a session
+    kagent wrote before anyone asked about it, or a map to rebuild) is answered by the exact reads, as
+    without a map, and its map is built once the operation is over, in the background, on a connection of
+    its own (`connect`), so that the next ask reads it (docs/turn-map.md, "The first touch"). Without
+    `store.turn_map_background` the map is built first, inside the operation, as before."""
+    if not store.turn_map_background:
+        yield
+        return
+    deferred = _Deferred()
+    token = _deferred.set(deferred)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+        for session_id, owner in deferred.sessions:
+            _start(store, connect, session_id, owner)
+
+
+def _start(store: Store, connect: Connect, session_id: str, owner: str) -> None:
+    key = (session_id, owner)
+    if key in _building:
+        return  # one build of a session at a time in this process (and one in all: ensure's lock)
+    task = asyncio.get_running_loop().create_task(_build_later(store, connect, session_id, owner))
+    _building[key] = task
+    task.add_done_callback(lambda _: _building.pop(key, None))
+
+
+async def _build_later(store: Store, connect: Connect, session_id: str, owner: str) -> None:
+    try:
+        async with connect() as conn:
+            await prepare(store, conn, session_id, owner)  # its guard again: another replica may have built it
+    except Exception as exc:  # the operation was answered exactly; the next ask builds it
+        log.warning("a session's turn map was not built in the background: %s", type(exc).__name__)
+
+
+async def settled(*, cancel: bool = False) -> None:
+    """Once every background build this process started is over (the tests), or cancelled (`cancel`: the
+    app's shutdown, before its pool closes; a cancelled build writes nothing, and the next ask builds it)."""
+    while _building:
+        running = list(_building.values())
+        for task in running if cancel else ():
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
 
 async def ensure(store: Store, conn: Connection, session_id: str, owner: str) -> bool:

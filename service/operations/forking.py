@@ -225,7 +225,8 @@ async def fork(
 async def _fork_or_doubt(
     svc: Services, caller: Caller, session_id: str, req: ForkRequest, idempotency_key: str | None, into: Into
 ) -> ForkOutcome:
-    async with svc.connection() as conn:
+    # A source never asked about is forked (or planned) from kagent's rows and mapped after (docs/turn-map.md).
+    async with turn_map.first_touch_exact(svc.store, svc.connection), svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
             return await _fork_within_rate(svc, conn, caller, session_id, req, None, into)
         digest = request_hash(session_id, req)
@@ -344,12 +345,12 @@ async def _fork_in_transaction(
             and not await store.sessions.has_events(conn, sid, owner)
         ):
             raise Unprocessable("this session has tasks but no events: its agent keeps its state outside kagent")
-        large = (
-            not req.dry_run
-            and last_task is not None
+        mapped = mapped and await turn_map.usable(store, conn, sid, owner)
+        large = (  # a dry run without a map too: it reads the events while it reads the tasks
+            last_task is not None
+            and not (req.dry_run and mapped)
             and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
-        mapped = mapped and await turn_map.usable(store, conn, sid, owner)
         root_id, root_owner, depth = await _lineage_parent(svc, conn, visible)
         named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
         # From here the request names the turn by its invocation when it has one (the answer says both).
@@ -367,7 +368,8 @@ async def _fork_in_transaction(
             # SELECT alone; any other is written by the Python rewrite, fed by a reader when large.
             cut = await _find_cut(svc, conn, None, source, req, last_task, mapped=True, named=named)
             proven = await _proven(fork, cut) if not req.dry_run else None
-            reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large and proven is None))
+            wanted = large and proven is None and not req.dry_run
+            reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=wanted))
             return _noted(
                 written, await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
             )
@@ -378,7 +380,7 @@ async def _fork_in_transaction(
         # turns, proven by the server copy, spares that. With it the exact cut is a read of the map.
         # Only the server copy (per_task tasks of the owner) proves a guess: a guess for a merged fork
         # was always undone (360 ms lost at 100,000 legacy events, bench/pieces.py), so none is made.
-        guessing = not mapped and caller.user_id == owner
+        guessing = not mapped and caller.user_id == owner and not req.dry_run
         if guessing and reader is not None and boundary is not None and await _always_per_task(svc, conn, source, req):
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:
@@ -545,7 +547,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
         warnings.append(plan.V1_MERGED_WARNING)
-    elif layout == "merged" and fork.reader is not None:
+    elif layout == "merged" and fork.reader is not None and not req.dry_run:  # a dry run's reader counts events
         # On the reader, while the fork's connection copies the events (copying.copy_rows awaits it).
         settle = asyncio.ensure_future(_merge_check(svc, fork.reader, source, cut, req.task_layout))
     elif layout == "merged":
@@ -556,16 +558,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=fork.runtime_user or caller.user_id, now=now)
 
     if req.dry_run:
-        figures = (
-            await store.turn_maps.figures.figures_before(conn, sid, owner, cut.events_before) if fork.mapped else None
-        )
-        if figures is not None:
-            stats = EventStats(events=figures[0], bytes=figures[1], text_chars=figures[2])
-        else:
-            stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
+        stats, task_bytes = await _dry_run_figures(fork, cut, copier, layout)
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
-        task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
         text_chars = stats.text_chars
         if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
             text_chars += await summary.tasks_text_chars(store, conn, sid, owner, cut.tasks_before)
@@ -658,6 +653,27 @@ async def _left_behind(fork: _Fork, cut: Cut, events_from: datetime | None) -> S
     if fork.framework in frameworks.TASK_CHAT:
         return await summary.summarize_tasks(store, conn, sid, owner, cut.tasks_before)
     return await summary.summarize_events(store, conn, sid, owner, events_from, mapped=fork.mapped)
+
+
+async def _dry_run_figures(
+    fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout: plan.Layout
+) -> tuple[EventStats, int]:
+    """A dry run's kept events (from the map, or counted on the reader while the tasks are read here) and the
+    bytes of its kept tasks (_dry_run_tasks)."""
+    store, conn, sid, owner = fork.svc.store, fork.conn, fork.source.id, fork.source.user_id
+    if fork.mapped and (figures := await store.turn_maps.figures.figures_before(conn, sid, owner, cut.events_before)):
+        return EventStats(events=figures[0], bytes=figures[1], text_chars=figures[2]), await _dry_run_tasks(
+            fork, cut, copier, layout
+        )
+    if fork.reader is None:
+        stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
+        return stats, await _dry_run_tasks(fork, cut, copier, layout)
+    counting = asyncio.ensure_future(store.events.event_stats(fork.reader, sid, owner, cut.events_before))
+    try:
+        task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
+        return await counting, task_bytes
+    finally:
+        await cancelled(counting)
 
 
 async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout: plan.Layout) -> int:

@@ -38,29 +38,6 @@ LIMIT {fork_events_limit}
     WHERE s.id = task.session_id AND s.created_at <= task.created_at
     HAVING count(DISTINCT s.user_id) = 1)))
 
--- fragment: turns_of_parsed
--- The turns of the rows of `parsed` (created_at, doc), as event_turns answers them.
-turns AS (
-    SELECT coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id,
-           created_at,
-           CASE WHEN doc ->> 'author' = 'user'
-                THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(doc) AS m
-                      WHERE m.kind = 'text')
-           END AS user_text,
-           EXISTS (SELECT 1 FROM {schema}.event_messages(doc)) AS has_messages
-    FROM parsed
-    WHERE jsonb_typeof(doc) = 'object'
-)
-SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count,
-       (array_agg(left(user_text, 200) ORDER BY created_at) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text
-FROM turns
-WHERE invocation_id IS NOT NULL
-GROUP BY invocation_id
--- An invocation none of whose events holds a message is bookkeeping, not a turn (kagent 0.10.x's
--- "header_update" events, written before every turn under that one invocation id).
-HAVING bool_or(has_messages)
-ORDER BY started_at
-
 -- fragment: job_columns
 -- A job row as the store reads it.
 id, user_id, parent_session_id, parent_user_id, session_id, rewind_before_invocation_id, agent_ref, dialect,

@@ -69,6 +69,9 @@ class Store:
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).
         self.turn_map_min_tasks = turn_map_min_tasks
+        # A map to build from scratch is built after the operation that found it missing, in the background
+        # (turn_map.first_touch_exact); False: inside the operation, before it reads (the tests of the map).
+        self.turn_map_background = True
 
     @property
     def schema(self) -> str:

@@ -1,0 +1,169 @@
+"""The first touch of a session (issue 37): a session kagent wrote before anyone asked about it has no turn map,
+and its first listing page, dry run or whole fork is answered from kagent's rows while the map is built after
+the answer, in the background (turn_map.first_touch_exact). Each first-touch answer equals the same answer read
+with the map built (docs/turn-map.md, "The first touch")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import msgspec
+import pytest
+
+from bench.generate import SessionSpec, insert_session
+from service.config import Settings
+from service.identity import Caller
+from service.kagent import turn_map
+from service.kagent.migrate import migrate
+from service.kagent.store import Store
+from service.operations import copying, forking
+from service.schemas import ForkRequest
+from service.services import Services
+from tests.conftest import create_database, drop_database
+from tests.helpers import seed
+from tests.support import answers as reading
+from tests.test_server_copy import event_rows, task_rows
+
+
+@pytest.fixture
+async def svc(server_url: str) -> AsyncIterator[Services]:
+    url = await create_database(server_url)
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=6)
+    try:
+        settings = Settings(database_url=url)
+        async with pool.acquire() as conn:
+            await migrate(conn, settings.service_schema)
+        store = Store(settings.service_schema)
+        store.turn_map_min_tasks = 0  # every session mapped (the service's default: 200 tasks or more)
+        assert store.turn_map_background  # the service's default
+        yield Services(settings=settings, store=store, pool=pool)
+        await turn_map.settled()
+    finally:
+        await pool.close()
+        await drop_database(server_url, url)
+
+
+async def _forget(svc: Services, session_id: str, owner: str) -> None:
+    """The session as kagent-fork finds a chat it never read: no map at all."""
+    async with svc.pool.acquire() as conn:
+        await svc.store.turn_maps.forget(conn, session_id, owner, rows=True)
+
+
+@pytest.fixture
+def deferred(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The builds the operations defer, noted instead of started: every ask stays a first touch until the test
+    builds the map itself."""
+    noted: list[tuple[str, str]] = []
+    monkeypatch.setattr(turn_map, "_start", lambda store, connect, sid, owner: noted.append((sid, owner)))
+    return noted
+
+
+async def _same_first_and_mapped(
+    svc: Services, deferred: list[tuple[str, str]], session_id: str, owner: str, ask: Any
+) -> None:
+    """`ask()` on a session without a map (answered from kagent's rows, its build deferred), then with the map
+    built and trusted: the same answer."""
+    async with svc.pool.acquire() as conn:
+        await svc.store.turn_maps.forget(conn, session_id, owner, rows=True)  # as kagent-fork finds an unread chat
+    deferred.clear()
+    first = await ask()
+    assert (session_id, owner) in deferred  # deferred: the answer was read without a map
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.ensure(svc.store, conn, session_id, owner)
+    deferred.clear()
+    mapped = await ask()
+    assert not deferred
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.usable(svc.store, conn, session_id, owner)  # the second answer could read it
+    assert first == mapped
+
+
+def _plan(svc: Services, caller: Caller, session_id: str, invocation_id: str | None) -> Any:
+    async def ask() -> Any:
+        req = ForkRequest(rewind_before_invocation_id=invocation_id, dry_run=True)
+        return reading.stable(msgspec.to_builtins((await forking.fork(svc, caller, session_id, req)).data))
+
+    return ask
+
+
+def _pages(svc: Services, caller: Caller, session_id: str, limit: int) -> Any:
+    async def ask() -> Any:
+        return await reading.pages(svc, caller, session_id, limit)
+
+    return ask
+
+
+CONVERSATIONS = [
+    {"dialect": "legacy", "turns": 4, "tool_calls": True, "approval_turn": 1},
+    {"dialect": "v1", "turns": 5, "tool_calls": True, "running_last_turn": True},
+    {"dialect": "v1", "turns": 3, "event_style": "go", "metadata_style": "kagent"},
+    {"dialect": "legacy", "turns": 3, "runtime_events": True},
+]
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+@pytest.mark.parametrize("shape", CONVERSATIONS, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+async def test_a_first_listing_and_dry_run_answer_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch, shape: dict[str, Any], large: bool
+) -> None:
+    """`large`: read as a session of 200 tasks or more is (a dry run without a map counts the events on a second
+    connection while it reads the tasks)."""
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
+    conv = await seed(svc.pool, **shape)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    for limit in (1, 2, 100):
+        await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
+    for invocation_id in [*conv.invocation_ids, None, "e-not-a-turn"]:
+        await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, invocation_id))
+
+
+async def test_a_long_session_first_touch_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]]
+) -> None:
+    """A generated session of 1,200 events: its first pages, and a dry run before its 90 % turn."""
+    async with svc.pool.acquire() as conn:
+        s = await insert_session(conn, SessionSpec(turns=120))
+    caller, sid, owner = Caller(user_id=s.user_id), s.session_id, s.user_id
+    for limit in (7, 100):
+        await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
+    await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, s.invocation_ids[108]))
+
+
+async def _whole_fork(svc: Services, caller: Caller, session_id: str) -> tuple[Any, Any, Any]:
+    outcome = await forking.fork(svc, caller, session_id, ForkRequest())
+    assert outcome.created and outcome.session_id is not None
+    info = reading.stable(msgspec.to_builtins(outcome.data))
+    for row in (rows := await task_rows(svc.pool, outcome.session_id)):
+        row.pop("updated_at")
+    events = await event_rows(svc.pool, outcome.session_id)
+    assert rows and events  # the fork holds tasks and events: the comparison compares something
+    return info, rows, events
+
+
+@pytest.mark.parametrize("shape", CONVERSATIONS[:2], ids=["legacy", "v1-running"])
+async def test_a_first_whole_fork_writes_what_it_writes_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]], shape: dict[str, Any]
+) -> None:
+    conv = await seed(svc.pool, **shape)
+    caller = Caller(user_id=conv.user_id)
+
+    async def ask() -> Any:
+        return await _whole_fork(svc, caller, conv.session_id)
+
+    await _same_first_and_mapped(svc, deferred, conv.session_id, conv.user_id, ask)
+
+
+async def test_the_map_is_built_after_the_first_answer(svc: Services) -> None:
+    """Not deferred for ever: the first listing page starts the build once it has answered, and the next ask
+    reads the map."""
+    conv = await seed(svc.pool, dialect="v1", turns=4, tool_calls=True)
+    caller, key = Caller(user_id=conv.user_id), (conv.session_id, conv.user_id)
+    first = await reading.pages(svc, caller, conv.session_id, 100)
+    assert key in turn_map._building  # started after the answer, not yet run
+    await turn_map.settled()
+    async with svc.pool.acquire() as conn:
+        assert await turn_map.usable(svc.store, conn, *key)
+    assert await reading.pages(svc, caller, conv.session_id, 100) == first
+    assert key not in turn_map._building
