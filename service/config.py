@@ -16,7 +16,7 @@ AuthMode = Literal["unsecure", "trusted-proxy"]
 
 PublicKey: TypeAlias = "rsa.RSAPublicKey | ec.EllipticCurvePublicKey"
 
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # fullmatch: `$` would pass a trailing newline
 
 
 class ConfigError(ValueError):
@@ -84,7 +84,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     if auth_mode not in ("unsecure", "trusted-proxy"):
         raise ConfigError(f"AUTH_MODE must be 'unsecure' or 'trusted-proxy', got {auth_mode!r}")
     schema = env.get("KAGENT_FORK_SCHEMA", "kagent_fork") or "kagent_fork"
-    if not _SCHEMA_NAME.match(schema):
+    if not _SCHEMA_NAME.fullmatch(schema):
         raise ConfigError(f"KAGENT_FORK_SCHEMA must be a lower-case SQL identifier, got {schema!r}")
     # kagent's own name for the setting first, so one value configures both services
     claim = env.get("AUTH_USER_ID_CLAIM") or env.get("USER_ID_CLAIM") or "sub"

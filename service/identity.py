@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,14 +34,12 @@ _SINGLE_HEADERS = ("authorization", "x-user-id", "x-share-token", "x-agent-name"
 def scope_headers(scope: Mapping[str, object]) -> dict[str, list[str]]:
     """Headers from a request's raw ASGI scope: a header sent twice must be seen twice, not joined into
     one. Values are read as UTF-8, as kagent's Go backend takes their bytes (a user id `zoë` must match
-    the rows it wrote); bytes that are not UTF-8 fall back to Latin-1 (and then match no one)."""
+    the rows it wrote); bytes that are not UTF-8 are kept as lone surrogates, which no stored id holds and
+    which an identity header refuses (400, _checked): read as Latin-1, `zo\xeb` would have been `zoë`."""
     headers: dict[str, list[str]] = {}
     raw: Sequence[tuple[bytes, bytes]] = scope["headers"]  # type: ignore[assignment]
     for raw_name, raw_value in raw:
-        try:
-            value = raw_value.decode("utf-8")
-        except UnicodeDecodeError:
-            value = raw_value.decode("latin-1")
+        value = raw_value.decode("utf-8", "surrogateescape")
         headers.setdefault(raw_name.decode("latin-1").lower(), []).append(value)
     return headers
 
@@ -116,7 +115,12 @@ def _verified_claims(settings: Settings, token: str) -> dict[str, object]:
 def _checked(user_id: str, source: str) -> str:
     if len(user_id) > 256 or "\x00" in user_id:
         raise BadRequest(f"{source} must be at most 256 characters without NUL")
+    if _NOT_UTF8.search(user_id):
+        raise BadRequest(f"{source} is not valid UTF-8")
     return user_id
+
+
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")  # bytes that were not UTF-8 (scope_headers)
 
 
 def resolve_caller(

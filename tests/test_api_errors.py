@@ -159,3 +159,40 @@ async def test_trusted_proxy_mode(settings: Settings, database_url: str, pool: a
         agent = {"Authorization": f"Bearer {jwt({'sub': 'system:serviceaccount:kagent:agent'})}", "X-Agent-Name": "a"}
         ok = await c.post(url, json={}, headers={**agent, "X-User-Id": conv.user_id})
         assert ok.status_code == 201 and ok.json()["data"]["user_id"] == conv.user_id
+
+
+async def test_no_state_changing_request_can_be_sent_as_a_form(client: Any, conv: Any, unchanged: None) -> None:
+    """CSRF (issue 32): a page on another site can POST a form's types, or nothing, with no body and ?user_id=
+    naming the victim, without asking first; every state-changing request refuses them (415, nothing written),
+    with a body or without."""
+    sid, user = conv.session_id, conv.user_id
+    paths = [
+        f"/api/sessions/{sid}/fork?user_id={user}",
+        f"/api/sessions/{sid}/rewind?user_id={user}",
+        f"/api/sessions/{sid}/rewinds/r-1/undo?user_id={user}",
+        f"/api/whatif/j-1/cancel?user_id={user}",
+        f"/api/experiments/e-1/cancel?user_id={user}",
+        f"/api/sessions/{sid}/whatif?user_id={user}",
+        f"/api/sessions/{sid}/experiments?user_id={user}",
+    ]
+    for path in paths:
+        for headers in ({}, {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"}):
+            r = await client.post(path, headers=headers)
+            assert "application/json" in error_of(r, 415), path
+
+
+async def test_the_explorer_list_refuses_an_unknown_share_token_and_non_ascii_digits(
+    client: Any, conv: Any, unchanged: None
+) -> None:
+    """As every other path: an unknown share token is 403, not the caller's own list (issue 32); a limit in
+    another script's digits (int() reads the Arabic-Indic five as 5) or with spaces is 400."""
+    me = {"X-User-Id": conv.user_id}
+    r = await client.get("/api/fork-explorer/sessions", headers={**me, "X-Share-Token": "no-such-token"})
+    assert "share token" in error_of(r, 403)
+    for limit in ["\u0665", " 5", "5 ", "+5", "1e3"]:
+        r = await client.get("/api/fork-explorer/sessions", params={"limit": limit}, headers=me)
+        assert "whole number" in error_of(r, 400), limit
+        r = await client.get(f"/api/sessions/{conv.session_id}/invocations", params={"limit": limit}, headers=me)
+        assert "whole number" in error_of(r, 400), limit
+    r = await client.get("/api/fork-explorer/sessions", params={"limit": "5"}, headers=me)
+    assert r.status_code == 200

@@ -170,3 +170,23 @@ async def test_help_plurals_and_the_comparison_turn_by_turn(database_url: str, p
     tree = cli(database_url, "tree", conv.session_id, *user).stdout.splitlines()
     assert "2 turns" in tree[0] and "now" in tree[0]
     assert "forked at turn 2" in tree[1] and "1 turn," in tree[1], tree
+
+
+async def test_a_database_without_kagents_tables_is_one_line_and_exit_10(server_url: str) -> None:
+    """As `serve` refuses it (issue 32): no traceback, the reason in one line, a documented exit code."""
+    from tests.conftest import drop_database, with_database
+
+    name = "kf_test_empty_" + new_user().split("@")[0].replace("-", "_")
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(server_url, name)
+    try:
+        result = cli(url, "invocations", "some-session")
+        assert result.returncode == 10, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert "DATABASE_URL" in result.stderr
+    finally:
+        await drop_database(server_url, url)

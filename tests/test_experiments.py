@@ -131,7 +131,7 @@ async def test_an_experiment_replays_the_continuation_on_several_agents(
     assert any(h.get("x-user-id") == conv.user_id for h in seen.headers)
 
     table = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers={"X-User-Id": conv.user_id})
-    assert table.status_code == 200 and table.headers["content-type"].startswith("text/markdown")
+    assert table.status_code == 200 and table.headers["content-type"] == "text/markdown; charset=utf-8"
     assert "| turn | source" in table.text and ref(names[1]) in table.text and "| **total_tokens** |" in table.text
     listed = (
         await eclient.get(f"/api/sessions/{conv.session_id}/experiments", headers={"X-User-Id": conv.user_id})

@@ -120,7 +120,7 @@ async def test_invalid_utf8_and_nul_bytes(live_url: str, conv: Conversation, unc
     refused(await send(live_url, "GET", "/api/sessions/x/tree?user_id=%ff"), 404)
     # raw invalid bytes in a header value match no user; raw ones in the request line, or a NUL in a
     # header, are not HTTP: uvicorn refuses them
-    refused(await send(live_url, "POST", fork, [("X-User-Id", b"\xff\xfe"), JSON], b"{}"), 404)
+    refused(await send(live_url, "POST", fork, [("X-User-Id", b"\xff\xfe"), JSON], b"{}"), 400, "not valid UTF-8")
     refused(await send(live_url, "POST", b"/api/sessions/\xff/fork", [me, JSON], b"{}"), 400, envelope=False)
     refused(await send(live_url, "POST", fork, [("X-User-Id", b"a\x00b"), JSON], b"{}"), 400, envelope=False)
 
@@ -230,6 +230,9 @@ async def test_unicode_ids_match_exactly(live_url: str, pool: asyncpg.Pool) -> N
     path = f"/api/sessions/{quote(conv.session_id)}"
     other_user = [("X-User-Id", user.replace("ë", "e").encode()), JSON]
     refused(await send(live_url, "POST", f"{path}/fork", other_user, b"{}"), 404)
+    # The same name in Latin-1 bytes is not UTF-8: it names no one (400), never the UTF-8 user `zoë` (issue 32)
+    latin = [("X-User-Id", user.encode("latin-1")), JSON]
+    refused(await send(live_url, "POST", f"{path}/fork", latin, b"{}"), 400, "not valid UTF-8")
     assert await table_fingerprint(pool) == before
     # the exact ids work, from the header (UTF-8) or the query
     listed = await send(live_url, "GET", f"{path}/invocations", [me])

@@ -188,6 +188,12 @@ async def test_refusals_write_nothing(wclient: Any, client: Any, pool: asyncpg.P
     assert bad_ref.status_code == 422 and "namespace/name" in bad_ref.json()["error"]
     unknown = await start(wclient, conv.session_id, conv.user_id, {**body, "model": "gpt"})
     assert unknown.status_code == 400
+    # A ref with a trailing newline is no agent (`$` matched before it, then the card's URL failed: 500).
+    newline = await start(wclient, conv.session_id, conv.user_id, {**body, "agent_ref": f"{NAMESPACE}/{V1}\n"})
+    assert newline.status_code == 422 and "namespace/name" in newline.json()["error"]
+    # A NUL is no question (the pattern's \S took it for one, then PostgreSQL refused it: 500).
+    nul = await start(wclient, conv.session_id, conv.user_id, {**body, "message": {"text": "a\u0000b"}})
+    assert nul.status_code == 400, nul.text
     assert await caller_fingerprint(pool, conv.user_id, stranger) == before
 
 
@@ -205,12 +211,15 @@ async def test_an_agent_that_is_down_or_answers_garbage_fails_the_job_and_keeps_
         )  # fmt: skip
         if agent == "down":  # its card is asked for first: a short 422 naming it, nothing written
             assert r.status_code == 422 and f"{NAMESPACE}/{GARBAGE}" in r.json()["error"], r.text
+            # kagent's internal address is no caller's business (issue 32): the agent is named, not its URL
+            assert "127.0.0.1" not in r.text and "http" not in r.json()["error"]
             assert await caller_fingerprint(pool, conv.user_id) == before
             return
         assert r.status_code == 202, r.text
         job = await job_until(client, r.json()["data"]["job"]["id"], conv.user_id, ended)
     assert job["status"] == "failed" and job["task_id"] is None
     assert ("did not answer as an A2A agent" if agent == "garbage" else "could not be reached") in job["error"]
+    assert f"{NAMESPACE}/{GARBAGE}" in job["error"] and a2a_url.split("/api")[0] not in job["error"]
     async with pool.acquire() as conn:
         kept = await kagent_reads.get_session(conn, job["session_id"], conv.user_id)
     assert kept is not None  # the fork stays, named in the job

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -46,6 +47,8 @@ TERMINAL = {
     a2a.TASK_STATE_AUTH_REQUIRED: "completed",
 }
 
+log = logging.getLogger("kagent_fork")
+
 
 def state_name(state: int) -> str:
     name: str = a2a.TaskState.Name(state)
@@ -74,6 +77,7 @@ class AgentError(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class Agent:
+    ref: str  # namespace/name: what an error names (never the URL: kagent's internal address is no caller's)
     url: str  # KAGENT_A2A_URL/<namespace>/<name>/
     dialect: TaskDialect
     headers: dict[str, str]  # the caller's identity, as kagent reads it
@@ -131,10 +135,12 @@ async def _transport(agent: Agent) -> AsyncIterator[ClientTransport]:
 
 
 def _failure(exc: BaseException, agent: Agent) -> AgentError:
-    # The SDK wraps a transport's network errors in its own: the cause tells them apart.
+    # The SDK wraps a transport's network errors in its own: the cause tells them apart. The exception's text
+    # (which may hold kagent's internal address) goes to the log; the caller is told the agent and the kind.
+    log.warning("agent %s at %s: %s: %s", agent.ref, agent.url, type(exc).__name__, exc)
     if isinstance(exc, httpx.TransportError | OSError) or isinstance(exc.__cause__, httpx.TransportError | OSError):
-        return AgentError(f"the agent at {agent.url} could not be reached: {type(exc).__name__}: {exc}")
-    return AgentError(f"the agent at {agent.url} did not answer as an A2A agent: {type(exc).__name__}: {exc}")
+        return AgentError(f"the agent {agent.ref} could not be reached ({type(exc).__name__})")
+    return AgentError(f"the agent {agent.ref} did not answer as an A2A agent ({type(exc).__name__})")
 
 
 # What an agent that answers garbage makes the SDK raise: its own errors, a JSON or validation error.
@@ -160,15 +166,16 @@ async def fetch_card(agent: Agent) -> Card:
         async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout) as client:
             response = await client.get(url)
     except (httpx.HTTPError, OSError) as exc:
-        raise AgentError(f"its card at {url} could not be read: {type(exc).__name__}: {exc}") from None
+        log.warning("agent %s: its card at %s could not be read: %s: %s", agent.ref, url, type(exc).__name__, exc)
+        raise AgentError(f"its card could not be read ({type(exc).__name__})") from None
     if response.status_code != 200:
-        raise AgentError(f"its card at {url} answered HTTP {response.status_code}")
+        raise AgentError(f"its card answered HTTP {response.status_code}")
     try:
         card = response.json()
     except ValueError:
-        raise AgentError(f"its card at {url} is not JSON") from None
+        raise AgentError("its card is not JSON") from None
     if not isinstance(card, dict) or not isinstance(card.get("name"), str):
-        raise AgentError(f"its card at {url} is not an A2A agent card (no name)")
+        raise AgentError("its card is not an A2A agent card (no name)")
     skills = json.dumps(card.get("skills") or [], sort_keys=True, separators=(",", ":"))
     version = card.get("version")
     return Card(
@@ -252,7 +259,7 @@ async def send(agent: Agent, message: a2a.Message) -> a2a.Task | None:
         return response.task
     if response.HasField("message"):
         return None
-    raise AgentError(f"the agent at {agent.url} answered neither a task nor a message")
+    raise AgentError(f"the agent {agent.ref} answered neither a task nor a message")
 
 
 async def get_task(agent: Agent, task_id: str) -> a2a.Task:

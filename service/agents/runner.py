@@ -96,7 +96,7 @@ def agent_of(svc: Services, agent_ref: str, dialect: str, hdrs: dict[str, str]) 
     if base is None:
         raise NotConfigured("KAGENT_A2A_URL is not set")
     return a2a_client.Agent(
-        url=a2a_client.agent_url(base, agent_ref), dialect=dialects.TaskDialect(dialect), headers=hdrs,
+        ref=agent_ref, url=a2a_client.agent_url(base, agent_ref), dialect=dialects.TaskDialect(dialect), headers=hdrs,
         timeout=float(svc.settings.whatif_timeout_seconds),
     )  # fmt: skip
 

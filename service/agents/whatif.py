@@ -47,7 +47,7 @@ log = logging.getLogger("kagent_fork")
 T = TypeVar("T")
 
 # A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
-AGENT_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+AGENT_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # fullmatch
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
 Tokens = Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)]
 # Out of range (below 1, or more than the source holds from the boundary) is a 422 (read_span).
@@ -67,7 +67,7 @@ MESSAGE_TEXT_CHARS = 16_384
 
 
 class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    text: Annotated[str, Meta(min_length=1, max_length=MESSAGE_TEXT_CHARS, pattern=r"^[^\x00]*\S[^\x00]*$")]
+    text: Annotated[str, Meta(min_length=1, max_length=MESSAGE_TEXT_CHARS, pattern=r"^[^\x00]*[^\x00\s][^\x00]*$")]
 
 
 class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -147,11 +147,11 @@ def agent_ref_of(agent_id: str) -> str | None:
     if agent_id.count("__NS__") != 1:
         return None
     ref = agent_id.replace("__NS__", "/").replace("_", "-")
-    return ref if AGENT_REF.match(ref) else None
+    return ref if AGENT_REF.fullmatch(ref) else None
 
 
 def checked_agent_ref(value: str, what: str = "agent_ref") -> str:
-    if not AGENT_REF.match(value):
+    if not AGENT_REF.fullmatch(value):
         raise Unprocessable(f"{what} must be namespace/name of a kagent agent, got {value!r}")
     return value
 
@@ -520,7 +520,9 @@ async def cards(
     timeout = min(10.0, float(svc.settings.whatif_timeout_seconds))
 
     async def one(ref: str) -> a2a_client.Card:
-        agent = a2a_client.Agent(url=a2a_client.agent_url(base, ref), dialect=dialect, headers=hdrs, timeout=timeout)
+        agent = a2a_client.Agent(
+            ref=ref, url=a2a_client.agent_url(base, ref), dialect=dialect, headers=hdrs, timeout=timeout
+        )
         return await a2a_client.fetch_card(agent)
 
     found = await asyncio.gather(*(one(ref) for ref in agent_refs), return_exceptions=True)
@@ -702,7 +704,7 @@ async def cancel_task(svc: Services, job: WhatifJob, hdrs: dict[str, str]) -> No
     if job.task_id is None or svc.settings.kagent_a2a_url is None:
         return
     agent = a2a_client.Agent(
-        url=a2a_client.agent_url(svc.settings.kagent_a2a_url, job.agent_ref),
+        ref=job.agent_ref, url=a2a_client.agent_url(svc.settings.kagent_a2a_url, job.agent_ref),
         dialect=dialects.TaskDialect(job.dialect), headers=hdrs, timeout=10.0,
     )  # fmt: skip
     try:

@@ -20,7 +20,8 @@ from service.doors.api import (
 from service.errors import BadRequest
 from service.schemas import EmptyRequest, checked_id
 
-FORMATS = {"json": "application/json", "markdown": "text/markdown; charset=utf-8"}
+# Litestar adds "; charset=utf-8" to text/* types itself (given here too, it was sent twice).
+FORMATS = {"json": "application/json", "markdown": "text/markdown"}
 
 
 @post("/api/sessions/{session_id:str}/experiments", status_code=202)

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 
 from service.errors import BadRequest
-from service.identity import Caller, resolve_access
+from service.identity import Caller, access_for
 from service.schemas import Session, session_json
 from service.services import Services
 
@@ -38,8 +38,9 @@ async def sessions(svc: Services, caller: Caller, *, agent_id: str | None = None
         shared = []
         if caller.share_token is not None:
             share = await svc.store.sessions.share_by_token(conn, caller.share_token)
+            # An unknown token is refused (403) as on every other path, not ignored (access_for).
+            access = access_for(caller, share.session_id if share else "", share)
             if share is not None:
-                access = await resolve_access(svc, conn, caller, share.session_id)
                 row = await svc.store.sessions.get_session(conn, share.session_id, access.owner)
                 shared = [row] if row is not None and (agent_id is None or row.agent_id == agent_id) else []
     return [session_json(r) for r in [*shared, *rows]][:limit]

@@ -52,11 +52,11 @@ _THREAD_KEYS = ("session_id", "thread_id", "kagent_thread_id")
 
 # An id made only of these characters appears verbatim in any JSON encoding of it (no encoder has a
 # reason to escape them), so a plain text search finds it.
-_VERBATIM_ID = re.compile(r"^[A-Za-z0-9._:@+=-]+$")
+_VERBATIM_ID = re.compile(r"[A-Za-z0-9._:@+=-]+")  # fullmatch: `$` would pass a trailing newline
 
 
 def verbatim_in_json(text: str) -> bool:
-    return bool(_VERBATIM_ID.match(text))
+    return bool(_VERBATIM_ID.fullmatch(text))
 
 
 class TaskFormatError(ValueError):

@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 log = logging.getLogger("kagent_fork")
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _FRAGMENT = re.compile(r"^-- fragment: (\S+)\s*$", re.M)
-SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
+SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")  # fullmatch
 TASK_COLUMNS = ["id", "created_at", "updated_at", "data", "session_id", "protocol_version", "user_id"]
 # A task row written as COPY text while it is made (copy_task_text): data near the end, and after it
 # only what is known once data is.

@@ -48,7 +48,7 @@ class Database:
     async def use_snapshot(self, conn: Connection, snapshot: str) -> None:
         """Make this (fresh REPEATABLE READ) transaction see the exported snapshot. SET takes no bind
         parameter, so the id is checked against PostgreSQL's format before it is written into SQL."""
-        if not SNAPSHOT_ID.match(snapshot):
+        if not SNAPSHOT_ID.fullmatch(snapshot):
             raise ValueError(f"not a snapshot id: {snapshot!r}")
         await conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
 
