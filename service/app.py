@@ -16,7 +16,7 @@ from litestar.types import Receive, Scope, Send
 
 from service.agents import whatif
 from service.config import Settings
-from service.doors import api, experiments_http, mcp_apps, mcp_tools
+from service.doors import api, experiments_http, mcp_apps, mcp_http, mcp_tools
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import invocation_index, turn_map
 from service.kagent.migrate import check_kagent_schema, migrate
@@ -185,10 +185,11 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
     tools = mcp_tools.mcp_server(lambda: runners[0])
     mcp_apps.register(tools)
     tools_app = tools.streamable_http_app()
+    guarded_tools = mcp_http.guarded(tools_app, settings.max_body_bytes)
 
     @asgi("/mcp", is_mount=True, copy_scope=True)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        await tools_app(scope, receive, send)  # type: ignore[arg-type]
+        await guarded_tools(scope, receive, send)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

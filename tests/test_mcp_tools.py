@@ -10,10 +10,13 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import CallToolResult
 
+from service.doors import mcp_tools
 from tests.helpers import new_user, seed, table_fingerprint
 
 TOOLS = {
@@ -179,3 +182,49 @@ async def test_the_rewinds_the_tree_and_the_sessions_of_the_caller(live_url: str
         assert all(s["user_id"] == conv.user_id for s in sessions)
         unknown = await mcp.call_tool("cancel_whatif", {"job_id": "no-such-job"})
         assert unknown.isError and text_of(unknown) == "what-if job no-such-job not found"
+
+
+async def test_unknown_arguments_are_refused(live_url: str, pool: asyncpg.Pool) -> None:
+    """Issue 32: the same rules as the HTTP bodies: an argument a tool does not take is refused, not ignored."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        unknown = await mcp.call_tool("list_turns", {"session_id": conv.session_id, "surprise": 1})
+    assert unknown.isError and text_of(unknown) == "invalid arguments: unknown argument 'surprise'"
+
+
+async def test_an_unexpected_failure_tells_no_internals() -> None:
+    """A tool that fails unexpectedly says "internal error", as the HTTP door does, never the exception's text
+    (a database DETAIL, a URL parser's message): the service's own MCP server, with one more tool that fails."""
+    server = mcp_tools.mcp_server(lambda: None)  # type: ignore[arg-type,return-value]
+
+    @server.tool()
+    async def boom() -> str:
+        raise ValueError("DETAIL: Key (id)=(secret) already exists at http://kagent-controller:8083/api/a2a")
+
+    with pytest.raises(ToolError) as refused:
+        await server.call_tool("boom", {})
+    assert str(refused.value) == "internal error"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "says"),
+    [
+        (b"[" * 200_000 + b"]" * 200_000, 400, -32700, "nested too deeply"),
+        (b'{"jsonrpc": "2.0", "method": "tools/list", "id": 1, "params": {"x": "\xff"}}', 400, -32700, "UTF-8"),
+        (b"{not json", 400, -32700, "parse error"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}', 413, -32600,
+         "MAX_BODY_BYTES"),
+    ],
+)  # fmt: skip
+async def test_bad_bodies_at_mcp_are_json_rpc_errors_with_a_4xx(
+    live_url: str, body: bytes, status: int, code: int, says: str
+) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(
+            f"{live_url}/mcp/",
+            content=body,
+            headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+        )
+    assert r.status_code == status, r.text[:300]
+    error = r.json()["error"]
+    assert error["code"] == code and says in error["message"], error

@@ -8,6 +8,7 @@ answer's `data`); a refusal is a tool error whose text is the HTTP error's messa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -30,6 +31,7 @@ from service.schemas import ForkRequest, RewindRequest, checked_id
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("kagent_fork")
 Operation = Callable[[Services, Caller], Awaitable[object]]
 
 
@@ -86,11 +88,22 @@ class _Server(FastMCP):
     runner: Callable[[], whatif.Runner]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Sequence[ContentBlock] | dict[str, Any]:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            # The same rule as the HTTP bodies: an argument the tool does not take is refused, not ignored.
+            unknown = sorted(set(arguments) - set(tool.parameters.get("properties", {})))
+            if unknown:
+                raise ToolError(f"invalid arguments: unknown argument {', '.join(map(repr, unknown))}")
         try:
             return await super().call_tool(name, arguments)
         except ToolError as exc:
             if isinstance(exc.__cause__, pydantic.ValidationError):
                 raise ToolError(worded(exc.__cause__)) from None
+            if exc.__cause__ is not None:
+                # An unexpected failure: its text (a database DETAIL, a parser's message) is for the log, as the
+                # HTTP door says "internal error".
+                log.error("tool %s failed", name, exc_info=exc.__cause__)
+                raise ToolError("internal error") from None
             raise
 
 
