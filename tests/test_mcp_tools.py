@@ -22,6 +22,7 @@ from tests.helpers import new_user, seed, table_fingerprint
 TOOLS = {
     "list_turns", "show_transcript", "fork_session", "rewind_session", "undo_rewind", "compare_sessions",
     "start_whatif", "whatif_status", "cancel_whatif", "list_whatifs", "list_rewinds", "fork_tree", "list_sessions",
+    "cancel_experiment",
 }  # fmt: skip
 
 
@@ -228,3 +229,42 @@ async def test_bad_bodies_at_mcp_are_json_rpc_errors_with_a_4xx(
     assert r.status_code == status, r.text[:300]
     error = r.json()["error"]
     assert error["code"] == code and says in error["message"], error
+
+
+async def test_every_tool_says_truthfully_what_it_does_and_the_server_names_itself(live_url: str) -> None:
+    """Issue 36: every tool (the views' too) carries MCP's annotations; the reads are read-only, a fork only
+    adds, a rewind is destructive, a replay or its cancel reaches agents that run tools for real; serverInfo
+    is kagent-fork's."""
+    from service import __version__
+
+    headers = {"X-User-Id": new_user()}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{live_url}/mcp", http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        init = await session.initialize()
+        listed = {t.name: t for t in (await session.list_tools()).tools}
+    assert (init.serverInfo.name, init.serverInfo.version) == ("kagent-fork", __version__)
+    assert {"cancel_experiment", "start_experiment", "experiment_status"} <= set(listed)
+    for name, tool in listed.items():
+        a = tool.annotations
+        flags = (a.readOnlyHint, a.destructiveHint, a.idempotentHint, a.openWorldHint) if a else (None,)
+        assert None not in flags, name
+    reads = [n for n, t in listed.items() if t.annotations and t.annotations.readOnlyHint]
+    assert {"list_turns", "show_transcript", "compare_sessions", "experiment_status"} <= set(reads)
+    assert not {"fork_session", "rewind_session", "start_whatif", "cancel_experiment"} & set(reads)
+    for name in ("start_whatif", "start_experiment", "cancel_whatif", "cancel_experiment"):
+        hint = listed[name].annotations
+        assert hint is not None and hint.openWorldHint and hint.destructiveHint, name
+    assert listed["rewind_session"].annotations.destructiveHint  # type: ignore[union-attr]
+    assert not listed["fork_session"].annotations.destructiveHint  # type: ignore[union-attr]
+    props = listed["start_whatif"].inputSchema["properties"]
+    assert {"turns", "message_text"} <= set(props)
+
+
+async def test_an_experiment_is_cancelled_by_its_tool(live_url: str, pool: asyncpg.Pool) -> None:
+    """cancel_experiment answers as POST /api/experiments/{id}/cancel does: an unknown one is not found."""
+    async with mcp_session(live_url, {"X-User-Id": new_user()}) as mcp:
+        result = await mcp.call_tool("cancel_experiment", {"experiment_id": "no-such-experiment"})
+    assert result.isError and text_of(result) == "experiment no-such-experiment not found"

@@ -220,7 +220,9 @@ async def _task_source_turns(
         task = tasks.get(t.task_id or "")
         answer = task_text(task) if task is not None else None
         state = a2a_client.state_label(t.state)
-        figures = turn_figures(svc, rows.id, rows.user_id, t.started_at, until, question=t.user_text, state=state)
+        figures = turn_figures(
+            svc, rows.id, rows.user_id, t.started_at, until, conn=conn, question=t.user_text, state=state
+        )
         out.append(msgspec.structs.replace(await figures, answer=answer))
     return out
 

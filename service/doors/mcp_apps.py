@@ -27,6 +27,7 @@ from pydantic import Field
 from service.agents import experiments, whatif
 from service.branches import compare, lineage, turns
 from service.doors import explorer
+from service.doors.mcp_hints import hints
 from service.doors.mcp_tools import Operation, SessionId, answer, runner_of
 from service.errors import BadRequest, NotConfigured, NotFound, Unauthorized
 from service.identity import Caller, resolve_caller, scope_headers
@@ -332,10 +333,10 @@ def page(name: str) -> str:
 
 def register(server: FastMCP) -> None:
     """The views' tools and pages, on the server the MCP tools are on."""
-    server.add_tool(show_branches, meta={"ui": {"resourceUri": BRANCHES_URI}})
-    server.add_tool(show_experiment, meta={"ui": {"resourceUri": EXPERIMENT_URI}})
+    server.add_tool(show_branches, meta={"ui": {"resourceUri": BRANCHES_URI}}, annotations=hints("show_branches"))
+    server.add_tool(show_experiment, meta={"ui": {"resourceUri": EXPERIMENT_URI}}, annotations=hints("show_experiment"))
     for tool in APP_TOOLS:
-        server.add_tool(tool, meta=_APP_ONLY)
+        server.add_tool(tool, meta=_APP_ONLY, annotations=hints(tool.__name__))
     # No csp domains: the pages load nothing, and call the service only through the host's bridge.
     meta = {"ui": {"csp": {"connectDomains": [], "resourceDomains": []}, "prefersBorder": True}}
     for uri, name in ((BRANCHES_URI, "branches"), (EXPERIMENT_URI, "experiment")):

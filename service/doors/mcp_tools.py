@@ -20,9 +20,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import Field
 
+from service import __version__ as service_version
 from service.agents import experiments, grid, whatif
 from service.branches import compare, lineage, transcript, turns
 from service.doors import explorer
+from service.doors.mcp_hints import hints
 from service.errors import BadRequest, ServiceError
 from service.identity import Caller, resolve_caller, scope_headers
 from service.kagent.store.base import CONNECTION_ERRORS
@@ -297,15 +299,24 @@ async def start_whatif(
     max_context_tokens: Annotated[
         int | None, Field(description="Refuse when the turn's context is over this many tokens (a cost gate).")
     ] = None,
+    turns: Annotated[
+        int | str | None,
+        Field(description='How many of the session\'s turns to re-ask from that one on (default 1), or "all".'),
+    ] = None,
+    message_text: Annotated[
+        str | None, Field(description="Ask the first re-asked turn with this text instead of the user's own.")
+    ] = None,
 ) -> CallToolResult:
     """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
-    (namespace/name; default: the session's own) and send that turn's user message to it over A2A. The
-    agent runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
+    (namespace/name; default: the session's own) and send that turn's user message to it over A2A (`turns`:
+    the later ones too; `message_text`: the first one asked differently), as POST .../whatif does. The agent
+    runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
 
     async def op(svc: Services, caller: Caller) -> object:
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
                   "rewind_before_task_id": rewind_before_task_id, "agent_ref": agent_ref, "name": name,
-                  "max_context_tokens": max_context_tokens}  # fmt: skip
+                  "max_context_tokens": max_context_tokens, "turns": turns,
+                  "message": {"text": message_text} if message_text is not None else None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
         started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -447,6 +458,19 @@ async def experiment_status(
     return await _run(ctx, op, raw=format == "markdown")
 
 
+async def cancel_experiment(
+    ctx: Context[Any, Any, Any],
+    experiment_id: Annotated[str, Field(description="An experiment id (start_experiment answers it: `id`).")],
+) -> CallToolResult:
+    """Cancel a running experiment: every running branch ends and its agent is asked to cancel its task; the
+    forks stay. Answers the experiment's grid (POST /api/experiments/{id}/cancel)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await experiments.cancel(svc, caller, checked_id(experiment_id, "experiment id"))
+
+    return await _run(ctx, op)
+
+
 TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_turns,
     show_transcript,
@@ -463,6 +487,7 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_sessions,
     start_experiment,
     experiment_status,
+    cancel_experiment,
 ]
 
 
@@ -481,6 +506,9 @@ def mcp_server(runner: Callable[[], whatif.Runner]) -> FastMCP:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     server.runner = runner
+    # serverInfo names kagent-fork and its version, not the MCP SDK's: FastMCP takes no version, its low-level
+    # server (the one that answers initialize) does.
+    server._mcp_server.version = service_version
     for tool in TOOLS:
-        server.add_tool(tool)
+        server.add_tool(tool, annotations=hints(tool.__name__))
     return server

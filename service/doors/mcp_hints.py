@@ -1,0 +1,55 @@
+"""What each MCP tool does to the world, said to the agents and hosts that call it (MCP's tool annotations),
+as data in one place for the model-facing tools and the views' tools alike. A host may ask before a
+destructive or open-world call; the hints must be true, so each says why."""
+
+from __future__ import annotations
+
+from mcp.types import ToolAnnotations
+
+# Reads: change nothing, whatever they are called with.
+_READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+# A fork only adds a session (the source is never changed); each call adds another.
+_ADDS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
+# A rewind hides turns of the session (undoable, but the chat the user sees changes).
+_HIDES = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False)
+# An undo brings back what a rewind hid; a second undo of it changes nothing.
+_RESTORES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+# A replay sends questions to kagent agents, which run their tools for real (they may act on a cluster).
+_RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
+# A cancel ends running branches for good and asks their agents to stop; a second cancel changes nothing.
+_CANCELS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=True)
+
+HINTS: dict[str, ToolAnnotations] = {
+    "list_turns": _READ,
+    "show_transcript": _READ,
+    "compare_sessions": _READ,
+    "whatif_status": _READ,
+    "list_whatifs": _READ,
+    "list_rewinds": _READ,
+    "fork_tree": _READ,
+    "list_sessions": _READ,
+    "experiment_status": _READ,
+    "fork_session": _ADDS,
+    "rewind_session": _HIDES,
+    "undo_rewind": _RESTORES,
+    "start_whatif": _RUNS_AGENTS,
+    "start_experiment": _RUNS_AGENTS,
+    "cancel_whatif": _CANCELS,
+    "cancel_experiment": _CANCELS,
+    # The views in kagent's chat (mcp_apps.py): the two that show, and the app-only calls their pages make.
+    "show_branches": _READ,
+    "show_experiment": _READ,
+    "app_branches": _READ,
+    "app_compare": _READ,
+    "app_experiment": _READ,
+    "app_fork": _ADDS,
+    "app_rewind": _HIDES,
+    "app_undo": _RESTORES,
+    "app_start_experiment": _RUNS_AGENTS,
+    "app_cancel_experiment": _CANCELS,
+}
+
+
+def hints(name: str) -> ToolAnnotations:
+    """The tool's annotations; a tool without any is a mistake (KeyError), caught by the tests."""
+    return HINTS[name]
