@@ -259,6 +259,12 @@ async def test_a_dry_run_says_what_the_fork_leaves_behind(database_url: str, poo
     assert "would leave nothing behind (the fork holds the whole chat)" in whole
     made = cli(database_url, "fork", conv.session_id, *user, "--before", conv.invocation_ids[2])
     assert made.returncode == 0 and "\n  left behind: 1 turn, " in made.stdout, made.stdout
+    # a whole copy made with a mistyped turn is told as one in the tree (not as a turn the parent lost)
+    typo = cli(database_url, "fork", conv.session_id, *user, "--before", "e-mistyped")
+    assert typo.returncode == 0 and "left nothing behind" in typo.stdout, typo.stdout
+    tree = cli(database_url, "tree", conv.session_id, *user).stdout
+    assert "forked whole: a copy of the whole chat (the turn asked for, e-mistyped, was not in it)" in tree, tree
+    assert "no longer in the parent" not in tree
 
 
 @pytest.fixture(scope="module")

@@ -254,7 +254,10 @@ def _tree_detail(node: dict[str, Any]) -> str:
         parts.append(f"{_n(node['turns'], 'turn')}, {_n(node['events'], 'event')} now")
     fork = node.get("fork")
     if fork:
-        if fork.get("rewind_before_task_id") is not None and fork["rewind_before_invocation_id"] is None:
+        asked = fork["rewind_before_invocation_id"] or fork.get("rewind_before_task_id")
+        if asked is not None and not fork.get("boundary_found", True):
+            at = f"forked whole: a copy of the whole chat (the turn asked for, {asked}, was not in it)"
+        elif fork.get("rewind_before_task_id") is not None and fork["rewind_before_invocation_id"] is None:
             at = f"forked before the turn of task {fork['rewind_before_task_id']}"
         elif fork["rewind_before_invocation_id"] is None:
             at = "forked whole"
