@@ -1,7 +1,7 @@
 """Realistic kagent sessions, generated fast and written straight into kagent's tables with COPY.
 
-The rows have the shapes of ../shared/samples (and of tests/support/conversations.py, which builds them
-with google-adk and a2a-sdk), hand-built here so that the benchmark needs neither library:
+The rows have the shapes kagent's runtimes write (docs/kagent-schema.md; tests/support/conversations.py builds
+them with google-adk and a2a-sdk), hand-built here so that the benchmark needs neither library:
 
 - one turn = one invocation (``"e-<uuid4>"``) = 10 Python-ADK events (``model_dump_json(exclude_none=True)``,
   snake_case): the user's message, four tool calls each followed by its function_response, the final answer;

@@ -35,8 +35,8 @@ async def service_parts(dsn: str) -> AsyncIterator[Services]:
     """The settings, store and pool the app would open on `dsn` (its schema migrated, the invocation index's
     state read)."""
     from service import services
-    from service.app import open_pool, prepare_database
     from service.config import from_env
+    from service.database import open_pool, prepare_database
     from service.kagent.store import Store
 
     settings = from_env({"DATABASE_URL": dsn})

@@ -6,11 +6,10 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+if TYPE_CHECKING:  # cryptography is loaded when a key is read, not by every CLI command that reads settings
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 AuthMode = Literal["unsecure", "trusted-proxy"]
 
@@ -161,6 +160,10 @@ def _a2a_url(raw: str | None) -> str | None:
 @functools.lru_cache(maxsize=8)
 def public_key_algorithm(pem: str) -> tuple[PublicKey, str]:
     """The key of JWT_PUBLIC_KEY and the one algorithm it verifies: RS256 (RSA) or ES256 (P-256)."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     try:
         key = serialization.load_pem_public_key(pem.encode())
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:

@@ -17,7 +17,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import jwt
 import msgspec
 
 from service.config import PublicKey, Settings, public_key_algorithm
@@ -82,6 +81,8 @@ def _claims(token: str) -> dict[str, object]:
 
 def _verified_claims(settings: Settings, token: str) -> dict[str, object]:
     """The claims of a token whose signature and times check out with the configured key."""
+    import jwt  # only with JWT_SECRET or JWT_PUBLIC_KEY set: a CLI command never verifies a token
+
     try:
         algorithm = jwt.get_unverified_header(token).get("alg")
     except jwt.InvalidTokenError:

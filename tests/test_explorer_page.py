@@ -581,3 +581,142 @@ async def test_the_turns_of_an_agent_without_invocation_ids_act_by_their_task(
     await expect(turns).to_have_count(2)
     await expect(turns.nth(1)).to_contain_text(asked[1]["question"])
     assert problems == []
+
+
+# --- issue 36: the grid's labels at any width, a session opened from far down, the words -------------------
+
+
+async def _experiment_of_four_branches(page_url: str, user: str, session_id: str, turn: str) -> str:
+    """An experiment of 2 agents x 2 repeats (4 branches) of one turn, started over HTTP and waited for."""
+    import asyncio
+
+    import httpx
+
+    async with httpx.AsyncClient(base_url=page_url, headers={"X-User-Id": user}, timeout=30) as http:
+        body = {"rewind_before_invocation_id": turn, "agents": [f"{NAMESPACE}/{V1}", f"{NAMESPACE}/{SLOW}"],
+                "repeats": 2, "turns": 1}  # fmt: skip
+        started = await http.post(f"/api/sessions/{session_id}/experiments", json=body)
+        assert started.status_code == 202, started.text
+        experiment_id: str = started.json()["data"]["experiment"]["id"]
+        for _ in range(300):
+            if (await http.get(f"/api/experiments/{experiment_id}")).json()["data"]["status"] != "running":
+                return experiment_id
+            await asyncio.sleep(0.1)
+    raise AssertionError("the experiment never ended")
+
+
+# How many lines each row label of the grid (Turn 2, Total) is laid out on, and how wide it is against its text.
+LABEL_LINES = """() => [...document.querySelectorAll("table.experiment tr > th:first-child")]
+  .filter((th) => th.textContent)
+  .map((th) => {
+    const r = document.createRange();
+    r.selectNodeContents(th);
+    const needs = r.getBoundingClientRect().width;
+    return { text: th.textContent, lines: r.getClientRects().length, width: th.clientWidth, needs };
+  })"""
+
+
+async def test_the_grid_of_four_branches_keeps_its_row_labels_readable(
+    browser: Browser, page_url: str, pool: asyncpg.Pool, agents_seen: Seen
+) -> None:
+    """Issue 36: with 4 branches (and on a phone) the first column was squeezed to a letter a line ('T o t a l')."""
+    agents_seen.release.set()
+    agents_seen.hold_on_turn = 0
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=2, tool_calls=True, user_id=user, name="Four branches")
+    await _experiment_of_four_branches(page_url, user, conv.session_id, conv.invocation_ids[1])
+    for width, height, name in ((1280, 800, "experiment-four"), (390, 844, "experiment-phone")):
+        context = await browser.new_context(viewport={"width": width, "height": height}, is_mobile=width < 720)
+        tab = await context.new_page()
+        try:
+            await tab.goto(f"{page_url}/ui/#session={conv.session_id}&user={user}")
+            await expect(tab.locator("#session-title")).to_have_text("Four branches")
+            await tab.get_by_role("button", name="Experiments").click()
+            await tab.get_by_role("button", name="Show the grid").click()
+            grid = tab.locator("#experiment table.experiment")
+            await expect(grid.locator("thead th[data-col=b3]")).to_be_visible()
+            labels = await tab.evaluate(LABEL_LINES)
+            assert [label["text"] for label in labels] == ["Turn 2", "Total"], labels
+            for label in labels:
+                assert label["lines"] == 1 and label["width"] >= label["needs"], (width, label)
+            # the labels stay in sight while the branches scroll sideways
+            await tab.locator("#experiment .grid-scroll").evaluate("(box) => { box.scrollLeft = box.scrollWidth; }")
+            box = await grid.locator("tfoot th").bounding_box()
+            assert box is not None and 0 <= box["x"] < width / 2, box
+            # an agent's totals over its repeats say "1 tool call" as everywhere else
+            by_agent = await tab.locator("#experiment .by-agent").inner_text()
+            assert "1 tool call," in by_agent and "1 tool calls" not in by_agent and "1 turns" not in by_agent
+            await tab.locator("#experiment .grid-scroll").evaluate("(box) => { box.scrollLeft = 0; }")
+            await tab.locator("#experiment").scroll_into_view_if_needed()
+            await shot(tab, name)
+        finally:
+            await context.close()
+
+
+async def test_a_session_opened_from_far_down_a_long_list_is_brought_into_view(
+    browser: Browser, page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 36: the transcript was left out of view (on a phone 2,500 px below, under the whole list)."""
+    user = new_user()
+    for i in range(40):
+        await seed(pool, dialect="v1", turns=2, user_id=user, name=f"Chat {i:02d}")
+    for width, height in ((1280, 800), (390, 844)):
+        context = await browser.new_context(viewport={"width": width, "height": height}, is_mobile=width < 720)
+        tab = await context.new_page()
+        try:
+            await open_as(tab, page_url, user)
+            await expect(tab.locator("#sessions li")).to_have_count(40)
+            last = tab.locator("#sessions li").last
+            await last.scroll_into_view_if_needed()
+            assert await tab.evaluate("window.scrollY") > height / 2  # far down the list
+            name = (await last.inner_text()).splitlines()[0]
+            await last.click()
+            await expect(tab.locator("#session-title")).to_have_text(name)
+            await expect(tab.locator("#session-title")).to_be_in_viewport()
+            await expect(tab.locator("#turns > li.turn").first).to_be_in_viewport()
+            top = await tab.evaluate("document.getElementById('session-pane').getBoundingClientRect().top")
+            assert -1 <= top <= height / 2, (width, top)
+            if width < 720:
+                await shot(tab, "phone-opened")
+        finally:
+            await context.close()
+
+
+async def test_the_whatif_field_and_a_whole_copy_in_the_tree_say_what_they_mean(
+    browser: Browser, page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 36: the What-if agent field's placeholder was cut off; a whole-chat fork made with a mistyped turn
+    showed in the tree as 'forked at a turn its parent no longer shows'."""
+    import httpx
+
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=2, user_id=user, name="Mistyped")
+    async with httpx.AsyncClient(base_url=page_url, headers={"X-User-Id": user}, timeout=30) as http:
+        copied = await http.post(
+            f"/api/sessions/{conv.session_id}/fork", json={"rewind_before_invocation_id": "e-mistyped", "name": "All"}
+        )
+    assert copied.status_code == 201 and not copied.json()["data"]["fork"]["boundary_found"], copied.text
+    fits = """(input) => {
+      const style = getComputedStyle(input);
+      const ctx = document.createElement("canvas").getContext("2d");
+      ctx.font = style.font;
+      const has = input.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+      return { needs: ctx.measureText(input.placeholder).width, has };
+    }"""
+    for width, height in ((1280, 800), (390, 844)):
+        context = await browser.new_context(viewport={"width": width, "height": height}, is_mobile=width < 720)
+        tab = await context.new_page()
+        try:
+            await tab.goto(f"{page_url}/ui/#session={conv.session_id}&user={user}")
+            await expect(tab.locator("#session-title")).to_have_text("Mistyped")
+            field = await tab.locator("#whatif-agent").evaluate(fits)
+            assert field["needs"] <= field["has"], (width, field)
+            await expect(tab.locator("#tab-transcript")).to_contain_text("empty: this session's own")
+            await tab.get_by_role("button", name="Fork tree").click()
+            tree = tab.locator("#tree")
+            await expect(tree).to_contain_text(
+                "forked whole: a copy of the whole chat (the turn asked for, e-mistyped, was not in it)"
+            )
+            assert "no longer shows" not in await tree.inner_text()
+        finally:
+            await context.close()

@@ -22,8 +22,8 @@ import yaml
 
 from service.agents.experiments import ExperimentRequest
 from service.agents.whatif import WhatifRequest
-from service.app import open_pool, prepare_database
 from service.config import ConfigError, Settings, from_env
+from service.database import open_pool, prepare_database
 from service.doors import experiments_http
 from service.doors.api import handlers
 from service.kagent.migrate import SchemaError, check_kagent_schema, migrate

@@ -103,3 +103,60 @@ def test_the_packed_client_installs_as_a_copy_and_loads_both_ways(tmp_path: Path
     assert run(node, "--input-type=module", "-e", esm, cwd=app).strip() == "functionfunction"
     for types in ("dist/esm/index.d.ts", "dist/cjs/index.d.ts"):
         assert "export declare function turnActions" in (installed / types).read_text()
+
+
+# kagent's ui/tsconfig.json compilerOptions, the same on main (5229184e) and release/v0.10.x (03e950f6), as data:
+# what "copy the source" (docs/ui-integration.md) is compiled with in kagent's `next build`. Left out: `plugins`
+# (Next.js's editor plugin), `incremental` and `paths` (`@/*`), which change nothing for one file. Unlike the
+# client's own tsconfig, no exactOptionalPropertyTypes and no noUncheckedIndexedAccess: code that compiles under
+# the client's options can still fail here (issue 36: TS2345 in startWhatif and startExperiment).
+KAGENT_UI_COMPILER_OPTIONS = {
+    "target": "ES2017",
+    "lib": ["dom", "dom.iterable", "esnext"],
+    "allowJs": True,
+    "skipLibCheck": True,
+    "strict": True,
+    "noEmit": True,
+    "esModuleInterop": True,
+    "module": "esnext",
+    "moduleResolution": "bundler",
+    "resolveJsonModule": True,
+    "isolatedModules": True,
+    "jsx": "react-jsx",
+}
+
+
+def test_the_source_compiles_under_kagents_tsconfig(tmp_path: Path) -> None:
+    """'Or copy the source': src/index.ts as ui/src/lib/kagentFork.ts compiles with kagent's compiler options (and
+    @types/node, which kagent's UI has), as docs/ui-integration.md and the client's README promise."""
+    import json
+
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed")
+    if not (CLIENT / "node_modules" / ".bin" / "tsc").exists():
+        done = subprocess.run(
+            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=CLIENT, capture_output=True, text=True,
+            timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    lib = tmp_path / "src" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "kagentFork.ts").write_text((CLIENT / "src" / "index.ts").read_text())
+    options = {**KAGENT_UI_COMPILER_OPTIONS, "typeRoots": [str(CLIENT / "node_modules" / "@types")]}
+    (tmp_path / "tsconfig.json").write_text(json.dumps({"compilerOptions": options, "include": ["src/**/*.ts"]}))
+    tsc = str(CLIENT / "node_modules" / ".bin" / "tsc")
+    done = subprocess.run(
+        [tsc, "-p", str(tmp_path / "tsconfig.json")], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the check can fail: an optional property made undefined is refused under these options, as in issue 36
+    (lib / "broken.ts").write_text(
+        "const key: string | undefined = undefined;\n"
+        'const extra = key ? { "idempotency-key": key } : {};\n'
+        "export const headers: Record<string, string> = extra;\n"
+    )
+    broken = subprocess.run(
+        [tsc, "-p", str(tmp_path / "tsconfig.json")], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert broken.returncode != 0 and "broken.ts" in broken.stdout and "TS2322" in broken.stdout, broken.stdout

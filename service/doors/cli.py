@@ -1,5 +1,5 @@
-"""kagent-fork serve | fork | rewind | undo | invocations | tree | show | rewinds | compare | whatif | whatifs | job |
-cancel | experiment | index: one entry point for people and scripts.
+"""kagent-fork serve | fork | rewind | undo | invocations | tree | forks | show | rewinds | compare | whatif | whatifs |
+job | experiment | experiments | grid | cancel | index: one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -18,12 +18,13 @@ import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import msgspec
 
 from service.config import ConfigError, Settings, from_env
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from service.identity import Caller
     from service.kagent.store import Store
     from service.services import Services
@@ -39,6 +40,17 @@ EXIT_HELP = (
     "2 bad input, 3 not found, 4 not allowed, 5 conflict (e.g. a turn still running), 6 refused (e.g. fork "
     "depth), 7 rate limited, 8 database unavailable, 9 not configured (e.g. KAGENT_A2A_URL for a what-if), 10 the "
     "database is not kagent's (no kagent tables, or a dirty migration)"
+)
+
+
+# What whatif and experiment do without --wait, said in their help.
+LEFT_TO_A_SERVER = (
+    "Without --wait this process exits once {first}: {what} then wait in the database, marked running, for a "
+    "kagent-fork server (`kagent-fork serve` with KAGENT_A2A_URL, on the same database) to take {them} over, "
+    "which one does at its start or within about half a minute (a job silent for three heartbeats). With no such "
+    "server running nothing follows {them} until one starts: use --wait, or end {them} with `kagent-fork cancel "
+    "ID`. On the embedded demo (no DATABASE_URL) the demo's scripted agents answer in this process, which then "
+    "always waits."
 )
 
 
@@ -89,6 +101,8 @@ def _scripted_agent(dsn: str) -> str:
 def database_problem(settings: Settings, dsn: str) -> str | None:
     """Why the service cannot start on this database, in one line naming the setting to check; None if
     it can (reachable within DB_CONNECT_TIMEOUT_SECONDS, kagent's tables there, not dirty)."""
+    import asyncpg
+
     from service.kagent.migrate import SchemaError, check_kagent_schema
     from service.kagent.store import Store
     from service.kagent.store.base import CONNECTION_ERRORS
@@ -173,6 +187,7 @@ def _show_fork(data: dict[str, Any]) -> str:
             f"Dry run: would create {data['name']!r} with {_n(data['events_copied'], 'event')}, "
             f"{_n(data['tasks_copied'], 'task')} ({data['task_layout']}), {_n(data['bytes_to_copy'], 'byte')}, "
             f"~{_n(data['estimated_context_tokens'], 'context token')}"
+            + _left_behind(data["summary"], "would leave")
             + "".join(f"\n  warning: {w}" for w in data["warnings"])
         )
     fork = data["fork"]
@@ -180,8 +195,18 @@ def _show_fork(data: dict[str, Any]) -> str:
         f"Forked {fork['parent_session_id']} -> {data['id']} {data['name']!r}\n"
         f"  depth {fork['depth']} (root {fork['fork_root_session_id']}), {_n(fork['events_copied'], 'event')}, "
         f"{_n(fork['tasks_copied'], 'task')} ({fork['task_layout']}), {_n(fork['messages_copied'], 'message')}, "
-        f"agent framework {fork['framework']}" + "".join(f"\n  warning: {w}" for w in fork["warnings"])
+        f"agent framework {fork['framework']}"
+        + _left_behind(fork["summary"], "left")
+        + "".join(f"\n  warning: {w}" for w in fork["warnings"])
     )
+
+
+def _left_behind(summary: dict[str, Any] | None, verb: str) -> str:
+    """The fork's branch summary, as the page and the API's `summary` give it: what stays in the source after the
+    fork's turn and is not in the fork."""
+    if not summary:
+        return f"\n  {verb} nothing behind (the fork holds the whole chat)"
+    return f"\n  {verb} behind: {_show_summary(summary)}"
 
 
 def _show_rewind(data: dict[str, Any]) -> str:
@@ -231,7 +256,10 @@ def _tree_detail(node: dict[str, Any]) -> str:
         parts.append(f"{_n(node['turns'], 'turn')}, {_n(node['events'], 'event')} now")
     fork = node.get("fork")
     if fork:
-        if fork.get("rewind_before_task_id") is not None and fork["rewind_before_invocation_id"] is None:
+        asked = fork["rewind_before_invocation_id"] or fork.get("rewind_before_task_id")
+        if asked is not None and not fork.get("boundary_found", True):
+            at = f"forked whole: a copy of the whole chat (the turn asked for, {asked}, was not in it)"
+        elif fork.get("rewind_before_task_id") is not None and fork["rewind_before_invocation_id"] is None:
             at = f"forked before the turn of task {fork['rewind_before_task_id']}"
         elif fork["rewind_before_invocation_id"] is None:
             at = "forked whole"
@@ -322,14 +350,174 @@ def _show_jobs(jobs: list[dict[str, Any]]) -> str:
     return "\n".join(_show_job(j) for j in jobs) or "No what-ifs from this session."
 
 
+def _show_experiments(items: list[dict[str, Any]]) -> str:
+    lines = [
+        f"Experiment {e['id']}: {e['status']}, from turn "
+        f"{e['rewind_before_invocation_id'] or 'of task ' + str(e['rewind_before_task_id'])}, "
+        f"{_n(e['turns'], 'turn')} x {_n(e['repeats'], 'repeat')}, on approval {e['on_approval']}, "
+        f"started {e['created_at']}"
+        for e in items
+    ]
+    return "\n".join(lines) or "No experiments from this session."
+
+
 # --- operator commands -------------------------------------------------------------------------------
+# Each command imports what it uses when it runs: a read loads the branches and kagent's data, never the
+# server's stack (the web framework, the MCP SDK, the A2A client; tests/test_cli.py holds it to that).
+
+Command = Callable[["Services", "Caller", argparse.Namespace], Awaitable[tuple[object, str]]]
+
+A2A_CLIENT = "service.agents.a2a_client"
 
 
-async def _experiment(svc: Any, caller: Any, args: argparse.Namespace) -> tuple[object, str]:
+def _defer_a2a_client() -> None:
+    """Load the A2A client (the a2a SDK, httpx, protobuf: about a second) when it is first used, not when the
+    what-if and experiment modules are imported: reading a job or a grid never sends a message. A command
+    that does talk to an agent loads it at its first use, as an import would have."""
+    import importlib
+    import importlib.util
+
+    if A2A_CLIENT in sys.modules:
+        return
+    parent = importlib.import_module(A2A_CLIENT.rpartition(".")[0])
+    spec = importlib.util.find_spec(A2A_CLIENT)
+    assert spec is not None and spec.loader is not None
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[A2A_CLIENT] = module
+    setattr(parent, A2A_CLIENT.rpartition(".")[2], module)
+    spec.loader.exec_module(module)
+
+
+async def _fork(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.operations import forking
+    from service.schemas import ForkRequest
+
+    req = msgspec.convert(
+        {k: v for k, v in {"rewind_before_invocation_id": args.before,
+                           "rewind_before_task_id": args.before_task, "name": args.name,
+                           "if_boundary_missing": args.if_boundary_missing, "task_layout": args.layout,
+                           "dry_run": args.dry_run}.items() if v is not None},
+        ForkRequest,
+    )  # fmt: skip
+    outcome = await forking.fork(svc, caller, args.session_id, req, args.idempotency_key)
+    data = msgspec.json.decode(msgspec.json.encode(outcome.data))
+    return data, _show_fork(data)
+
+
+async def _rewind(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.operations import rewind
+    from service.schemas import RewindRequest
+
+    req = RewindRequest(rewind_before_invocation_id=args.before, rewind_before_task_id=args.before_task,
+                        dry_run=args.dry_run, force=args.force)  # fmt: skip
+    data = msgspec.to_builtins(await rewind.rewind(svc, caller, args.session_id, req))
+    return data, _show_rewind(data)
+
+
+async def _undo(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.operations import rewind
+
+    data = msgspec.to_builtins(await rewind.undo(svc, caller, args.session_id, args.rewind_id))
+    return data, _show_rewind(data)
+
+
+async def _invocations(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.branches import turns
+
+    items, after = [], None
+    while True:  # every page: an operator wants the whole list
+        page = await turns.invocations(svc, caller, args.session_id, limit=turns.MAX_PAGE, after=after)
+        items += msgspec.to_builtins(page.items)
+        if page.last or not page.items:
+            break
+        after = page.items[-1].invocation_id or page.items[-1].task_id
+    return items, _show_invocations(items)
+
+
+async def _forks(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.branches import lineage
+
+    data = msgspec.to_builtins(await lineage.forks(svc, caller, args.session_id))
+    lines = [
+        f"{f['session_id']} {f['name']!r}: before {f['fork']['rewind_before_invocation_id'] or '(all)'}, "
+        f"{f['fork']['events_copied']} events, {f['created_at']}"
+        for f in data
+    ]
+    return data, "\n".join(lines) or "No forks."
+
+
+async def _tree(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.branches import lineage
+
+    data = msgspec.to_builtins(await lineage.tree(svc, caller, args.session_id))
+    return data, _show_tree(data)
+
+
+async def _rewinds(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.operations import rewind
+
+    data = msgspec.to_builtins(await rewind.rewinds(svc, caller, args.session_id))
+    return data, _show_rewinds(data)
+
+
+async def _compare(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.branches import compare
+
+    data = msgspec.to_builtins(await compare.compare(svc, caller, args.session_id, args.other_session_id))
+    return data, _show_comparison(data)
+
+
+async def _show(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.branches import transcript
+
+    # Written while it is read, as the HTTP answer is: nothing is returned to print afterwards.
+    try:
+        async with transcript.reading(
+            svc, caller, args.session_id, before=args.before, before_task=args.before_task
+        ) as r:
+            chunks = transcript.json_chunks(r, message=None) if args.json else transcript.markdown_chunks(r)
+            async for chunk in chunks:
+                sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.write(b"\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputClosed from None
+    return STREAMED, ""
+
+
+async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents import whatif
+
+    body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
+            "agent_ref": args.agent, "name": args.name}  # fmt: skip
+    req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
+    # This process runs the job: without --wait it returns once the agent has the turn (the job is then
+    # followed by the service's replicas, which take over a job whose runner stopped).
+    runner = whatif.Runner(svc=svc)
+    answer, _ = await whatif.start(svc, runner, caller, args.session_id, req)
+    assert isinstance(answer, whatif.Started)
+    job_id = answer.job.id
+    while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
+        if not runner.jobs:
+            break
+        await asyncio.sleep(0.2)
+    await runner.stop()
+    data = msgspec.to_builtins(await whatif.get(svc, caller, job_id))
+    return data, _show_job(data)
+
+
+async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
     """Start an experiment; this process runs its branches while it waits (--wait), else until every
     agent has its first turn (the service's replicas then take the branches over)."""
     from service.agents import experiments, grid, whatif
+    from service.errors import NotConfigured
 
+    if svc.settings.kagent_a2a_url is None:
+        raise NotConfigured(
+            "experiments need kagent's A2A endpoint: set KAGENT_A2A_URL (e.g. http://kagent-controller.kagent:8083"
+            "/api/a2a); on the embedded demo (no DATABASE_URL) the demo's scripted agents answer"
+        )
     turns: int | str = "all" if args.turns == "all" else int(args.turns)
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
             "agents": args.agent or None, "turns": turns,
@@ -350,15 +538,75 @@ async def _experiment(svc: Any, caller: Any, args: argparse.Namespace) -> tuple[
     return msgspec.to_builtins(found), grid.markdown(found)
 
 
+async def _job(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents import experiments, whatif
+    from service.errors import NotFound
+
+    try:
+        data = msgspec.to_builtins(await whatif.get(svc, caller, args.session_id))
+    except NotFound:
+        try:
+            await experiments.get(svc, caller, args.session_id)
+        except NotFound:
+            raise NotFound(f"what-if job {args.session_id} not found") from None
+        raise NotFound(
+            f"{args.session_id} is an experiment, not a what-if job: kagent-fork grid {args.session_id} shows it"
+        ) from None
+    return data, _show_job(data)
+
+
+async def _whatifs(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents import whatif
+
+    jobs = msgspec.to_builtins(await whatif.of_session(svc, caller, args.session_id))
+    return jobs, _show_jobs(jobs)
+
+
+async def _cancel(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    """A what-if job or an experiment, whichever the id names (both are random UUIDs, never the same)."""
+    from service.agents import experiments, grid, whatif
+    from service.errors import NotFound
+
+    try:
+        data = msgspec.to_builtins(await whatif.cancel(svc, caller, args.session_id))
+        return data, _show_job(data)
+    except NotFound:
+        pass
+    try:
+        found = await experiments.cancel(svc, caller, args.session_id)
+    except NotFound:
+        raise NotFound(f"no what-if job or experiment {args.session_id}") from None
+    return msgspec.to_builtins(found), grid.markdown(found)
+
+
+async def _experiments(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents import experiments
+
+    listed = msgspec.to_builtins(await experiments.of_session(svc, caller, args.session_id))
+    return listed, _show_experiments(listed)
+
+
+async def _grid(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents import experiments, grid
+
+    found = await experiments.get(svc, caller, args.session_id)
+    return msgspec.to_builtins(found), grid.markdown(found)
+
+
+COMMANDS: dict[str, Command] = {
+    "fork": _fork, "rewind": _rewind, "undo": _undo, "invocations": _invocations, "forks": _forks, "tree": _tree,
+    "rewinds": _rewinds, "compare": _compare, "show": _show, "whatif": _whatif, "experiment": _experiment,
+    "job": _job, "whatifs": _whatifs, "cancel": _cancel, "experiments": _experiments, "grid": _grid,
+}  # fmt: skip
+# Commands that read what-if jobs and experiments (or cancel them): the A2A client is loaded only if used.
+DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid"}
+
+
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
     from service import services
-    from service.agents import whatif
-    from service.app import open_pool, prepare_database
-    from service.branches import compare, lineage, transcript, turns
+    from service.database import open_pool, prepare_database
     from service.identity import Caller
     from service.kagent.store import Store
-    from service.operations import forking, rewind
-    from service.schemas import ForkRequest, RewindRequest
 
     store = Store(
         settings.service_schema,
@@ -372,118 +620,12 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         if args.command == "index":
             return await _index(store, pool, args.action)
         svc = services.Services(settings=settings, store=store, pool=pool, locks=locks)
-        caller = Caller(user_id=args.user, share_token=args.share_token)
-        commands: dict[str, Callable[[], Awaitable[tuple[object, str]]]] = {}
-
-        async def do_fork() -> tuple[object, str]:
-            req = msgspec.convert(
-                {k: v for k, v in {"rewind_before_invocation_id": args.before,
-                                   "rewind_before_task_id": args.before_task, "name": args.name,
-                                   "if_boundary_missing": args.if_boundary_missing, "task_layout": args.layout,
-                                   "dry_run": args.dry_run}.items() if v is not None},
-                ForkRequest,
-            )  # fmt: skip
-            outcome = await forking.fork(svc, caller, args.session_id, req, args.idempotency_key)
-            data = msgspec.json.decode(msgspec.json.encode(outcome.data))
-            return data, _show_fork(data)
-
-        async def do_rewind() -> tuple[object, str]:
-            req = RewindRequest(rewind_before_invocation_id=args.before, rewind_before_task_id=args.before_task,
-                                dry_run=args.dry_run, force=args.force)  # fmt: skip
-            data = msgspec.to_builtins(await rewind.rewind(svc, caller, args.session_id, req))
-            return data, _show_rewind(data)
-
-        async def do_undo() -> tuple[object, str]:
-            data = msgspec.to_builtins(await rewind.undo(svc, caller, args.session_id, args.rewind_id))
-            return data, _show_rewind(data)
-
-        async def do_invocations() -> tuple[object, str]:
-            items, after = [], None
-            while True:  # every page: an operator wants the whole list
-                page = await turns.invocations(svc, caller, args.session_id, limit=turns.MAX_PAGE, after=after)
-                items += msgspec.to_builtins(page.items)
-                if page.last or not page.items:
-                    break
-                after = page.items[-1].invocation_id or page.items[-1].task_id
-            return items, _show_invocations(items)
-
-        async def do_forks() -> tuple[object, str]:
-            data = msgspec.to_builtins(await lineage.forks(svc, caller, args.session_id))
-            lines = [
-                f"{f['session_id']} {f['name']!r}: before {f['fork']['rewind_before_invocation_id'] or '(all)'}, "
-                f"{f['fork']['events_copied']} events, {f['created_at']}"
-                for f in data
-            ]
-            return data, "\n".join(lines) or "No forks."
-
-        async def do_tree() -> tuple[object, str]:
-            data = msgspec.to_builtins(await lineage.tree(svc, caller, args.session_id))
-            return data, _show_tree(data)
-
-        async def do_rewinds() -> tuple[object, str]:
-            data = msgspec.to_builtins(await rewind.rewinds(svc, caller, args.session_id))
-            return data, _show_rewinds(data)
-
-        async def do_compare() -> tuple[object, str]:
-            data = msgspec.to_builtins(await compare.compare(svc, caller, args.session_id, args.other_session_id))
-            return data, _show_comparison(data)
-
-        async def do_show() -> tuple[object, str]:
-            # Written while it is read, as the HTTP answer is: nothing is returned to print afterwards.
-            try:
-                async with transcript.reading(
-                    svc, caller, args.session_id, before=args.before, before_task=args.before_task
-                ) as r:
-                    chunks = transcript.json_chunks(r, message=None) if args.json else transcript.markdown_chunks(r)
-                    async for chunk in chunks:
-                        sys.stdout.buffer.write(chunk)
-                sys.stdout.buffer.write(b"\n")
-                sys.stdout.flush()
-            except BrokenPipeError:
-                raise OutputClosed from None
-            return STREAMED, ""
-
-        async def do_whatif() -> tuple[object, str]:
-            body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
-                    "agent_ref": args.agent, "name": args.name}  # fmt: skip
-            req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
-            # This process runs the job: without --wait it returns once the agent has the turn (the job
-            # is then followed by the service's replicas, which take over a job whose runner stopped).
-            runner = whatif.Runner(svc=svc)
-            answer, _ = await whatif.start(svc, runner, caller, args.session_id, req)
-            assert isinstance(answer, whatif.Started)
-            job_id = answer.job.id
-            while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
-                if not runner.jobs:
-                    break
-                await asyncio.sleep(0.2)
-            await runner.stop()
-            data = msgspec.to_builtins(await whatif.get(svc, caller, job_id))
-            return data, _show_job(data)
-
-        commands.update(
-            fork=do_fork, rewind=do_rewind, undo=do_undo, invocations=do_invocations, tree=do_tree, forks=do_forks,
-            rewinds=do_rewinds, compare=do_compare, show=do_show, whatif=do_whatif,
-            experiment=lambda: _experiment(svc, caller, args),
-        )  # fmt: skip
-        if args.command in commands:
-            return await commands[args.command]()
-        return await _job_command(svc, caller, args.command, args.session_id)
+        if args.command in DEFERS_A2A:
+            _defer_a2a_client()
+        return await COMMANDS[args.command](svc, Caller(user_id=args.user, share_token=args.share_token), args)
     finally:
         await pool.close()
         await locks.close()
-
-
-async def _job_command(svc: Services, caller: Caller, command: str, name: str) -> tuple[object, str]:
-    """job ID, cancel ID, whatifs SESSION: a what-if job, or a source's what-ifs."""
-    from service.agents import whatif
-
-    if command == "whatifs":
-        jobs = msgspec.to_builtins(await whatif.of_session(svc, caller, name))
-        return jobs, _show_jobs(jobs)
-    job = await (whatif.cancel(svc, caller, name) if command == "cancel" else whatif.get(svc, caller, name))
-    data = msgspec.to_builtins(job)
-    return data, _show_job(data)
 
 
 async def _index(store: Store, pool: asyncpg.Pool, action: str) -> tuple[object, str]:
@@ -526,8 +668,8 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         dsn = _database_url(settings, demo=True)
-        if args.command == "whatif" and not settings.database_url and settings.kagent_a2a_url is None:
-            # The embedded demo: its scripted agent answers, in this process, so the what-if waits for it.
+        if args.command in ("whatif", "experiment") and not settings.database_url and settings.kagent_a2a_url is None:
+            # The embedded demo: its scripted agents answer, in this process, so the command waits for them.
             settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
             args.wait = True
         data, text = asyncio.run(_run(settings, dsn, args))
@@ -558,6 +700,11 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's ArgumentDefaultsHelpFormatter, without `(default: None)` and `(default: False)` where
     an option has no default worth saying."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Each paragraph filled on its own (argparse runs a description's or an epilog's paragraphs together)."""
+        fill = super()._fill_text
+        return "\n\n".join(fill(paragraph, width, indent) for paragraph in text.split("\n\n"))
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -590,7 +737,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1, help="worker processes (one per core in production)")
 
     def operator(name: str, help_text: str, *, metavar: str = "session_id") -> argparse.ArgumentParser:
-        c = commands.add_parser(name, help=help_text, epilog=EXIT_HELP, formatter_class=formatter)
+        c = commands.add_parser(
+            name, help=help_text, description=help_text, epilog=EXIT_HELP, formatter_class=formatter
+        )
         c.add_argument("session_id", metavar=metavar)
         c.add_argument("--user", default="admin@kagent.dev", help="act as this kagent user")
         c.add_argument("--share-token", default=None, help="act through this share link")
@@ -628,15 +777,20 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
+    w.epilog = f"{LEFT_TO_A_SERVER.format(first='the agent has the turn', what='the job', them='it')}\n\n{EXIT_HELP}"
     operator("job", "show a what-if job", metavar="job_id")
     operator("whatifs", "list the what-ifs started from a session, newest first")
-    operator("cancel", "cancel a running what-if job (its agent is asked to cancel the task)", metavar="job_id")
+    operator(
+        "cancel",
+        "cancel a running what-if job or experiment (its agents are asked to cancel their tasks)",
+        metavar="job_or_experiment_id",
+    )
     e = operator("experiment", "replay the turns from one on several agents over A2A and print them side by side")
     turn_arguments(e, "rewind_before_invocation_id: the first turn replayed (or --before-task)", required=True)
     e.add_argument(
         "--agent", action="append", help="namespace/name of an agent (repeat for each; default: the session's)"
     )
-    e.add_argument("--turns", default="1", help="how many turns to replay from --before on, or all (default 1)")
+    e.add_argument("--turns", default="1", help="how many turns to replay from --before on, or all")
     e.add_argument("--message", help="ask the first replayed turn with this text instead")
     e.add_argument("--repeats", type=int, default=1, help="branches per agent (1-5)")
     e.add_argument(
@@ -644,6 +798,12 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--name", help="the forks' name")
     e.add_argument("--wait", action="store_true", help="wait until every branch ended, then print the table")
+    alone = LEFT_TO_A_SERVER.format(first="every agent has its first turn", what="the branches", them="them")
+    e.epilog = f"{alone}\n\n{EXIT_HELP}"
+    operator("experiments", "list the experiments started from a session, newest first")
+    operator(
+        "grid", "show an experiment: its branches beside the source's own turns (Markdown)", metavar="experiment_id"
+    )
     ix = commands.add_parser(
         "index",
         help="the retired invocation index on kagent's tables: status, uninstall",
@@ -660,10 +820,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)  # --help and --version answer here, before anything else is loaded
     from service.observability import configure_logging
 
     configure_logging()
-    args = parser().parse_args(argv)
     args.json = getattr(args, "json", False) or args.global_json
     try:
         settings = from_env(os.environ)

@@ -1,6 +1,6 @@
 """A small demo conversation for the embedded database: one session per kagent product line.
 
-The rows have the shapes kagent stores (see ../shared/samples): Python ADK events without nulls,
+The rows have the shapes kagent stores (docs/kagent-schema.md): Python ADK events without nulls,
 legacy A2A tasks (0.10.x) and A2A v1.0 tasks (main), one task per turn.
 """
 

@@ -33,7 +33,7 @@ Tasks, ``dialect="legacy"`` (kagent 0.10.x, ``protocol_version`` NULL)
 ``metadata_style``
     ``"kagent"``: exactly the metadata kagent writes. Note that kagent never stamps the invocation id on the
     user's message, and that a task whose turn has not produced an ADK event yet (a running turn) carries no
-    invocation id at all. ``"sample"`` (default): the same, plus the keys of /work/shared/samples: the turn's
+    invocation id at all. ``"sample"`` (default): the same, plus the keys seen in real kagent rows: the turn's
     user messages carry ``adk_invocation_id``, and legacy task metadata carries
     ``adk_app_name``/``adk_user_id``/``adk_session_id`` (v1 task metadata always does).
 

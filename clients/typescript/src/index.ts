@@ -784,7 +784,7 @@ export async function startWhatif(
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.messageText !== undefined) body.message = { text: options.messageText };
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
-  const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   return call<WhatifStarted>(options, "POST", sessionPath(sessionId, "whatif"), body, extra, [
     sessionId,
     rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? "",
@@ -904,7 +904,7 @@ export async function startExperiment(
   if (options.onApproval !== undefined) body.on_approval = options.onApproval;
   if (options.name !== undefined) body.name = options.name;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
-  const extra = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   const answer = await call<{ experiment: Experiment }>(
     options,
     "POST",

@@ -167,7 +167,15 @@ function markCurrent() {
 async function go(id) {
   if (await openSession(id)) {
     if (location.hash !== link(id)) history.pushState(null, "", link(id));
+    bringIntoView();
   }
+}
+
+// The session just opened, at the top of the window when its top is out of sight: opened from far down a long
+// list (on a phone the session is under the whole list) or from a tab scrolled down.
+function bringIntoView() {
+  const top = $("session-pane").getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight / 2) $("session-pane").scrollIntoView({ block: "start" });
 }
 
 async function openSession(id, { keepNotice = false } = {}) {
@@ -384,10 +392,12 @@ function nodeWords(n) {
   const parts = [agentName(n.agent_id)];
   if (n.turns != null) parts.push(`${plural(n.turns, "turn")}, ${plural(n.events, "event")} now`);
   if (n.fork) {
+    const asked = n.fork.rewind_before_invocation_id ?? n.fork.rewind_before_task_id;
     let at = "forked whole";
-    if (n.fork.rewind_before_invocation_id) {
-      at = n.fork_turn != null ? `forked at turn ${n.fork_turn} ${quoted(n.fork_question, 50)}` : "forked at a turn its parent no longer shows";
-    }
+    if (asked && !n.fork.boundary_found) at = `forked whole: a copy of the whole chat (the turn asked for, ${asked}, was not in it)`;
+    else if (n.fork_turn != null) at = `forked at turn ${n.fork_turn} ${quoted(n.fork_question, 50)}`;
+    else if (n.fork.rewind_before_invocation_id) at = "forked at a turn its parent no longer shows";
+    else if (asked) at = `forked before the turn of task ${asked}`;
     parts.push(`${at}, ${plural(n.fork.events_copied, "event")} copied ${when(n.fork.created_at)}`);
   }
   return parts.join(" · ");
@@ -503,7 +513,7 @@ async function follow() {
     await loadSessions();
   }
   const session = params.get("session");
-  if (session && (!state.session || state.session.session_id !== session)) await openSession(session);
+  if (session && (!state.session || state.session.session_id !== session) && await openSession(session)) bringIntoView();
 }
 
 async function start() {

@@ -172,8 +172,12 @@ function totalCell(c, col) {
     el("div", { class: "muted", text: `${plural(t.tool_calls, "tool call")}${t.rejected_tool_calls ? ` (${t.rejected_tool_calls} rejected)` : ""}, ${plural(t.model_calls, "model call")}, ${plural(t.total_tokens, "token")}, ${t.duration_seconds.toFixed(1)} s` }));
 }
 
-function spread(s, digits = 0) {
-  return s.min === s.max ? s.mean.toFixed(digits) : `${s.mean.toFixed(digits)} (${s.min.toFixed(digits)} to ${s.max.toFixed(digits)})`;
+// A figure over an agent's repeats: its mean, and its range when the repeats differ; `word` in the singular only
+// when every repeat had exactly one ("1 tool call", "1.5 tool calls (1 to 2)").
+function spread(s, word, digits = 0, many = `${word}s`) {
+  const [mean, min, max] = [s.mean, s.min, s.max].map((n) => n.toFixed(digits));
+  const figure = min === max ? mean : `${mean} (${min} to ${max})`;
+  return `${figure} ${s.min === 1 && s.max === 1 ? word : many}`;
 }
 
 function experimentGrid(x) {
@@ -199,7 +203,7 @@ function experimentGrid(x) {
   if (x.by_agent) {
     parts.push(el("ul", { class: "by-agent" }, ...x.by_agent.map((a) => el("li", {},
       el("b", { text: `${a.agent_ref} over ${x.repeats} repeats: ` }),
-      `${spread(a.totals.turns)} turns, ${spread(a.totals.tool_calls)} tool calls, ${spread(a.totals.model_calls)} model calls, ${spread(a.totals.total_tokens)} tokens, ${spread(a.totals.duration_seconds, 1)} s`))));
+      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}`))));
   }
   return parts.filter((p) => p != null);
 }
