@@ -84,6 +84,9 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
         assert isinstance(done, RewindResult) and done.rewind.id
         rewinds.append(done.rewind.id)
     jobs = [str(uuid.uuid4()) for _ in range(8)]
+    # The experiments' branches are jobs of their own: cancelling a what-if job (an earlier operation of the
+    # document) must not end the experiments whose cancel is fuzzed later.
+    branches = [str(uuid.uuid4()) for _ in range(8)]
     async with pool.acquire() as conn:
         # Jobs another replica is running (its heartbeat is fresh for the whole run, so no sweep takes
         # them over): GET and cancel act on them.
@@ -92,9 +95,9 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             "rewind_before_invocation_id, agent_ref, dialect, message, status, runner, heartbeat_at) "
             "VALUES ($1, $2, $3, $2, $3, $4, 'kagent/k8s-agent', 'v1', '{}', 'running', 'gone', "
             "NOW() + interval '1 day')",
-            [(job, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for job in jobs],
+            [(job, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for job in jobs + branches],
         )
-        experiments = [str(uuid.uuid4()) for _ in jobs]
+        experiments = [str(uuid.uuid4()) for _ in branches]
         await conn.executemany(
             "INSERT INTO kagent_fork.experiment (id, user_id, source_session_id, source_user_id, "
             "rewind_before_invocation_id, turns_requested, turns, on_approval, repeats) "
@@ -103,7 +106,7 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
         )
         await conn.executemany(
             "UPDATE kagent_fork.whatif_job SET experiment_id = $1 WHERE id = $2",
-            list(zip(experiments, jobs, strict=True)),
+            list(zip(experiments, branches, strict=True)),
         )
     explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
     yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments)
