@@ -90,25 +90,28 @@ SELECT
 -- forward no user and write a chat's rows under that user with the chat's id, so they are taken as the
 -- owner's only when provably so (docs/frameworks.md, "Whose rows a session's are"). Either kagent-fork made
 -- the session ($2's fork: its id is new, so every row of it is the fork's), or, as kagent's own owner rule
--- for a task without user_id decides, the owner is the one user besides the default one with a session row
--- of that id (deleted or not: anything ambiguous belongs to nobody), and that row is no younger than any
--- row of the id under the default user (its session row, tasks, LangGraph checkpoints, CrewAI rows): a row
--- made after the chat began is another user's claim on it. The cheap tests first (CASE keeps the order).
+-- for a task without user_id decides, the owner is the one user besides the default one whose session row
+-- of that id existed when the chat's first row under the default user was written (its session row, tasks,
+-- LangGraph checkpoints, CrewAI rows; deleted rows count): a row made after the chat began is another user's
+-- claim on it, and two rows made before make it no one's. The cheap tests first (CASE keeps the order).
+WITH own AS (SELECT (SELECT created_at FROM session WHERE id = $1 AND user_id = $2) AS created_at),
+began AS (
+    SELECT least(
+        (SELECT min(created_at) FROM session WHERE id = $1 AND user_id = $3),
+        (SELECT min(created_at) FROM task WHERE session_id = $1 AND user_id = $3),
+        (SELECT min(created_at) FROM lg_checkpoint WHERE thread_id = $1 AND user_id = $3),
+        (SELECT min(created_at) FROM crewai_agent_memory WHERE thread_id = $1 AND user_id = $3),
+        (SELECT min(created_at) FROM crewai_flow_state WHERE thread_id = $1 AND user_id = $3)
+    ) AS at
+)
 SELECT CASE
     WHEN $2 = $3 THEN false
     WHEN EXISTS (SELECT 1 FROM {schema}.fork AS f WHERE f.session_id = $1 AND f.user_id = $2) THEN true
-    WHEN EXISTS (SELECT 1 FROM session AS o WHERE o.id = $1 AND o.user_id <> $2 AND o.user_id <> $3) THEN false
     WHEN own.created_at IS NULL THEN false
-    WHEN EXISTS (SELECT 1 FROM session AS r
-                 WHERE r.id = $1 AND r.user_id = $3 AND r.created_at < own.created_at) THEN false
-    WHEN EXISTS (SELECT 1 FROM lg_checkpoint AS c
-                 WHERE c.thread_id = $1 AND c.user_id = $3 AND c.created_at < own.created_at) THEN false
-    WHEN EXISTS (SELECT 1 FROM crewai_agent_memory AS m
-                 WHERE m.thread_id = $1 AND m.user_id = $3 AND m.created_at < own.created_at) THEN false
-    WHEN EXISTS (SELECT 1 FROM crewai_flow_state AS w
-                 WHERE w.thread_id = $1 AND w.user_id = $3 AND w.created_at < own.created_at) THEN false
-    WHEN EXISTS (SELECT 1 FROM task AS t
-                 WHERE t.session_id = $1 AND t.user_id = $3 AND t.created_at < own.created_at) THEN false
+    WHEN began.at IS NULL THEN true  -- nothing under the default user to give: the owner's rows alone
+    WHEN own.created_at > began.at THEN false
+    WHEN EXISTS (SELECT 1 FROM session AS o
+                 WHERE o.id = $1 AND o.user_id <> $2 AND o.user_id <> $3 AND o.created_at <= began.at) THEN false
     ELSE true
 END AS owned
-FROM (SELECT (SELECT created_at FROM session WHERE id = $1 AND user_id = $2) AS created_at) AS own;
+FROM own, began;
