@@ -253,7 +253,10 @@ async def test_a_failing_or_hanging_branch_ends_alone(
     assert good["status"] == "completed" and len(good["turns"]) == 2
     # nothing was sent after a failure
     assert len([m for m in seen.messages if m.context_id == slow["session_id"]]) == 1
-    assert garbage["turns"] == [] or garbage["turns"][0]["state"] in ("working", None)
+    # an ended branch shows how each turn it sent ended (issue 32, item 6): never `working` for ever
+    assert [t["state"] for t in garbage["turns"]] == ["failed"]  # sent, and answered garbage: no task
+    assert [t["state"] for t in slow["turns"]] in (["canceled"], ["failed"])  # its task cancelled at the limit
+    assert slow["totals"]["turns"] == 1 and garbage["totals"]["turns"] == 1
     seen.release.set()
 
 
