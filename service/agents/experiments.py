@@ -25,6 +25,7 @@ from service.services import Services
 
 __all__ = ["ExperimentRequest", "Started", "cancel", "get", "markdown", "of_session", "start"]
 Started = grid.Started
+_encoder = msgspec.json.Encoder()
 
 
 class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -51,8 +52,9 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Check everything, write every branch's fork and job, start them: (answer, replayed)."""
+    digest = _encoder.encode([session_id, req]).hex()  # what a retry under the same Idempotency-Key sends again
     replay = Replay(
-        kind="experiment", session_id=session_id, asked=req, invocation_id=req.rewind_before_invocation_id,
+        kind="experiment", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, on_approval=req.on_approval,
     )  # fmt: skip

@@ -13,10 +13,12 @@ from service.agents.replay.jobs import cancel_job as cancel
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import MessageEdit, Replay, Tokens, TurnCount
 from service.identity import Caller
-from service.schemas import Text
+from service.operations import forking
+from service.schemas import ForkRequest, Text
 from service.services import Services
 
 __all__ = ["Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_session", "start"]
+_encoder = msgspec.json.Encoder()
 
 
 class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -40,8 +42,14 @@ async def start(
     authorization: str | None = None,
 ) -> tuple[Started | msgspec.Raw, bool]:
     """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
+    # What a retry under the same Idempotency-Key must send again: the fork it asks for, and the rest.
+    fork_req = ForkRequest(
+        rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,
+        name=req.name, if_boundary_missing="error",
+    )  # fmt: skip
+    digest = forking.request_hash(session_id, fork_req) + _encoder.encode(req).hex()
     replay = Replay(
-        kind="whatif", session_id=session_id, asked=req, invocation_id=req.rewind_before_invocation_id,
+        kind="whatif", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=None if req.agent_ref is None else [req.agent_ref], turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens,
     )  # fmt: skip

@@ -16,7 +16,7 @@ import msgspec
 from service.agents import a2a_client
 from service.agents.replay import grid, jobs
 from service.agents.replay.runner import Runner
-from service.agents.replay.terms import Boundary, Replay, Span, agent_id_of
+from service.agents.replay.terms import Boundary, Replay, Span
 from service.errors import ServiceError, Unprocessable
 from service.identity import Caller
 from service.kagent import dialects
@@ -24,10 +24,15 @@ from service.kagent.store.base import Connection
 from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
 from service.operations import forking
-from service.schemas import ForkedSession
+from service.schemas import ForkedSession, ForkRequest
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
+
+
+def agent_id_of(agent_ref: str) -> str:
+    """kagent's agent_id for namespace/name: `-` becomes `_`, `/` becomes `__NS__`."""
+    return agent_ref.replace("-", "_").replace("/", "__NS__")
 
 
 def fork_name(agent_ref: str, turn: int | None, invocation_id: str, source_name: str | None) -> str:
@@ -68,10 +73,18 @@ class Branch:
 
 
 async def write_branch(
-    svc: Services, conn: Connection, runner_id: str, branch: Branch, fork: ForkedSession, experiment_id: str | None
+    svc: Services,
+    conn: Connection,
+    runner_id: str,
+    branch: Branch,
+    fork: ForkedSession,
+    experiment: ExperimentRow | None,
+    *,
+    first: bool,
 ) -> WhatifJob:
     """The job row and its turns, in the fork's transaction: each message built for the fork, with its
-    messageId fixed now (so that no runner ever sends it twice)."""
+    messageId fixed now (so that no runner ever sends it twice). `experiment`: its row, written with its first
+    branch."""
     span, text = branch.span, branch.replay.message.text if branch.replay.message else None
     try:
         messages = [
@@ -84,6 +97,8 @@ async def write_branch(
         ]
     except a2a_client.AgentError as exc:  # raised in the fork's transaction: nothing is written
         raise Unprocessable(str(exc)) from None
+    if experiment is not None and first:
+        await svc.store.experiments.insert_experiment(conn, experiment)
     card = None if branch.card is None else _encoder.encode(dataclasses.asdict(branch.card)).decode()
     job = WhatifJob(
         id=str(uuid.uuid4()), user_id=branch.caller.user_id, parent_session_id=span.source.id,
@@ -92,7 +107,7 @@ async def write_branch(
         rewind_before_task_id=span.turns[0].task_id,
         agent_ref=branch.agent_ref, dialect=span.dialect.value, message=messages[0], status="running", task_id=None,
         error=None, result=None, runner=runner_id, created_at=datetime.min, finished_at=None,
-        experiment_id=experiment_id, repeat=branch.repeat, agent_card=card,
+        experiment_id=experiment.id if experiment is not None else None, repeat=branch.repeat, agent_card=card,
         on_approval=branch.replay.on_approval, turns_total=len(messages),
     )  # fmt: skip
     created = await svc.store.jobs.insert_whatif_job(conn, job)
@@ -141,13 +156,16 @@ async def write(
         async def then(
             conn: Connection, fork: ForkedSession, branch: Branch = branch, last: bool = i == len(plan) - 1
         ) -> None:
-            if written.experiment is not None and not written.jobs:
-                await svc.store.experiments.insert_experiment(conn, written.experiment)
-            experiment_id = written.experiment.id if written.experiment is not None else None
-            job = await write_branch(svc, conn, runner.id, branch, fork, experiment_id)
+            job = await write_branch(svc, conn, runner.id, branch, fork, written.experiment, first=not written.jobs)
             written.jobs.append(job)
-            if last:
-                written.answer = await _answer(svc, conn, caller, written, job, fork)
+            if last:  # the start's answer, read in the last fork's transaction
+                written.answer = (
+                    jobs.Started(job=jobs.job_json(job), session=fork)
+                    if written.experiment is None
+                    else grid.Started(
+                        experiment=await grid.experiment(svc, conn, caller, written.experiment.id, live=False)
+                    )
+                )
                 if idempotency is not None:
                     await svc.store.lineage.remember_answer(
                         conn, user_id=caller.user_id, key=idempotency[0], request_hash=idempotency[1],
@@ -159,7 +177,11 @@ async def write(
         name = branch.replay.name or default_name(branch.span, branch.agent_ref, repeat)
         try:
             await forking.fork(
-                svc, caller, branch.replay.session_id, boundary.fork_request(name),
+                svc, caller, branch.replay.session_id,
+                ForkRequest(
+                    rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id,
+                    name=name, if_boundary_missing="error",
+                ),
                 into=forking.Into(agent_id=agent_id_of(branch.agent_ref), then=then),
             )  # fmt: skip
         except ServiceError as exc:
@@ -169,12 +191,3 @@ async def write(
                 await runner.finish(job, "failed", f"the experiment could not make every branch's fork: {exc.message}")
             raise
     return written
-
-
-async def _answer(
-    svc: Services, conn: Connection, caller: Caller, written: Written, job: WhatifJob, fork: ForkedSession
-) -> msgspec.Struct:
-    """The start's answer, read in the last fork's transaction: an experiment's grid, or a what-if's job and fork."""
-    if written.experiment is None:
-        return jobs.Started(job=jobs.job_json(job), session=fork)
-    return grid.Started(experiment=await grid.experiment(svc, conn, caller, written.experiment.id, live=False))

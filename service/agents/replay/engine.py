@@ -1,12 +1,12 @@
 """The one way to start a replay (a what-if, or an experiment: a what-if is an experiment of one agent). The
 road, each step in its room, each room entered once:
 
-1. what is refused before anything is read (here): one turn named, kagent's A2A endpoint known, the agents'
-   names, the token limit's type;
-2. the turn it starts from (span.start_turn), then, once per Idempotency-Key (`once`, here):
-3. what is re-asked (span.span_of), in a snapshot of its own;
-4. who answers (answerers.branches: the agents and repeats) and what it may cost (gate.gate);
-5. the agents' cards (answerers.cards), asked for at once;
+1. what is refused before anything is read: one turn named (schemas), kagent's A2A endpoint known
+   (answerers), the request's own words (terms: the agents' names, the repeats; the token limit's type);
+2. once per Idempotency-Key (`once`, here: the key's lock, a stored answer replayed), then
+3. the turn it starts from and what is re-asked (span.start_turn, span.span_of, in a snapshot of its own);
+4. what it may cost (gate.gate);
+5. who answers (answerers.cast: the agents and repeats, their cards asked for at once);
 6. the branches written (branches.write: the forks with their jobs, and the answer);
 7. the jobs launched (runner), and an experiment's baseline column computed in the background (grid).
 
@@ -26,11 +26,8 @@ from service.agents.replay.terms import Replay, whole_tokens
 from service.errors import Unprocessable
 from service.identity import Caller
 from service.observability import EXPERIMENTS, WHATIF_JOBS
-from service.operations import forking
-from service.schemas import ForkRequest, one_boundary
+from service.schemas import one_boundary
 from service.services import Services
-
-_encoder = msgspec.json.Encoder()
 
 
 async def start(
@@ -44,25 +41,22 @@ async def start(
 ) -> tuple[msgspec.Struct | msgspec.Raw, bool]:
     """Check, read, write every branch, launch them: (answer, replayed)."""
     one_boundary(replay.invocation_id, replay.task_id, required=True)
-    answerers.ready(svc, replay)
+    answerers.a2a_base(svc)
+    replay.checked()
     whole_tokens(replay.max_context_tokens, 1)
-    boundary = await span.start_turn(svc, caller, replay)
-    async with once(svc, caller, replay, boundary.fork_request(replay.name), idempotency_key) as (stored, kept):
+    hdrs = answerers.headers(caller.user_id, authorization)
+    async with once(svc, caller, replay.kind, idempotency_key, replay.digest) as (stored, kept):
         if stored is not None:
             return stored, True
+        boundary = await span.start_turn(svc, caller, replay)
         async with svc.connection() as conn:
             found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
-        plan = answerers.branches(replay, found)
-        gate.gate(svc, replay, found, len(plan))
-        hdrs = answerers.headers(caller.user_id, authorization)
-        cards = await answerers.cards(svc, list(dict.fromkeys(ref for ref, _ in plan)), found.dialect, hdrs)
+        gate.gate(svc, replay, found)
+        plan, cards = await answerers.cast(svc, replay, found, hdrs)
         written = await branches.write(
             svc, runner, caller,
-            [
-                branches.Branch(
-                    caller=caller, replay=replay, span=found, agent_ref=ref, card=cards[ref], repeat=repeat)
-                for ref, repeat in plan
-            ],
+            [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, card=cards[ref], repeat=repeat)
+             for ref, repeat in plan],
             boundary, kept,
         )  # fmt: skip
     for job in written.jobs:
@@ -78,28 +72,18 @@ async def start(
 
 @asynccontextmanager
 async def once(
-    svc: Services, caller: Caller, replay: Replay, fork_req: ForkRequest, idempotency_key: str | None
+    svc: Services, caller: Caller, kind: str, idempotency_key: str | None, digest: str
 ) -> AsyncIterator[tuple[msgspec.Raw | None, tuple[str, str] | None]]:
-    """A start run once per Idempotency-Key and request: the block gets (the first answer, stored, to replay;
-    or None and the (key, digest) under which its last transaction keeps its own). Retries of one key wait on
-    its lock, held on a lock connection meanwhile; the block takes and returns its own request connections."""
+    """A start run once per Idempotency-Key and request (`digest`): the block gets the first answer, stored, to
+    replay; or None and the (key, digest) under which its last transaction keeps its own. Retries of one key wait
+    on its lock, held on a lock connection meanwhile; the block takes and returns its own request connections."""
     if idempotency_key is None:
         yield None, None
         return
-    # The request as sent, with the turn it starts from named as found: the digests of before this engine, so
-    # that a key kept then still matches.
-    asked = msgspec.structs.replace(
-        replay.asked, rewind_before_invocation_id=fork_req.rewind_before_invocation_id,
-        rewind_before_task_id=fork_req.rewind_before_task_id,
-    )  # fmt: skip
-    if replay.kind == "whatif":
-        digest = forking.request_hash(replay.session_id, fork_req) + _encoder.encode(asked).hex()
-    else:
-        digest = _encoder.encode([replay.session_id, asked]).hex()
-    key = f"{replay.kind}:{idempotency_key}"
+    key = f"{kind}:{idempotency_key}"
     # The key's lock lives on a lock connection (Services.key_lock), never on a request connection: the block
     # takes request connections one at a time, so no burst of keyed starts can hold them all while waiting.
-    async with svc.key_lock(f"{replay.kind}:{caller.user_id}", idempotency_key):
+    async with svc.key_lock(f"{kind}:{caller.user_id}", idempotency_key):
         async with svc.connection() as conn:
             stored = await svc.store.lineage.idempotent_answer(
                 conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds

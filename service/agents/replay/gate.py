@@ -8,9 +8,10 @@ from service.errors import Unprocessable
 from service.services import Services
 
 
-def gate(svc: Services, replay: Replay, span: Span, branches: int) -> None:
+def gate(svc: Services, replay: Replay, span: Span) -> None:
     """422 when the branches' contexts are over `max_context_tokens` (default WHATIF_MAX_CONTEXT_TOKENS), or
     when they need more forks than FORK_RATE_PER_MINUTE allows at all."""
+    branches = replay.branches
     limit = whole_tokens(replay.max_context_tokens, svc.settings.whatif_max_context_tokens)
     estimate = branches * sum(span.tokens)
     if estimate > limit:

@@ -12,10 +12,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from service.errors import BadRequest
+from service.errors import BadRequest, Unprocessable
 from service.kagent import dialects
 from service.kagent.store.sessions import SessionRow
-from service.schemas import ForkRequest
 
 # A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
 AGENT_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # fullmatch
@@ -27,6 +26,10 @@ Count = Annotated[int, Meta(ge=-(2**31), le=2**31)] | Annotated[float, Meta(ge=-
 TurnCount = Count | Literal["all"]
 # An edited question may be longer than an id; the body limit (MAX_BODY_BYTES) bounds it too.
 MESSAGE_TEXT_CHARS = 16_384
+MAX_BRANCHES = 8
+MAX_REPEATS = 5
+# How a what-if's and an experiment's refusals name the agents (their bodies name them differently).
+_NAMED = {"whatif": "agent_ref", "experiment": "each of agents"}
 
 
 class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,9 +48,10 @@ def whole_tokens(value: int | float | None, default: int) -> int:
     return int(value or default)
 
 
-def agent_id_of(agent_ref: str) -> str:
-    """kagent's agent_id for namespace/name: `-` becomes `_`, `/` becomes `__NS__`."""
-    return agent_ref.replace("-", "_").replace("/", "__NS__")
+def checked_agent_ref(value: str, what: str = "agent_ref") -> str:
+    if not AGENT_REF.match(value):
+        raise Unprocessable(f"{what} must be namespace/name of a kagent agent, got {value!r}")
+    return value
 
 
 def agent_ref_of(agent_id: str) -> str | None:
@@ -66,7 +70,7 @@ class Replay:
 
     kind: Literal["whatif", "experiment"]
     session_id: str
-    asked: msgspec.Struct  # the request as sent: what an Idempotency-Key's stored answer is checked against
+    digest: str  # the request's fingerprint: what an Idempotency-Key's stored answer is checked against
     invocation_id: str | None
     task_id: str | None
     agents: list[str] | None  # None: the source's own agent
@@ -76,6 +80,28 @@ class Replay:
     name: str | None = None
     max_context_tokens: int | float | None = None
     on_approval: str = "stop"
+
+    def checked(self) -> None:
+        """The request's own words, refused before anything is read (422, as the contract asks): the agents
+        named (1 to 8, distinct, each namespace/name), the repeats (1 to 5), the branches they make (8 at most)."""
+        agents, repeats = self.agents or [], whole(self.repeats, "repeats")
+        if self.agents is not None and not agents:
+            raise Unprocessable("agents must name 1 to 8 agents (namespace/name), got an empty list")
+        if not 1 <= repeats <= MAX_REPEATS:
+            raise Unprocessable(f"repeats must be 1 to {MAX_REPEATS}, got {repeats}")
+        for ref in agents:
+            checked_agent_ref(ref, _NAMED[self.kind])
+        twice = sorted({a for a in agents if agents.count(a) > 1})
+        if twice:
+            raise Unprocessable(f"agents names {', '.join(twice)} more than once (use repeats to run an agent again)")
+        if len(agents or [None]) * repeats > MAX_BRANCHES:
+            n = len(agents or [None])
+            raise Unprocessable(f"{n} agents x {repeats} repeats is {n * repeats} branches, over {MAX_BRANCHES}")
+
+    @property
+    def branches(self) -> int:
+        """How many branches it makes: each agent named (or the source's own) `repeats` times."""
+        return len(self.agents or [None]) * int(self.repeats)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,12 +118,6 @@ class Boundary:
         key = self.invocation_id or self.task_id
         assert key is not None
         return key
-
-    def fork_request(self, name: str | None) -> ForkRequest:
-        return ForkRequest(
-            rewind_before_invocation_id=self.invocation_id, rewind_before_task_id=self.task_id, name=name,
-            if_boundary_missing="error",
-        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
