@@ -350,6 +350,8 @@ async def test_cancel_and_idempotency(eclient: Any, pool: asyncpg.Pool, agents: 
     assert cancelled.status_code == 200, cancelled.text
     data = cancelled.json()["data"]
     assert data["status"] == "cancelled" and data["branches"][0]["status"] == "cancelled"
+    # the turn it had sent shows how it ended, not `working` for ever (issue 32, item 6)
+    assert [t["state"] for t in data["branches"][0]["turns"]] == ["canceled"]
     # The slow agent's task is cancelled over A2A: by the cancel, or, when the cancel came while the message
     # was on its way (the job did not know the task yet), by the runner as soon as the agent answered.
     for _ in range(100):

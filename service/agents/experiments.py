@@ -42,15 +42,9 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 
 async def start(
-    svc: Services,
-    runner: Runner,
-    caller: Caller,
-    session_id: str,
-    req: ExperimentRequest,
-    *,
-    idempotency_key: str | None = None,
-    authorization: str | None = None,
-) -> tuple[Started | msgspec.Raw, bool]:
+    svc: Services, runner: Runner, caller: Caller, session_id: str, req: ExperimentRequest, *,
+    idempotency_key: str | None = None, authorization: str | None = None,
+) -> tuple[Started | msgspec.Raw, bool]:  # fmt: skip
     """Check everything, write every branch's fork and job, start them: (answer, replayed)."""
     digest = _encoder.encode([session_id, req]).hex()  # what a retry under the same Idempotency-Key sends again
     replay = Replay(
@@ -58,9 +52,7 @@ async def start(
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, on_approval=req.on_approval,
     )  # fmt: skip
-    answer, replayed = await engine.start(
-        svc, runner, caller, replay, idempotency_key=idempotency_key, authorization=authorization
-    )
+    answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
     assert isinstance(answer, Started | msgspec.Raw)
     return answer, replayed
 

@@ -32,15 +32,9 @@ class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 async def start(
-    svc: Services,
-    runner: Runner,
-    caller: Caller,
-    session_id: str,
-    req: WhatifRequest,
-    *,
-    idempotency_key: str | None = None,
-    authorization: str | None = None,
-) -> tuple[Started | msgspec.Raw, bool]:
+    svc: Services, runner: Runner, caller: Caller, session_id: str, req: WhatifRequest, *,
+    idempotency_key: str | None = None, authorization: str | None = None,
+) -> tuple[Started | msgspec.Raw, bool]:  # fmt: skip
     """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
     # What a retry under the same Idempotency-Key must send again: the fork it asks for, and the rest.
     fork_req = ForkRequest(
@@ -53,8 +47,6 @@ async def start(
         task_id=req.rewind_before_task_id, agents=None if req.agent_ref is None else [req.agent_ref], turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens,
     )  # fmt: skip
-    answer, replayed = await engine.start(
-        svc, runner, caller, replay, idempotency_key=idempotency_key, authorization=authorization
-    )
+    answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
     assert isinstance(answer, Started | msgspec.Raw)
     return answer, replayed

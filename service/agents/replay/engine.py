@@ -35,17 +35,17 @@ async def start(
     runner: Runner,
     caller: Caller,
     replay: Replay,
-    *,
-    idempotency_key: str | None = None,
-    authorization: str | None = None,
+    key: str | None,
+    authorization: str | None,
 ) -> tuple[msgspec.Struct | msgspec.Raw, bool]:
-    """Check, read, write every branch, launch them: (answer, replayed)."""
+    """Check, read, write every branch, launch them: (answer, replayed). `key`: the request's Idempotency-Key;
+    `authorization`: its bearer token, sent on to kagent's A2A endpoint (kept in memory only)."""
     one_boundary(replay.invocation_id, replay.task_id, required=True)
     answerers.a2a_base(svc)
     replay.checked()
     whole_tokens(replay.max_context_tokens, 1)
     hdrs = answerers.headers(caller.user_id, authorization)
-    async with once(svc, caller, replay.kind, idempotency_key, replay.digest) as (stored, kept):
+    async with once(svc, caller, replay.kind, key, replay.digest) as (stored, kept):
         if stored is not None:
             return stored, True
         boundary = await span.start_turn(svc, caller, replay)

@@ -32,12 +32,6 @@ FIGURES = ("turns", "tool_calls", "rejected_tool_calls", "model_calls", "total_t
 _encoder = msgspec.json.Encoder()
 
 
-class Card(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    version: str
-    skills_sha256: str
-
-
 class Totals(msgspec.Struct, frozen=True, kw_only=True):
     turns: int
     tool_calls: int
@@ -50,7 +44,7 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
 class Column(msgspec.Struct, frozen=True, kw_only=True):
     agent_ref: str | None
     repeat: int
-    agent_card: Card | None
+    agent_card: a2a_client.Card | None
     session_id: str
     job_id: str | None
     status: str
@@ -60,13 +54,9 @@ class Column(msgspec.Struct, frozen=True, kw_only=True):
     totals: Totals
 
 
-class Spread(msgspec.Struct, frozen=True, kw_only=True):
-    mean: float
-    min: float
-    max: float
-
-
 class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's branches summed up (with repeats): each figure's spread."""
+
     agent_ref: str
     totals: dict[str, Spread]
 
@@ -148,10 +138,18 @@ def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
         figures = [f for f in figures if f.state not in ("pending",)]
     return Column(
         agent_ref=job.agent_ref, repeat=job.repeat,
-        agent_card=msgspec.json.decode(job.agent_card, type=Card) if job.agent_card else None,
+        agent_card=msgspec.json.decode(job.agent_card, type=a2a_client.Card) if job.agent_card else None,
         session_id=job.session_id, job_id=job.id, status=job.status, error=job.error, stopped_at=job.stopped_at,
         turns=figures, totals=totals(figures),
     )  # fmt: skip
+
+
+class Spread(msgspec.Struct, frozen=True, kw_only=True):
+    """One figure over an agent's repeats."""
+
+    mean: float
+    min: float
+    max: float
 
 
 def by_agent(columns: list[Column]) -> list[AgentSummary]:
