@@ -44,7 +44,7 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
 class Column(msgspec.Struct, frozen=True, kw_only=True):
     agent_ref: str | None
     repeat: int
-    agent_card: a2a_client.Card | None
+    agent_card: Card | None
     session_id: str
     job_id: str | None
     status: str
@@ -132,13 +132,22 @@ def _unfinished(turn: JobTurn) -> TurnFigures:
     )  # fmt: skip
 
 
+class Card(msgspec.Struct, frozen=True, kw_only=True):
+    """The branch's agent card as its job keeps it (a2a_client.Card's fields), read without the A2A client, so
+    that reading a grid loads no A2A SDK (the CLI defers it to a first use)."""
+
+    name: str
+    version: str
+    skills_sha256: str
+
+
 def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
     figures = [msgspec.json.decode(t.figures, type=TurnFigures) if t.figures else _unfinished(t) for t in turns]
     if job.status != "running":  # a turn that never ran (after a failure or a cancel) is not shown
         figures = [f for f in figures if f.state not in ("pending",)]
     return Column(
         agent_ref=job.agent_ref, repeat=job.repeat,
-        agent_card=msgspec.json.decode(job.agent_card, type=a2a_client.Card) if job.agent_card else None,
+        agent_card=msgspec.json.decode(job.agent_card, type=Card) if job.agent_card else None,
         session_id=job.session_id, job_id=job.id, status=job.status, error=job.error, stopped_at=job.stopped_at,
         turns=figures, totals=totals(figures),
     )  # fmt: skip
