@@ -139,7 +139,7 @@ async def test_an_experiment_replays_the_continuation_on_several_agents(
     assert [e["id"] for e in listed] == [started["id"]] and listed[0]["status"] == "completed"
     stranger = new_user()
     assert (await eclient.get(f"/api/experiments/{started['id']}", headers={"X-User-Id": stranger})).status_code == 404
-    gone = await eclient.post(f"/api/experiments/{started['id']}/cancel", headers={"X-User-Id": conv.user_id})
+    gone = await eclient.post(f"/api/experiments/{started['id']}/cancel", json={}, headers={"X-User-Id": conv.user_id})
     assert gone.status_code == 409
 
 
@@ -346,7 +346,9 @@ async def test_cancel_and_idempotency(eclient: Any, pool: asyncpg.Pool, agents: 
                         **{"Idempotency-Key": "ex-1"})  # fmt: skip
     assert other.status_code == 422
     await until(eclient, experiment_id, conv.user_id, lambda e: e["branches"][0]["turns"][0]["state"] == "working")
-    cancelled = await eclient.post(f"/api/experiments/{experiment_id}/cancel", headers={"X-User-Id": conv.user_id})
+    cancelled = await eclient.post(
+        f"/api/experiments/{experiment_id}/cancel", json={}, headers={"X-User-Id": conv.user_id}
+    )
     assert cancelled.status_code == 200, cancelled.text
     data = cancelled.json()["data"]
     assert data["status"] == "cancelled" and data["branches"][0]["status"] == "cancelled"

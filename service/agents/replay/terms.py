@@ -49,7 +49,7 @@ def whole_tokens(value: int | float | None, default: int) -> int:
 
 
 def checked_agent_ref(value: str, what: str = "agent_ref") -> str:
-    if not AGENT_REF.match(value):
+    if not AGENT_REF.fullmatch(value):
         raise Unprocessable(f"{what} must be namespace/name of a kagent agent, got {value!r}")
     return value
 
