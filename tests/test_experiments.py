@@ -139,7 +139,7 @@ async def test_an_experiment_replays_the_continuation_on_several_agents(
     assert [e["id"] for e in listed] == [started["id"]] and listed[0]["status"] == "completed"
     stranger = new_user()
     assert (await eclient.get(f"/api/experiments/{started['id']}", headers={"X-User-Id": stranger})).status_code == 404
-    gone = await eclient.post(f"/api/experiments/{started['id']}/cancel", headers={"X-User-Id": conv.user_id})
+    gone = await eclient.post(f"/api/experiments/{started['id']}/cancel", json={}, headers={"X-User-Id": conv.user_id})
     assert gone.status_code == 409
 
 
@@ -253,7 +253,10 @@ async def test_a_failing_or_hanging_branch_ends_alone(
     assert good["status"] == "completed" and len(good["turns"]) == 2
     # nothing was sent after a failure
     assert len([m for m in seen.messages if m.context_id == slow["session_id"]]) == 1
-    assert garbage["turns"] == [] or garbage["turns"][0]["state"] in ("working", None)
+    # an ended branch shows how each turn it sent ended (issue 32, item 6): never `working` for ever
+    assert [t["state"] for t in garbage["turns"]] == ["failed"]  # sent, and answered garbage: no task
+    assert [t["state"] for t in slow["turns"]] in (["canceled"], ["failed"])  # its task cancelled at the limit
+    assert slow["totals"]["turns"] == 1 and garbage["totals"]["turns"] == 1
     seen.release.set()
 
 
@@ -343,10 +346,14 @@ async def test_cancel_and_idempotency(eclient: Any, pool: asyncpg.Pool, agents: 
                         **{"Idempotency-Key": "ex-1"})  # fmt: skip
     assert other.status_code == 422
     await until(eclient, experiment_id, conv.user_id, lambda e: e["branches"][0]["turns"][0]["state"] == "working")
-    cancelled = await eclient.post(f"/api/experiments/{experiment_id}/cancel", headers={"X-User-Id": conv.user_id})
+    cancelled = await eclient.post(
+        f"/api/experiments/{experiment_id}/cancel", json={}, headers={"X-User-Id": conv.user_id}
+    )
     assert cancelled.status_code == 200, cancelled.text
     data = cancelled.json()["data"]
     assert data["status"] == "cancelled" and data["branches"][0]["status"] == "cancelled"
+    # the turn it had sent shows how it ended, not `working` for ever (issue 32, item 6)
+    assert [t["state"] for t in data["branches"][0]["turns"]] == ["canceled"]
     # The slow agent's task is cancelled over A2A: by the cancel, or, when the cancel came while the message
     # was on its way (the job did not know the task yet), by the runner as soon as the agent answered.
     for _ in range(100):

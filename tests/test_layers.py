@@ -131,3 +131,14 @@ def test_classes_and_functions_stay_small() -> None:
             if limit is not None and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > limit:
                 big.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
     assert not big, big
+
+
+MAX_REPLAY_MODULE_LINES = 450
+
+
+def test_each_room_of_the_replay_stays_small() -> None:
+    """The replay engine (issue 33) keeps each part in a room a reader holds in mind: no module over 450 lines."""
+    rooms = sorted((PACKAGE / "agents" / "replay").glob("*.py"))
+    assert len(rooms) > 5
+    big = [f"{p.name} ({n})" for p in rooms if (n := len(p.read_text().splitlines())) > MAX_REPLAY_MODULE_LINES]
+    assert not big, big

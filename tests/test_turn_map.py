@@ -235,15 +235,16 @@ async def test_tasks_the_map_finds_the_text_copy_would_get_wrong_are_rewritten_a
 
 
 async def _spans(svc: Services, caller: Caller, session_id: str, invocations: list[str]) -> dict[str, Any]:
-    """A what-if's and an experiment's span (whatif.span_of) of every turn, "all" turns: what each answers."""
-    from service.agents import whatif
+    """A what-if's and an experiment's span (replay.span.span_of) of every turn, "all" turns: what each answers."""
+    from service.agents.replay import span as spans
+    from service.agents.replay.terms import Boundary
 
     out: dict[str, Any] = {}
     for inv in invocations:
         async with svc.pool.acquire() as conn:
             try:
-                boundary = whatif.Boundary(invocation_id=inv, task_id=None)
-                span = await whatif.span_of(svc, conn, caller, session_id, boundary, "all")
+                boundary = Boundary(invocation_id=inv, task_id=None)
+                span = await spans.span_of(svc, conn, caller, session_id, boundary, "all")
             except Exception as exc:  # the refusal itself must be the same
                 out[inv] = (type(exc).__name__, str(exc))
                 continue

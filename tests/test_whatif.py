@@ -150,15 +150,17 @@ async def test_cancel_a_slow_agent(wclient: Any, pool: asyncpg.Pool, agents: tup
 
     stranger = new_user()
     assert (await wclient.get(f"/api/whatif/{job_id}", headers={"X-User-Id": stranger})).status_code == 404
-    assert (await wclient.post(f"/api/whatif/{job_id}/cancel", headers={"X-User-Id": stranger})).status_code == 404
+    assert (
+        await wclient.post(f"/api/whatif/{job_id}/cancel", json={}, headers={"X-User-Id": stranger})
+    ).status_code == 404
 
-    cancelled = await wclient.post(f"/api/whatif/{job_id}/cancel", headers={"X-User-Id": conv.user_id})
+    cancelled = await wclient.post(f"/api/whatif/{job_id}/cancel", json={}, headers={"X-User-Id": conv.user_id})
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["data"]["status"] == "cancelled" and cancelled.json()["data"]["finished_at"]
     assert working["task_id"] in seen.cancelled
     # nothing left running: not the agent's turn, not the service's job
     await eventually(lambda: not seen.running and not wclient.app.state.whatif_runner.jobs)
-    again = await wclient.post(f"/api/whatif/{job_id}/cancel", headers={"X-User-Id": conv.user_id})
+    again = await wclient.post(f"/api/whatif/{job_id}/cancel", json={}, headers={"X-User-Id": conv.user_id})
     assert again.status_code == 409 and "already ended" in again.json()["error"]
     assert (await job_until(wclient, job_id, conv.user_id, ended))["status"] == "cancelled"
 

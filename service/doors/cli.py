@@ -499,8 +499,8 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
     assert isinstance(answer, whatif.Started)
     job_id = answer.job.id
     while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
-        if not runner.jobs:
-            break
+        if not runner.jobs and not args.wait:
+            break  # taken over by a replica (this process beat too late): --wait waits for that one's end
         await asyncio.sleep(0.2)
     await runner.stop()
     data = msgspec.to_builtins(await whatif.get(svc, caller, job_id))
@@ -510,7 +510,7 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
 async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
     """Start an experiment; this process runs its branches while it waits (--wait), else until every
     agent has its first turn (the service's replicas then take the branches over)."""
-    from service.agents import experiments, grid, whatif
+    from service.agents import experiments, whatif
     from service.errors import NotConfigured
 
     if svc.settings.kagent_a2a_url is None:
@@ -535,7 +535,7 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
         await asyncio.sleep(0.2)
     await runner.stop()
     found = await experiments.get(svc, caller, experiment_id)
-    return msgspec.to_builtins(found), grid.markdown(found)
+    return msgspec.to_builtins(found), experiments.markdown(found)
 
 
 async def _job(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
@@ -564,7 +564,7 @@ async def _whatifs(svc: Services, caller: Caller, args: argparse.Namespace) -> t
 
 async def _cancel(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
     """A what-if job or an experiment, whichever the id names (both are random UUIDs, never the same)."""
-    from service.agents import experiments, grid, whatif
+    from service.agents import experiments, whatif
     from service.errors import NotFound
 
     try:
@@ -576,7 +576,7 @@ async def _cancel(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
         found = await experiments.cancel(svc, caller, args.session_id)
     except NotFound:
         raise NotFound(f"no what-if job or experiment {args.session_id}") from None
-    return msgspec.to_builtins(found), grid.markdown(found)
+    return msgspec.to_builtins(found), experiments.markdown(found)
 
 
 async def _experiments(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
@@ -587,10 +587,10 @@ async def _experiments(svc: Services, caller: Caller, args: argparse.Namespace) 
 
 
 async def _grid(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
-    from service.agents import experiments, grid
+    from service.agents import experiments
 
     found = await experiments.get(svc, caller, args.session_id)
-    return msgspec.to_builtins(found), grid.markdown(found)
+    return msgspec.to_builtins(found), experiments.markdown(found)
 
 
 COMMANDS: dict[str, Command] = {

@@ -6,7 +6,7 @@ from litestar import Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 
-from service.agents import experiments, grid
+from service.agents import experiments
 from service.doors.api import (
     AnyRequest,
     _authorization,
@@ -48,7 +48,7 @@ async def experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Respo
         raise BadRequest(f"query parameter format must be one of {sorted(FORMATS)}, got {form!r}")
     found = await experiments.get(services(request), caller_of(request), checked_id(experiment_id, "experiment id"))
     if form == "markdown":
-        return Response(grid.markdown(found).encode(), media_type=FORMATS["markdown"])
+        return Response(experiments.markdown(found).encode(), media_type=FORMATS["markdown"])
     return ok(found, "Successfully read experiment")
 
 

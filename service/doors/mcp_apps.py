@@ -24,7 +24,8 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
-from service.agents import experiments, whatif
+from service.agents import experiments
+from service.agents.replay.terms import agent_ref_of
 from service.branches import compare, lineage, turns
 from service.doors import explorer
 from service.doors.mcp_hints import hints
@@ -113,7 +114,7 @@ def token_caller(svc: Services, token: str) -> Caller:
 
 def chat_path(agent_id: str | None, session_id: str) -> str | None:
     """kagent's UI address of a chat: /agents/{namespace}/{name}/chat/{session_id}."""
-    ref = whatif.agent_ref_of(agent_id) if agent_id else None
+    ref = agent_ref_of(agent_id) if agent_id else None
     return f"/agents/{ref}/chat/{session_id}" if ref else None
 
 

@@ -21,7 +21,7 @@ from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import Field
 
 from service import __version__ as service_version
-from service.agents import experiments, grid, whatif
+from service.agents import experiments, whatif
 from service.branches import compare, lineage, transcript, turns
 from service.doors import explorer
 from service.doors.mcp_hints import hints
@@ -453,7 +453,7 @@ async def experiment_status(
         if format not in ("json", "markdown"):
             raise BadRequest(f"format must be json or markdown, got {format!r}")
         found = await experiments.get(svc, caller, checked_id(experiment_id, "experiment id"))
-        return grid.markdown(found) if format == "markdown" else found
+        return experiments.markdown(found) if format == "markdown" else found
 
     return await _run(ctx, op, raw=format == "markdown")
 

@@ -89,6 +89,12 @@ FROM {schema}.whatif_job AS j
 WHERE t.job_id = $1 AND t.ordinal = $2 AND j.id = t.job_id AND j.status = 'running' AND j.runner = $5
 RETURNING t.reply_sent_at;
 
+-- name: whatif_turn_close
+-- Turn $2, sent but not ended when its job ended (a failure, a cancel, a crash taken over), closed with how
+-- its task ended ($3) and its figures ($4); a turn whose end was written meanwhile is left as it is.
+UPDATE {schema}.whatif_turn SET state = $3, figures = $4::jsonb, ended_at = NOW()
+WHERE job_id = $1 AND ordinal = $2 AND sent_at IS NOT NULL AND ended_at IS NULL;
+
 -- name: whatif_turn_end
 -- Turn $2 ended in state $3 with figures $4; the job has done $2 + 1 turns (and stopped there if $5).
 WITH turn AS (

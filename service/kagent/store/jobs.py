@@ -115,6 +115,10 @@ class Jobs:
     ) -> None:
         await conn.execute(self.q["whatif_turn_end"], job_id, ordinal, state, figures, stopped_at)
 
+    async def whatif_turn_close(self, conn: Connection, job_id: str, ordinal: int, state: str, figures: str) -> None:
+        """Close a sent turn its ended job left open (never one whose end was written)."""
+        await conn.execute(self.q["whatif_turn_close"], job_id, ordinal, state, figures)
+
     async def whatif_heartbeat(self, conn: Connection, job_id: str, runner: str) -> bool:
         """Whether the job is still this runner's and running."""
         return await conn.fetchval(self.q["whatif_heartbeat"], job_id, runner) is not None

@@ -2,7 +2,7 @@
 column), a column per branch, a row per turn, totals underneath, and, with repeats, each agent's
 columns summed up. As JSON, and as a Markdown table for people.
 
-A branch's turn figures are computed once, when the turn ended (runner.turn_figures), and stored with
+A branch's turn figures are computed once, when the turn ended (figures.turn_figures), and stored with
 the turn; the source column once, in the background after the start (`keep_source_column`), with the
 same reader (the branch summary's query over the turn's events). So reading a finished experiment is
 three indexed queries, whatever the size of its sessions.
@@ -14,8 +14,9 @@ import statistics
 
 import msgspec
 
-from service.agents import a2a_client, whatif
-from service.agents.runner import TurnFigures, question_of, sent_parts, task_text, turn_figures
+from service.agents import a2a_client
+from service.agents.replay.figures import TurnFigures, question_of, sent_parts, task_text, turn_figures
+from service.agents.replay.span import turns_read_from
 from service.branches import turns as turn_listing
 from service.errors import NotFound
 from service.identity import Caller
@@ -29,12 +30,6 @@ from service.services import Services
 
 FIGURES = ("turns", "tool_calls", "rejected_tool_calls", "model_calls", "total_tokens", "duration_seconds")
 _encoder = msgspec.json.Encoder()
-
-
-class Card(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    version: str
-    skills_sha256: str
 
 
 class Totals(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,13 +54,9 @@ class Column(msgspec.Struct, frozen=True, kw_only=True):
     totals: Totals
 
 
-class Spread(msgspec.Struct, frozen=True, kw_only=True):
-    mean: float
-    min: float
-    max: float
-
-
 class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's branches summed up (with repeats): each figure's spread."""
+
     agent_ref: str
     totals: dict[str, Spread]
 
@@ -85,6 +76,12 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     on_approval: str
     repeats: int
     by_agent: list[AgentSummary] | None
+
+
+class Started(msgspec.Struct, frozen=True, kw_only=True):
+    """An experiment's start answer: its grid, as it stands when its last branch is written."""
+
+    experiment: Experiment
 
 
 class Listed(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +132,15 @@ def _unfinished(turn: JobTurn) -> TurnFigures:
     )  # fmt: skip
 
 
+class Card(msgspec.Struct, frozen=True, kw_only=True):
+    """The branch's agent card as its job keeps it (a2a_client.Card's fields), read without the A2A client, so
+    that reading a grid loads no A2A SDK (the CLI defers it to a first use)."""
+
+    name: str
+    version: str
+    skills_sha256: str
+
+
 def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
     figures = [msgspec.json.decode(t.figures, type=TurnFigures) if t.figures else _unfinished(t) for t in turns]
     if job.status != "running":  # a turn that never ran (after a failure or a cancel) is not shown
@@ -145,6 +151,14 @@ def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
         session_id=job.session_id, job_id=job.id, status=job.status, error=job.error, stopped_at=job.stopped_at,
         turns=figures, totals=totals(figures),
     )  # fmt: skip
+
+
+class Spread(msgspec.Struct, frozen=True, kw_only=True):
+    """One figure over an agent's repeats."""
+
+    mean: float
+    min: float
+    max: float
 
 
 def by_agent(columns: list[Column]) -> list[AgentSummary]:
@@ -187,11 +201,11 @@ async def source_turns(svc: Services, conn: Connection, row: ExperimentRow) -> l
         out.append(
             await turn_figures(
                 svc,
+                conn,
                 source.id,
                 source.user_id,
                 t.started_at,
                 until,
-                conn=conn,
                 state=a2a_client.state_label(infos[t.invocation_id].state),
             )
         )
@@ -204,7 +218,7 @@ async def _task_source_turns(
     """source_turns for a span that starts at a turn known by its task alone: the turns as the listing gives
     them (one per task), each one's question and state from the listing, its answer from its task (the
     events of such agents are not ADK's), the other figures from the events of its time."""
-    framework, rows = await whatif.turns_read_from(svc, conn, source)
+    framework, rows = await turns_read_from(svc, conn, source)
     listed = await turn_listing.ordered_turns(svc, conn, source, framework)
     keys = [t.invocation_id for t in listed]
     if turn_listing.TASK_TURN + task_id not in keys:
@@ -220,9 +234,7 @@ async def _task_source_turns(
         task = tasks.get(t.task_id or "")
         answer = task_text(task) if task is not None else None
         state = a2a_client.state_label(t.state)
-        figures = turn_figures(
-            svc, rows.id, rows.user_id, t.started_at, until, conn=conn, question=t.user_text, state=state
-        )
+        figures = turn_figures(svc, conn, rows.id, rows.user_id, t.started_at, until, question=t.user_text, state=state)
         out.append(msgspec.structs.replace(await figures, answer=answer))
     return out
 
@@ -267,68 +279,3 @@ async def experiment(
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
     )  # fmt: skip
-
-
-def _cell(turn: TurnFigures | None) -> str:
-    if turn is None:
-        return ""
-    answer = (turn.answer or "").replace("|", "\\|").replace("\n", " ")
-    if len(answer) > 120:
-        answer = answer[:119] + "…"
-    tools = sum(turn.tool_calls.values())
-    rejected = f", {turn.rejected_tool_calls} rejected" if turn.rejected_tool_calls else ""
-    figures = (
-        f"{tools} tool calls{rejected} · {turn.model_calls} model calls · {turn.total_tokens} tokens"
-        f" · {turn.duration_seconds:.1f} s"
-    )
-    return f"{answer}<br>*{turn.state or '?'}: {figures}*"
-
-
-def markdown(e: Experiment) -> str:
-    """The comparison as a table: one column per agent plus the source, one row per turn, then the totals."""
-    columns = [("source" + (f" ({e.source.agent_ref})" if e.source.agent_ref else ""), e.source)]
-    columns += [
-        (f"{c.agent_ref} #{c.repeat} ({c.status})" if e.repeats > 1 else f"{c.agent_ref} ({c.status})", c)
-        for c in e.branches
-    ]
-    lines = [
-        f"# Experiment {e.id}: {e.status}",
-        "",
-        f"Source `{e.source_session_id}` from turn `{e.rewind_before_invocation_id or e.rewind_before_task_id}`"
-        + ("" if e.rewind_before_invocation_id else " (its task)")
-        + f", {e.turns_requested} turn(s), "
-        f"on approval: {e.on_approval}"
-        + (f", first question asked as: {e.message['text']!r}" if e.message else "")
-        + ".",
-        "",
-        "| turn | " + " | ".join(name for name, _ in columns) + " |",
-        "|---|" + "---|" * len(columns),
-    ]
-    rows = max([len(c.turns) for _, c in columns] or [0])
-    for i in range(rows):
-        question = next((c.turns[i].question for _, c in columns if i < len(c.turns) and c.turns[i].question), "")
-        q = (question or "").replace("|", "\\|").replace("\n", " ")[:80]
-        lines.append(
-            f"| {i + 1}. {q} | "
-            + " | ".join(_cell(c.turns[i] if i < len(c.turns) else None) for _, c in columns)
-            + " |"
-        )
-    for name in FIGURES:
-        lines.append(f"| **{name}** | " + " | ".join(str(getattr(c.totals, name)) for _, c in columns) + " |")
-    failed = [c for c in e.branches if c.error]
-    if failed:
-        lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]
-    stopped = [c for c in e.branches if c.stopped_at]
-    if stopped:
-        # Why a column ends early although it completed: its agent waits for a person in the fork.
-        lines += ["", *[
-            f"- {c.agent_ref} #{c.repeat}: stopped at turn {len(c.turns)} ({c.stopped_at}): the agent waits for "
-            f"input (a tool approval or a question); answer it in the fork {c.session_id}"
-            for c in stopped
-        ]]  # fmt: skip
-    if e.by_agent:
-        lines += ["", "| agent | " + " | ".join(FIGURES) + " |", "|---|" + "---|" * len(FIGURES)]
-        for a in e.by_agent:
-            cells = [f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" for n in FIGURES]
-            lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"

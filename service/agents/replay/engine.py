@@ -1,0 +1,96 @@
+"""The one way to start a replay (a what-if, or an experiment: a what-if is an experiment of one agent). The
+road, each step in its room, each room entered once:
+
+1. what is refused before anything is read: one turn named (schemas), kagent's A2A endpoint known
+   (answerers), the request's own words (terms: the agents' names, the repeats; the token limit's type);
+2. once per Idempotency-Key (`once`, here: the key's lock, a stored answer replayed), then
+3. the turn it starts from and what is re-asked (span.start_turn, span.span_of, in a snapshot of its own);
+4. what it may cost (gate.gate);
+5. who answers (answerers.cast: the agents and repeats, their cards asked for at once);
+6. the branches written (branches.write: the forks with their jobs, and the answer);
+7. the jobs launched (runner), and an experiment's baseline column computed in the background (grid).
+
+Nothing is written before step 6, so every refusal before it leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import msgspec
+
+from service.agents.replay import answerers, branches, gate, grid, span
+from service.agents.replay.runner import Runner
+from service.agents.replay.terms import Replay, whole_tokens
+from service.errors import Unprocessable
+from service.identity import Caller
+from service.observability import EXPERIMENTS, WHATIF_JOBS
+from service.schemas import one_boundary
+from service.services import Services
+
+
+async def start(
+    svc: Services,
+    runner: Runner,
+    caller: Caller,
+    replay: Replay,
+    key: str | None,
+    authorization: str | None,
+) -> tuple[msgspec.Struct | msgspec.Raw, bool]:
+    """Check, read, write every branch, launch them: (answer, replayed). `key`: the request's Idempotency-Key;
+    `authorization`: its bearer token, sent on to kagent's A2A endpoint (kept in memory only)."""
+    one_boundary(replay.invocation_id, replay.task_id, required=True)
+    answerers.a2a_base(svc)
+    replay.checked()
+    whole_tokens(replay.max_context_tokens, 1)
+    hdrs = answerers.headers(caller.user_id, authorization)
+    async with once(svc, caller, replay.kind, key, replay.digest) as (stored, kept):
+        if stored is not None:
+            return stored, True
+        boundary = await span.start_turn(svc, caller, replay)
+        async with svc.connection() as conn:
+            found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
+        gate.gate(svc, replay, found)
+        plan, cards = await answerers.cast(svc, replay, found, hdrs)
+        written = await branches.write(
+            svc, runner, caller,
+            [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, card=cards[ref], repeat=repeat)
+             for ref, repeat in plan],
+            boundary, kept,
+        )  # fmt: skip
+    for job in written.jobs:
+        WHATIF_JOBS.labels("started").inc()
+        runner.launch(job, hdrs)
+    if written.experiment is not None:
+        EXPERIMENTS.labels("started").inc()
+        experiment = written.experiment
+        runner.chore(grid.keep_source_column(svc, experiment.id, caller.user_id), f"experiment-{experiment.id}-source")
+    assert written.answer is not None
+    return written.answer, False
+
+
+@asynccontextmanager
+async def once(
+    svc: Services, caller: Caller, kind: str, idempotency_key: str | None, digest: str
+) -> AsyncIterator[tuple[msgspec.Raw | None, tuple[str, str] | None]]:
+    """A start run once per Idempotency-Key and request (`digest`): the block gets the first answer, stored, to
+    replay; or None and the (key, digest) under which its last transaction keeps its own. Retries of one key wait
+    on its lock, held on a lock connection meanwhile; the block takes and returns its own request connections."""
+    if idempotency_key is None:
+        yield None, None
+        return
+    key = f"{kind}:{idempotency_key}"
+    # The key's lock lives on a lock connection (Services.key_lock), never on a request connection: the block
+    # takes request connections one at a time, so no burst of keyed starts can hold them all while waiting.
+    async with svc.key_lock(f"{kind}:{caller.user_id}", idempotency_key):
+        async with svc.connection() as conn:
+            stored = await svc.store.lineage.idempotent_answer(
+                conn, caller.user_id, key, svc.settings.idempotency_ttl_seconds
+            )
+        if stored is not None:
+            if stored[0] != digest:
+                raise Unprocessable("Idempotency-Key was already used with a different request")
+            yield msgspec.Raw(stored[1].encode()), None
+            return
+        yield None, (key, digest)

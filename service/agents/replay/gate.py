@@ -1,0 +1,27 @@
+"""What a replay may cost, checked before anything is written: every branch sends every turn's context to
+its agent's model (the cost gate), and every branch is a fork (FORK_RATE_PER_MINUTE)."""
+
+from __future__ import annotations
+
+from service.agents.replay.terms import Replay, Span, whole_tokens
+from service.errors import Unprocessable
+from service.services import Services
+
+
+def gate(svc: Services, replay: Replay, span: Span) -> None:
+    """422 when the branches' contexts are over `max_context_tokens` (default WHATIF_MAX_CONTEXT_TOKENS), or
+    when they need more forks than FORK_RATE_PER_MINUTE allows at all."""
+    branches = replay.branches
+    limit = whole_tokens(replay.max_context_tokens, svc.settings.whatif_max_context_tokens)
+    estimate = branches * sum(span.tokens)
+    if estimate > limit:
+        what = (
+            "the turn's context is" if branches * len(span.turns) == 1 else "the contexts of every branch's turns are"
+        )
+        raise Unprocessable(
+            f"{what} about {estimate} tokens, over the limit of {limit} "
+            "(max_context_tokens, default WHATIF_MAX_CONTEXT_TOKENS): each is sent to the agent's model"
+        )
+    rate = svc.settings.fork_rate_per_minute
+    if rate and branches > rate:
+        raise Unprocessable(f"{branches} branches need {branches} forks, over FORK_RATE_PER_MINUTE ({rate})")

@@ -1,0 +1,72 @@
+"""An experiment's grid as a Markdown table for people: a column per branch plus the source, a row per turn,
+the totals underneath, then why a branch failed or stopped, and with repeats the spread per agent."""
+
+from __future__ import annotations
+
+from service.agents.replay.figures import TurnFigures
+from service.agents.replay.grid import FIGURES, Experiment
+
+
+def _cell(turn: TurnFigures | None) -> str:
+    if turn is None:
+        return ""
+    answer = (turn.answer or "").replace("|", "\\|").replace("\n", " ")
+    if len(answer) > 120:
+        answer = answer[:119] + "…"
+    tools = sum(turn.tool_calls.values())
+    rejected = f", {turn.rejected_tool_calls} rejected" if turn.rejected_tool_calls else ""
+    figures = (
+        f"{tools} tool calls{rejected} · {turn.model_calls} model calls · {turn.total_tokens} tokens"
+        f" · {turn.duration_seconds:.1f} s"
+    )
+    return f"{answer}<br>*{turn.state or '?'}: {figures}*"
+
+
+def markdown(e: Experiment) -> str:
+    """The comparison as a table: one column per agent plus the source, one row per turn, then the totals."""
+    columns = [("source" + (f" ({e.source.agent_ref})" if e.source.agent_ref else ""), e.source)]
+    columns += [
+        (f"{c.agent_ref} #{c.repeat} ({c.status})" if e.repeats > 1 else f"{c.agent_ref} ({c.status})", c)
+        for c in e.branches
+    ]
+    lines = [
+        f"# Experiment {e.id}: {e.status}",
+        "",
+        f"Source `{e.source_session_id}` from turn `{e.rewind_before_invocation_id or e.rewind_before_task_id}`"
+        + ("" if e.rewind_before_invocation_id else " (its task)")
+        + f", {e.turns_requested} turn(s), "
+        f"on approval: {e.on_approval}"
+        + (f", first question asked as: {e.message['text']!r}" if e.message else "")
+        + ".",
+        "",
+        "| turn | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    rows = max([len(c.turns) for _, c in columns] or [0])
+    for i in range(rows):
+        question = next((c.turns[i].question for _, c in columns if i < len(c.turns) and c.turns[i].question), "")
+        q = (question or "").replace("|", "\\|").replace("\n", " ")[:80]
+        lines.append(
+            f"| {i + 1}. {q} | "
+            + " | ".join(_cell(c.turns[i] if i < len(c.turns) else None) for _, c in columns)
+            + " |"
+        )
+    for name in FIGURES:
+        lines.append(f"| **{name}** | " + " | ".join(str(getattr(c.totals, name)) for _, c in columns) + " |")
+    failed = [c for c in e.branches if c.error]
+    if failed:
+        lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]
+    stopped = [c for c in e.branches if c.stopped_at]
+    if stopped:
+        # Why a column ends early although it completed: its agent waits for a person in the fork.
+        lines += ["", *[
+            f"- {c.agent_ref} #{c.repeat}: stopped at turn {len(c.turns)} ({c.stopped_at}): the agent waits for "
+            f"input (a tool approval or a question); answer it in the fork {c.session_id}"
+            for c in stopped
+        ]]  # fmt: skip
+    if e.by_agent:
+        lines += ["", "| agent | " + " | ".join(FIGURES) + " |", "|---|" + "---|" * len(FIGURES)]
+        for a in e.by_agent:
+            cells = [f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" for n in FIGURES]
+            lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
