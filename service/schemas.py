@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -12,7 +13,27 @@ from service.errors import BadRequest
 from service.kagent.store.sessions import SessionRow
 
 # Every string a caller sends: at most 256 characters and no NUL (PostgreSQL text cannot hold one).
-Text = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
+# The two patterns of the wire types, and what each means in words (an error names the words, not the regex).
+NO_NUL = r"^[^\x00]*$"
+VISIBLE_NO_NUL = r"^[^\x00]*[^\x00\s][^\x00]*$"
+PATTERN_WORDS = {
+    NO_NUL: "must not hold a NUL character",
+    VISIBLE_NO_NUL: "must hold a character other than spaces, and no NUL",
+}
+_PATTERN_ERROR = re.compile(r"Expected `str` matching regex (?P<pattern>'.*?') - at `(?P<at>[^`]+)`")
+
+Text = Annotated[str, Meta(min_length=1, max_length=256, pattern=NO_NUL)]
+
+
+def worded(error: str) -> str:
+    """A validation error with a pattern's regex said in words: `$.message.text must hold a character ...`."""
+
+    def words(match: re.Match[str]) -> str:
+        said = {repr(p): w for p, w in PATTERN_WORDS.items()}.get(match["pattern"])
+        return f"{match['at']} {said}" if said else match[0]
+
+    return _PATTERN_ERROR.sub(words, error)
+
 
 TaskLayout = Literal["auto", "merged", "per_task"]
 

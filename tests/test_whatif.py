@@ -180,6 +180,7 @@ async def test_refusals_write_nothing(wclient: Any, client: Any, pool: asyncpg.P
     before = await caller_fingerprint(pool, conv.user_id, stranger)
     gated = await start(wclient, conv.session_id, conv.user_id, {**body, "max_context_tokens": 1})
     assert gated.status_code == 422 and "max_context_tokens" in gated.json()["error"]
+    assert "fewer turns" in gated.json()["error"]  # what a person on the page can do about it (issue 36)
     unset = await start(client, conv.session_id, conv.user_id, body)  # the default app: no KAGENT_A2A_URL
     assert unset.status_code == 503 and "KAGENT_A2A_URL" in unset.json()["error"]
     missing = await start(wclient, conv.session_id, conv.user_id, {**body, "rewind_before_invocation_id": "e-typo"})
@@ -196,6 +197,10 @@ async def test_refusals_write_nothing(wclient: Any, client: Any, pool: asyncpg.P
     # A NUL is no question (the pattern's \S took it for one, then PostgreSQL refused it: 500).
     nul = await start(wclient, conv.session_id, conv.user_id, {**body, "message": {"text": "a\u0000b"}})
     assert nul.status_code == 400, nul.text
+    # A blank edited question is said in words, not as the pattern's regex (issue 36).
+    blank = await start(wclient, conv.session_id, conv.user_id, {**body, "message": {"text": "   "}})
+    assert blank.status_code == 400 and "regex" not in blank.text
+    assert "$.message.text must hold a character other than spaces" in blank.json()["error"]
     assert await caller_fingerprint(pool, conv.user_id, stranger) == before
 
 

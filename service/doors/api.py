@@ -30,7 +30,7 @@ from service.kagent import invocation_index
 from service.kagent.migrate import check_kagent_schema
 from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
 from service.operations import forking, rewind
-from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest, checked_id
+from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest, checked_id, worded
 from service.services import Services
 
 T = TypeVar("T")
@@ -68,7 +68,7 @@ async def decode_body(request: AnyRequest, kind: type[T]) -> T:
     try:
         value = msgspec.json.decode(body if body.strip() else b"{}", type=kind)
     except msgspec.ValidationError as exc:
-        raise BadRequest(f"invalid request body: {exc}") from None
+        raise BadRequest(f"invalid request body: {worded(str(exc))}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     except UnicodeDecodeError:

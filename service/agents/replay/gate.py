@@ -19,8 +19,9 @@ def gate(svc: Services, replay: Replay, span: Span) -> None:
             "the turn's context is" if branches * len(span.turns) == 1 else "the contexts of every branch's turns are"
         )
         raise Unprocessable(
-            f"{what} about {estimate} tokens, over the limit of {limit} "
-            "(max_context_tokens, default WHATIF_MAX_CONTEXT_TOKENS): each is sent to the agent's model"
+            f"{what} about {estimate} tokens, over the limit of {limit}: each is sent to the agent's model. "
+            "Re-ask fewer turns, or fewer agents or repeats, or raise the limit (max_context_tokens in the "
+            "request; the service's default is WHATIF_MAX_CONTEXT_TOKENS)"
         )
     rate = svc.settings.fork_rate_per_minute
     if rate and branches > rate:

@@ -15,6 +15,7 @@ from msgspec import Meta
 from service.errors import BadRequest, Unprocessable
 from service.kagent import dialects
 from service.kagent.store.sessions import SessionRow
+from service.schemas import VISIBLE_NO_NUL
 
 # A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
 AGENT_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # fullmatch
@@ -33,7 +34,7 @@ _NAMED = {"whatif": "agent_ref", "experiment": "each of agents"}
 
 
 class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    text: Annotated[str, Meta(min_length=1, max_length=MESSAGE_TEXT_CHARS, pattern=r"^[^\x00]*[^\x00\s][^\x00]*$")]
+    text: Annotated[str, Meta(min_length=1, max_length=MESSAGE_TEXT_CHARS, pattern=VISIBLE_NO_NUL)]
 
 
 def whole(value: int | float, what: str) -> int:
