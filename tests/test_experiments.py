@@ -387,3 +387,31 @@ async def test_a_whatif_takes_turns_and_a_message(eclient: Any, pool: asyncpg.Po
     assert job["status"] == "completed" and job["turns_done"] == 2, job
     got = [texts(m) for m in seen.messages if m.context_id == job["session_id"]]
     assert got == [["Say it otherwise"], [conv.turns[2].user_text]]
+
+
+async def test_each_branch_is_named_apart_in_kagents_sidebar(eclient: Any, pool: asyncpg.Pool) -> None:
+    """Issue 36: kagent's sidebar lists the branches' forks by name. With a name, every branch's fork is told
+    apart by its agent and repeat, and from another experiment's by the experiment's id; without one, by the
+    agent, the turn, the repeat and the experiment."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(V1), ref(LEGACY)], "repeats": 2}
+    named = await start(eclient, conv.session_id, conv.user_id, {**body, "name": "pods"})
+    unnamed = await start(eclient, conv.session_id, conv.user_id, body)
+    assert named.status_code == unnamed.status_code == 202, (named.text, unnamed.text)
+    names: list[str] = []
+    for answer in (named, unnamed):
+        experiment = answer.json()["data"]["experiment"]
+        await until(eclient, experiment["id"], conv.user_id)
+        async with pool.acquire() as connection:
+            rows = await connection.fetch(
+                "SELECT s.name, j.agent_ref, j.repeat FROM kagent_fork.whatif_job j JOIN session s "
+                "ON s.id = j.session_id AND s.user_id = j.user_id WHERE j.experiment_id = $1 ORDER BY j.agent_ref, "
+                "j.repeat",
+                experiment["id"],
+            )
+        for row in rows:
+            assert row["agent_ref"] in row["name"] and f"#{row['repeat']}" in row["name"], row["name"]
+            assert row["name"].endswith(f"experiment {experiment['id'][:8]}"), row["name"]
+        names += [r["name"] for r in rows]
+    assert len(names) == 8 and len(set(names)) == 8, names
+    assert sum(n.startswith("pods · ") for n in names) == 4

@@ -50,6 +50,22 @@ def default_name(span: Span, agent_ref: str, repeat: int | None = None) -> str:
     return name if repeat is None else f"{name} #{repeat}"[:256]
 
 
+def branch_name(branch: Branch, experiment: ExperimentRow | None) -> str:
+    """A branch's fork name. A what-if's: its `name`, else the agent and the turn (default_name). An
+    experiment's is told apart in kagent's sidebar from its siblings and from other experiments' branches: the
+    experiment's `name` with the agent (default: the agent and the turn), the repeat, the experiment's id."""
+    replay, span = branch.replay, branch.span
+    repeat = branch.repeat if int(replay.repeats) > 1 else None
+    if experiment is None:
+        return replay.name or default_name(span, branch.agent_ref, repeat)
+    if replay.name:
+        base = f"{' '.join(replay.name.split())[:120]} · {branch.agent_ref}"
+    else:
+        base = fork_name(branch.agent_ref, span.position, span.turns[0].invocation_id, span.source.name)
+    again = f" #{repeat}" if repeat is not None else ""
+    return f"{base[:200]}{again} · experiment {experiment.id[:8]}"
+
+
 def edited(message: dialects.JSON, dialect: dialects.TaskDialect, text: str) -> dialects.JSON:
     """The message with its text replaced by `text` (its other parts kept): ask the turn differently."""
     parts = [p for p in message.get("parts", []) if isinstance(p, dict)]
@@ -173,8 +189,7 @@ async def write(
                         ttl_seconds=svc.settings.idempotency_ttl_seconds,
                     )  # fmt: skip
 
-        repeat = branch.repeat if int(branch.replay.repeats) > 1 else None
-        name = branch.replay.name or default_name(branch.span, branch.agent_ref, repeat)
+        name = branch_name(branch, written.experiment)
         try:
             await forking.fork(
                 svc, caller, branch.replay.session_id,
