@@ -415,3 +415,28 @@ async def test_each_branch_is_named_apart_in_kagents_sidebar(eclient: Any, pool:
         names += [r["name"] for r in rows]
     assert len(names) == 8 and len(set(names)) == 8, names
     assert sum(n.startswith("pods · ") for n in names) == 4
+
+
+async def test_the_whatifs_list_holds_what_ifs_only_each_with_what_it_asked(eclient: Any, pool: asyncpg.Pool) -> None:
+    """Issue 36: an experiment's branches were listed as what-ifs, under the source's question although they
+    were asked an edited one. The what-ifs list holds what-ifs only; each job says what it really asked."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    boundary = {"rewind_before_invocation_id": conv.invocation_ids[1]}
+    experiment = await start(
+        eclient, conv.session_id, conv.user_id,
+        {**boundary, "agents": [ref(V1)], "message": {"text": "Asked another way?"}},
+    )  # fmt: skip
+    assert experiment.status_code == 202, experiment.text
+    whatif = await eclient.post(
+        f"/api/sessions/{conv.session_id}/whatif", json={**boundary, "agent_ref": ref(V1)},
+        headers={"X-User-Id": conv.user_id},
+    )  # fmt: skip
+    assert whatif.status_code == 202, whatif.text
+    await until(eclient, experiment.json()["data"]["experiment"]["id"], conv.user_id)
+    listed = await eclient.get(f"/api/sessions/{conv.session_id}/whatifs", headers={"X-User-Id": conv.user_id})
+    jobs = listed.json()["data"]
+    assert [j["id"] for j in jobs] == [whatif.json()["data"]["job"]["id"]]
+    assert jobs[0]["experiment_id"] is None and jobs[0]["question"] == conv.turns[1].user_text
+    branch = experiment.json()["data"]["experiment"]["branches"][0]["job_id"]
+    read = await eclient.get(f"/api/whatif/{branch}", headers={"X-User-Id": conv.user_id})
+    assert read.json()["data"]["question"] == "Asked another way?"

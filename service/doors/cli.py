@@ -337,6 +337,8 @@ def _show_job(j: dict[str, Any]) -> str:
         f"{j['rewind_before_invocation_id'] or 'of task ' + str(j['rewind_before_task_id'])} "
         f"of {j['parent_session_id']} in the fork {j['session_id']}"
     ]
+    if j.get("question"):
+        lines.append(f"  asked: {_quoted(j['question'], 200)}")
     if j["error"]:
         lines.append(f"  error: {j['error']}")
     if j["result"]:

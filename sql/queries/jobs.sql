@@ -22,10 +22,11 @@ FROM {schema}.whatif_job
 WHERE id = $1 AND user_id = $2;
 
 -- name: list_whatif_jobs
--- The jobs one user started from one source session, newest first.
+-- The what-ifs one user started from one source session, newest first: an experiment's branches are listed
+-- with their experiment (list_experiments), not as what-ifs.
 SELECT {job_columns}
 FROM {schema}.whatif_job
-WHERE parent_session_id = $1 AND parent_user_id = $2 AND user_id = $3
+WHERE parent_session_id = $1 AND parent_user_id = $2 AND user_id = $3 AND experiment_id IS NULL
 ORDER BY created_at DESC;
 
 -- name: whatif_task

@@ -741,6 +741,8 @@ export interface WhatifJob {
   /** The source turn where the agent asked for a person (the job ended there). */
   stopped_at: string | null;
   experiment_id: string | null;
+  /** What the job really asked first: the source turn's question, or the edited one. */
+  question: string | null;
 }
 
 /** A what-if as it starts: the job (running) and its fork, as `forkSession` answers it. */

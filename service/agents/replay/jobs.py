@@ -12,7 +12,7 @@ import msgspec
 
 from service.agents import a2a_client
 from service.agents.replay.answerers import agent, headers
-from service.agents.replay.figures import JobResult
+from service.agents.replay.figures import JobResult, question_of, sent_parts
 from service.agents.replay.runner import close_turns
 from service.errors import Conflict, NotFound
 from service.identity import Caller, visible_session
@@ -42,6 +42,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     turns_total: int
     stopped_at: str | None
     experiment_id: str | None
+    question: str | None  # what it really asked first: the text of the message it sent (edited or not)
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,7 +61,7 @@ def job_json(job: WhatifJob) -> Job:
         finished_at=rfc3339(job.finished_at) if job.finished_at else None,
         result=msgspec.json.decode(job.result, type=JobResult) if job.result else None,
         turns_done=job.turns_done, turns_total=job.turns_total, stopped_at=job.stopped_at,
-        experiment_id=job.experiment_id,
+        experiment_id=job.experiment_id, question=question_of(sent_parts(job.message)),
     )  # fmt: skip
 
 

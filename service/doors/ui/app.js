@@ -368,6 +368,7 @@ async function followJob(jobId, number, box) {
 // A what-if job in words: who answered what, how it ended, the answer, and where to look.
 function jobWords(job, what) {
   const parts = [el("b", { text: `What-if ${job.status}: ${job.agent_ref} answering ${what}` })];
+  if (job.question) parts.push(el("div", { class: "msg user", text: `Asked: ${job.question}` }));
   if (job.error) parts.push(el("div", { class: "error", text: job.error }));
   if (job.result) {
     parts.push(el("div", { class: "msg agent", text: job.result.last_agent_text || "(no answer)" }),
