@@ -495,7 +495,7 @@ async def test_a_refused_experiment_shows_the_services_reason_and_writes_nothing
         await turn.get_by_role("button", name="Start the experiment").click()
         refusal = turn.locator(".exp-refusal")
         await expect(refusal).to_contain_text("Not started: the contexts of every branch's turns are about")
-        await expect(refusal).to_contain_text("over the limit of 20 (max_context_tokens")
+        await expect(refusal).to_contain_text("over the limit of 20: each is sent to the agent's model")
         await expect(tab.locator("#status")).to_contain_text("Starting the experiment failed: the contexts")
         await expect(tab.locator("#status")).to_have_class("error")
     assert await table_fingerprint(pool) == before

@@ -532,7 +532,11 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
     experiment_id = answer.experiment.id
     while runner.jobs:
         found = await experiments.get(svc, caller, experiment_id)
-        if not args.wait and all(b.turns and b.turns[0].state != "pending" for b in found.branches):
+        # Without --wait: until every agent has its first turn, known by its task id, as a what-if waits. A turn
+        # merely stamped as sent ("working") may still be on its way: stopping the runner then would leave a
+        # branch whose agent never got its turn and can never be asked to cancel it.
+        jobs = [await whatif.get(svc, caller, b.job_id) for b in found.branches if b.job_id is not None]
+        if not args.wait and all(j.task_id is not None or j.status != "running" for j in jobs):
             break
         await asyncio.sleep(0.2)
     await runner.stop()
