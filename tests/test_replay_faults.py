@@ -68,7 +68,8 @@ async def test_a_brief_connection_loss_fails_no_branch(
     every branch failed "internal error: ConnectionDoesNotExistError"; now each completes, each turn sent once."""
     a2a_url, seen = agents
     conv = await seed(pool, dialect="v1", turns=5)
-    dsn = f"{database_url}?application_name={APPLICATION}"
+    # The embedded server's URL has a query already (its socket's host).
+    dsn = f"{database_url}{'&' if '?' in database_url else '?'}application_name={APPLICATION}"
     body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [f"{NAMESPACE}/{V1}",
             f"{NAMESPACE}/{FORGETFUL}"], "repeats": 3, "turns": "all"}  # fmt: skip
     admin = await asyncpg.connect(server_url)
