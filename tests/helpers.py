@@ -186,3 +186,9 @@ def first_event_at(conv: Conversation, invocation_id: str) -> Any:
     if first > 0 and invocation(ordered[first - 1].data) == "header_update":
         return ordered[first - 1].created_at
     return ordered[first].created_at
+
+
+def named_connections(url: str, application_name: str) -> str:
+    """The database URL with an application_name, so that a test can tell (and kill) the service's own backends.
+    The embedded server's URL has a query already (its socket's host)."""
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"

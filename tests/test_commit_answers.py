@@ -15,20 +15,15 @@ import pytest
 
 from service.app import create_app
 from service.config import Settings
-from tests.helpers import seed
+from tests.helpers import named_connections, seed
 from tests.support.live_server import live_server
 
 VICTIM = "kf-commit-victim"
 
 
-def _named(url: str) -> str:
-    """The database URL with an application_name, so that only the service's own backends are killed."""
-    return f"{url}{'&' if '?' in url else '?'}application_name={VICTIM}"
-
-
 @pytest.fixture(scope="module")
 def victim_url(settings: Settings, database_url: str) -> Iterator[str]:
-    with live_server(create_app(settings, _named(database_url))) as url:
+    with live_server(create_app(settings, named_connections(database_url, VICTIM))) as url:
         yield url
 
 

@@ -20,7 +20,7 @@ from service.config import Settings
 from service.identity import Caller
 from service.kagent.store import Store
 from service.services import Services, open_lock_pool
-from tests.helpers import seed
+from tests.helpers import named_connections, seed
 from tests.support.a2a_agent import FORGETFUL, NAMESPACE, V1, Seen, running_agents
 from tests.test_experiments import texts
 from tests.test_whatif import service, whatif_settings
@@ -68,8 +68,7 @@ async def test_a_brief_connection_loss_fails_no_branch(
     every branch failed "internal error: ConnectionDoesNotExistError"; now each completes, each turn sent once."""
     a2a_url, seen = agents
     conv = await seed(pool, dialect="v1", turns=5)
-    # The embedded server's URL has a query already (its socket's host).
-    dsn = f"{database_url}{'&' if '?' in database_url else '?'}application_name={APPLICATION}"
+    dsn = named_connections(database_url, APPLICATION)
     body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [f"{NAMESPACE}/{V1}",
             f"{NAMESPACE}/{FORGETFUL}"], "repeats": 3, "turns": "all"}  # fmt: skip
     admin = await asyncpg.connect(server_url)

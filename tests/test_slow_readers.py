@@ -16,7 +16,7 @@ import pytest
 
 from service.app import create_app
 from service.config import Settings
-from tests.helpers import seed
+from tests.helpers import named_connections, seed
 from tests.support.live_server import live_server
 
 READER = "kf-slow-reader"
@@ -27,7 +27,7 @@ PAD = "y" * 8000  # each turn's question made 8 KB longer: a transcript of about
 @pytest.fixture(scope="module")
 def slow_url(settings: Settings, database_url: str) -> Iterator[str]:
     small = dataclasses.replace(settings, pool_max_size=POOL, db_pool_wait_seconds=3)
-    named = f"{database_url}{'&' if '?' in database_url else '?'}application_name={READER}"
+    named = named_connections(database_url, READER)
     with live_server(create_app(small, named)) as url:
         yield url
 
