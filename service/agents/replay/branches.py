@@ -20,6 +20,7 @@ from service.agents.replay.terms import Boundary, Replay, Span
 from service.errors import ServiceError, Unprocessable
 from service.identity import Caller
 from service.kagent import dialects
+from service.kagent.store.agents import agent_row_id
 from service.kagent.store.base import Connection
 from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
@@ -28,11 +29,6 @@ from service.schemas import ForkedSession, ForkRequest
 from service.services import Services
 
 _encoder = msgspec.json.Encoder()
-
-
-def agent_id_of(agent_ref: str) -> str:
-    """kagent's agent_id for namespace/name: `-` becomes `_`, `/` becomes `__NS__`."""
-    return agent_ref.replace("-", "_").replace("/", "__NS__")
 
 
 def fork_name(agent_ref: str, turn: int | None, invocation_id: str, source_name: str | None) -> str:
@@ -197,7 +193,7 @@ async def write(
                     rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id,
                     name=name, if_boundary_missing="error",
                 ),
-                into=forking.Into(agent_id=agent_id_of(branch.agent_ref), then=then),
+                into=forking.Into(agent_id=agent_row_id(branch.agent_ref), then=then),
             )  # fmt: skip
         except ServiceError as exc:
             if not written.jobs:

@@ -1,5 +1,5 @@
 """The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
-(sessions, events, tasks, lineage and idempotency, rewinds, jobs, experiments, the turn map, and the database
+(agents, sessions, events, tasks, lineage and idempotency, rewinds, jobs, experiments, the turn map, and the database
 itself); the only code that sees asyncpg rows. Imports nothing of the service above kagent's data.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from service.kagent.store.agents import Agents
 from service.kagent.store.base import Queries
 from service.kagent.store.crewai import CrewAI
 from service.kagent.store.database import Database
@@ -22,6 +23,7 @@ from service.kagent.store.tasks import Tasks
 from service.kagent.store.turn_map import TurnMaps
 
 _PARTS = (
+    "agents",
     "base",
     "crewai",
     "database",
@@ -56,6 +58,7 @@ class Store:
         if missing:
             raise LookupError(f"sql/queries/ lacks the queries {sorted(missing)}")
         self.database = Database(self.queries)
+        self.agents = Agents(self.queries)
         self.sessions = Sessions(self.queries)
         self.events = Events(self.queries)
         self.tasks = Tasks(self.queries)

@@ -1,0 +1,101 @@
+"""kagent's `agent` table: each agent's configuration (kagent's `AgentConfig` JSON, written by its controller
+from the Agent resource), read, never written. What an experiment's arms may do with their tools and which
+model they run are read here, once, for every room that needs them (docs/kagent-schema.md, "Agents")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from service.kagent.store.base import Connection, Queries
+
+
+def agent_row_id(agent_ref: str) -> str:
+    """kagent's id of namespace/name in `agent` and `session.agent_id`: `-` becomes `_`, `/` becomes `__NS__`
+    (kagent's ConvertToPythonIdentifier of the object's ref)."""
+    return agent_ref.replace("-", "_").replace("/", "__NS__")
+
+
+class ModelConfig(msgspec.Struct, kw_only=True):
+    """The model an agent runs: kagent's provider `type` ("openai", "anthropic", "gemini", ...) and `model`."""
+
+    type: str = ""
+    model: str = ""
+
+
+class McpServerParams(msgspec.Struct, kw_only=True):
+    url: str = ""
+    headers: dict[str, str] | None = None
+
+
+class McpServerConfig(msgspec.Struct, kw_only=True):
+    """One of an agent's MCP tool servers (`http_tools` streamable HTTP, `sse_tools` SSE): `tools` the names the
+    agent may call (empty: all the server lists), `require_approval` those kagent asks the user to approve,
+    `allowed_headers` the request headers kagent-adk forwards to the server."""
+
+    params: McpServerParams = msgspec.field(default_factory=McpServerParams)
+    tools: list[str] | None = None
+    allowed_headers: list[str] | None = None
+    require_approval: list[str] | None = None
+
+
+class StdioServerConfig(msgspec.Struct, kw_only=True):
+    """A local MCP server kagent main's runtime starts as a process (`stdio_tools`): nothing outside can reach it."""
+
+    command: str = ""
+    args: list[str] | None = None
+
+
+class RemoteAgentConfig(msgspec.Struct, kw_only=True):
+    name: str = ""
+    url: str = ""
+
+
+class AgentConfig(msgspec.Struct, kw_only=True):
+    """The parts of kagent's AgentConfig (go/api/adk/types.go, both lines) the service reads; kagent's other keys
+    are ignored, and every part is optional, as a BYO agent's minimal config holds none of them."""
+
+    model: ModelConfig | None = None
+    description: str = ""
+    instruction: str = ""
+    http_tools: list[McpServerConfig] | None = None
+    sse_tools: list[McpServerConfig] | None = None
+    stdio_tools: list[StdioServerConfig] | None = None  # kagent main only
+    remote_agents: list[RemoteAgentConfig] | None = None
+    execute_code: bool | None = None  # kagent 0.10.x only: the agent runs code it writes
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentRow:
+    id: str
+    type: str  # kagent's agent type: "Declarative", "BYO", "SandboxAgent", ...
+    config: AgentConfig | None  # None: no config stored, or one this reader cannot decode (`config_error` says)
+    config_error: str | None = None
+
+
+_decoder = msgspec.json.Decoder(AgentConfig)
+
+
+def decode_config(text: str | None) -> tuple[AgentConfig | None, str | None]:
+    """A stored config, decoded, or None with the reason: a config kagent wrote but this reader cannot decode is
+    known to be unknown, never guessed at."""
+    if text is None or text.strip() in ("", "null"):
+        return None, None
+    try:
+        return _decoder.decode(text), None
+    except msgspec.DecodeError as e:
+        return None, f"kagent's stored config does not decode: {e}"
+
+
+class Agents:
+    def __init__(self, q: Queries) -> None:
+        self.q = q
+
+    async def get(self, conn: Connection, agent_ref: str) -> AgentRow | None:
+        """The live agent namespace/name, as kagent's backend reads it; None when kagent knows no such agent."""
+        row = await conn.fetchrow(self.q["get_agent_config"], agent_row_id(agent_ref))
+        if row is None:
+            return None
+        config, error = decode_config(row["config"])
+        return AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
