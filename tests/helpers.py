@@ -36,6 +36,7 @@ async def table_fingerprint(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
         "fork": "SELECT * FROM kagent_fork.fork",
         "idempotency": "SELECT * FROM kagent_fork.idempotency",
         "rewind": "SELECT * FROM kagent_fork.rewind",
+        "discard": "SELECT * FROM kagent_fork.discard",
         # kagent 0.10.x's BYO framework state (LangGraph checkpoints, CrewAI memory and flow state).
         "lg_checkpoint": "SELECT * FROM lg_checkpoint",
         "lg_checkpoint_write": "SELECT * FROM lg_checkpoint_write",
@@ -52,7 +53,7 @@ async def table_fingerprint(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
 
 async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tuple[int, str]]:
     """Row count and checksum of every row requests by these users may write (its sessions, their events and
-    tasks, its forks, rewinds, keys, what-if jobs and experiments): to prove a request wrote nothing where
+    tasks, its forks, rewinds, keys, what-if jobs, experiments and discards): to prove a request wrote nothing where
     other tests' agents may still be saving their own tasks meanwhile (they lift updated_at)."""
     owned = "user_id = ANY($1) OR session_id IN (SELECT id FROM session WHERE user_id = ANY($1))"
     tables = {
@@ -64,6 +65,7 @@ async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tu
         "rewind": "SELECT * FROM kagent_fork.rewind WHERE user_id = ANY($1)",
         "whatif_job": "SELECT * FROM kagent_fork.whatif_job WHERE user_id = ANY($1)",
         "experiment": "SELECT * FROM kagent_fork.experiment WHERE user_id = ANY($1)",
+        "discard": "SELECT * FROM kagent_fork.discard WHERE user_id = ANY($1)",
     }
     out = {}
     async with pool.acquire() as conn:
