@@ -4,11 +4,12 @@ nothing. Against real a2a-sdk agents (tests/support/a2a_agent.py) and kagent's o
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
 
-from tests.helpers import caller_fingerprint, new_user, seed
+from tests.helpers import caller_fingerprint, ended_experiment, new_user, seed
 from tests.support import kagent_reads
 from tests.support.a2a_agent import LEGACY, SLOW, V1, Seen
 from tests.test_experiments import agents, eclient, ref, start, until
@@ -180,10 +181,13 @@ async def test_refusals_write_nothing(eclient: Any, pool: asyncpg.Pool, agents: 
         body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(SLOW)]}
         running = (await start(eclient, conv.session_id, user, body)).json()["data"]["experiment"]
         await until(eclient, running["id"], user, lambda e: e["branches"][0]["turns"][0]["state"] == "working")
-        before = await caller_fingerprint(pool, user)
+        # (the agent writes its turn into the fork meanwhile: the sessions and discards are compared, not its rows)
+        shown = await listed(pool, user)
         r = await post(eclient, f"/api/experiments/{running['id']}/discard", user)
         assert r.status_code == 409 and "is still running: cancel it" in r.json()["error"], r.text
-        assert await caller_fingerprint(pool, user) == before
+        assert await listed(pool, user) == shown and running["branches"][0]["session_id"] in shown
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM kagent_fork.discard WHERE user_id = $1", user) == 0
         cancelled = await post(eclient, f"/api/experiments/{running['id']}/cancel", user)
         assert cancelled.status_code == 200, cancelled.text
     finally:
@@ -192,3 +196,22 @@ async def test_refusals_write_nothing(eclient: Any, pool: asyncpg.Pool, agents: 
     assert r.status_code == 200, r.text
     assert r.json()["data"]["discard"]["discarded_session_ids"] == [running["branches"][0]["session_id"]]
     assert running["branches"][0]["session_id"] not in await listed(pool, user)
+
+
+async def test_discards_and_undos_at_once_act_once(client: Any, pool: asyncpg.Pool) -> None:
+    """Eight discards of one experiment at once make one discard (the others answer it, replayed), and eight
+    undos at once undo it once: the experiment's row lock puts them in a line."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    forks = [await seed(pool, dialect="v1", turns=1, user_id=conv.user_id) for _ in range(2)]
+    x, _ = await ended_experiment(pool, conv, forks)
+    for path in (f"/api/experiments/{x}/discard", f"/api/experiments/{x}/discard/undo"):
+        answers = await asyncio.gather(*(post(client, path, conv.user_id) for _ in range(8)))
+        assert [r.status_code for r in answers] == [200] * 8, [r.text for r in answers]
+        assert sum("idempotent-replayed" not in r.headers for r in answers) == 1
+        assert len({r.json()["data"]["discard"]["id"] for r in answers}) == 1
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT session_ids, restored_ids FROM kagent_fork.discard WHERE experiment_id = $1", x)
+    assert [(sorted(r["session_ids"]), sorted(r["restored_ids"])) for r in rows] == [
+        (sorted(f.session_id for f in forks), sorted(f.session_id for f in forks))
+    ]
+    assert {f.session_id for f in forks} <= await listed(pool, conv.user_id)
