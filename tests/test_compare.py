@@ -42,8 +42,16 @@ async def test_a_fork_and_its_source_after_new_turns_on_both_sides(
     assert left["turns_after"] == 2 and left["tool_calls"] == summary["tool_calls"]
     assert left["total_tokens"] == summary["total_tokens"] and left["last_agent_text"] == summary["last_agent_text"]
     assert left["first_user_text"] == conv.turns[2].user_text
-    span = [e.created_at for e in conv.events if e.created_at >= conv.turns[2].started_at]
-    assert left["duration_seconds"] == pytest.approx((max(span) - min(span)).total_seconds())
+    # the duration summed over the turns (each first to last event of its turn), as an experiment's totals
+    bounds = [(conv.turns[2].started_at, conv.turns[3].started_at), (conv.turns[3].started_at, None)]
+    spans = [
+        [e.created_at for e in conv.events if a <= e.created_at and (b is None or e.created_at < b)] for a, b in bounds
+    ]
+    summed = sum(round((max(s) - min(s)).total_seconds(), 3) for s in spans)
+    assert left["duration_seconds"] == pytest.approx(summed, abs=1e-6)
+    assert left["duration_seconds"] == pytest.approx(sum(r["left"]["duration_seconds"] for r in data["aligned"]))
+    whole = [e.created_at for e in conv.events if e.created_at >= conv.turns[2].started_at]
+    assert left["duration_seconds"] < (max(whole) - min(whole)).total_seconds()  # not the time between the turns
     assert right == {
         "session_id": fork["id"], "name": fork["name"], "turns_after": 0, "tool_calls": {}, "total_tokens": 0,
         "duration_seconds": 0.0, "first_user_text": None, "last_agent_text": None,

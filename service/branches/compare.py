@@ -1,12 +1,13 @@
 """Two conversations side by side: their common prefix and what each holds after it.
 
 Two ADK sessions: the common prefix is the leading turns with equal invocation ids (a fork keeps its
-source's ids), read from the events as the turn listing reads them; each side's figures after it are the
-tally of its events from its first turn past the prefix (the branch summary's query). Any other pair
-(an agent that writes no invocation id: OpenAI Agents SDK, LangGraph, CrewAI, Claude) is read as its
-transcript reads it, and a turn is the same on both sides when it starts at the same instant with the
-same first message (a fork copies events and tasks with their creation times and data); the figures are
-added up from those turns' messages and usage. The turns after the prefix are also lined up by position
+source's ids), read from the events as the turn listing reads them; each turn after it is figured from its
+own events (the branch summary's query, turn by turn). Any other pair (an agent that writes no invocation id:
+OpenAI Agents SDK, LangGraph, CrewAI, Claude) is read as its transcript reads it, and a turn is the same on
+both sides when it starts at the same instant with the same first message (a fork copies events and tasks
+with their creation times and data); each turn's figures come from its messages and usage. Either way a
+side's figures are those turns' sums, as an experiment's grid adds up a column (operations/continuation.py:
+turns, tool calls, tokens, and the duration summed over turns). The turns after the prefix are also lined up by position
 (`aligned`), so that a regenerated turn sits next to the turn it replaces: the first turn after the prefix
 on one side beside the first on the other, and so on.
 """
@@ -25,7 +26,7 @@ from service.kagent import frameworks
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventTurn
 from service.kagent.store.sessions import SessionRow
-from service.operations import summary
+from service.operations import continuation, summary
 from service.services import Services
 
 
@@ -93,8 +94,8 @@ async def compare(svc: Services, caller: Caller, left_id: str, right_id: str) ->
         )
         return Comparison(
             common_turns=common,
-            left=await _side(svc, conn, left, left_turns[common:]),
-            right=await _side(svc, conn, right, right_turns[common:]),
+            left=_side(left, left_after),
+            right=_side(right, right_after),
             aligned=[Row(left=a, right=b) for a, b in itertools.zip_longest(left_after, right_after)],
         )
 
@@ -105,8 +106,6 @@ class _Figured:
 
     key: tuple[str | None, str, str | None]  # (invocation id, start, first message): equal on both sides
     turn: Turn
-    started_at: datetime
-    ended_at: datetime
 
 
 async def _figured(svc: Services, conn: Connection, session: SessionRow) -> list[_Figured]:
@@ -127,9 +126,9 @@ async def _figured(svc: Services, conn: Connection, session: SessionRow) -> list
             question=questions[0][: summary.USER_TEXT_CHARS] if questions else None,
             answer=answers[-1][: summary.AGENT_TEXT_CHARS] if answers else None,
             tool_calls=dict(sorted(tools.items())), total_tokens=t.usage.total_tokens,
-            duration_seconds=(ended - started).total_seconds(),
+            duration_seconds=continuation.turn_duration(started, ended),
         )  # fmt: skip
-        out.append(_Figured(key=(t.invocation_id, t.started_at, first), turn=turn, started_at=started, ended_at=ended))
+        out.append(_Figured(key=(t.invocation_id, t.started_at, first), turn=turn))
     return out
 
 
@@ -143,28 +142,13 @@ async def _by_transcript(svc: Services, conn: Connection, left: SessionRow, righ
         common += 1
     return Comparison(
         common_turns=common,
-        left=_side_of(left, a[common:]),
-        right=_side_of(right, b[common:]),
+        left=_side(left, [f.turn for f in a[common:]]),
+        right=_side(right, [f.turn for f in b[common:]]),
         aligned=[
             Row(left=x.turn if x else None, right=y.turn if y else None)
             for x, y in itertools.zip_longest(a[common:], b[common:])
         ],
     )
-
-
-def _side_of(session: SessionRow, after: list[_Figured]) -> Side:
-    tools: dict[str, int] = {}
-    for f in after:
-        for name, n in f.turn.tool_calls.items():
-            tools[name] = tools.get(name, 0) + n
-    questions = [f.turn.question for f in after if f.turn.question is not None]
-    answers = [f.turn.answer for f in after if f.turn.answer is not None]
-    return Side(
-        session_id=session.id, name=session.name, turns_after=len(after), tool_calls=dict(sorted(tools.items())),
-        total_tokens=sum(f.turn.total_tokens for f in after),
-        duration_seconds=(after[-1].ended_at - after[0].started_at).total_seconds() if after else 0.0,
-        first_user_text=questions[0] if questions else None, last_agent_text=answers[-1] if answers else None,
-    )  # fmt: skip
 
 
 async def _turns(svc: Services, conn: Connection, session: SessionRow, after: list[EventTurn]) -> list[Turn]:
@@ -183,22 +167,20 @@ async def _turns(svc: Services, conn: Connection, session: SessionRow, after: li
                 invocation_id=turn.invocation_id, question=t.first_user_text if t else turn.user_text,
                 answer=t.last_agent_text if t else None, tool_calls=dict(sorted(t.tool_calls.items())) if t else {},
                 total_tokens=t.total_tokens if t else 0,
-                duration_seconds=(t.last_at - t.first_at).total_seconds() if t else 0.0,
+                duration_seconds=continuation.turn_duration(t.first_at, t.last_at) if t else 0.0,
             )
         )  # fmt: skip
     return out
 
 
-async def _side(svc: Services, conn: Connection, session: SessionRow, after: list[EventTurn]) -> Side:
-    if not after:
-        return Side(
-            session_id=session.id, name=session.name, turns_after=0, tool_calls={}, total_tokens=0,
-            duration_seconds=0.0, first_user_text=None, last_agent_text=None,
-        )  # fmt: skip
-    t = await summary.tally(svc.store, conn, session.id, session.user_id, after[0].started_at)
-    duration = (t.last_at - t.first_at).total_seconds() if t.first_at and t.last_at else 0.0
+def _side(session: SessionRow, after: list[Turn]) -> Side:
+    """A side's figures after the prefix: its turns' sums (continuation.summed, as a grid's column)."""
+    sums = continuation.summed(after)
+    questions = [t.question for t in after if t.question is not None]
+    answers = [t.answer for t in after if t.answer is not None]
     return Side(
-        session_id=session.id, name=session.name, turns_after=len(after), tool_calls=dict(sorted(t.tool_calls.items())),
-        total_tokens=t.total_tokens, duration_seconds=duration, first_user_text=t.first_user_text,
-        last_agent_text=t.last_agent_text,
+        session_id=session.id, name=session.name, turns_after=sums.turns,
+        tool_calls=continuation.tool_calls_by_name(after), total_tokens=sums.total_tokens,
+        duration_seconds=sums.duration_seconds, first_user_text=questions[0] if questions else None,
+        last_agent_text=answers[-1] if answers else None,
     )  # fmt: skip

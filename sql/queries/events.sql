@@ -103,8 +103,9 @@ ORDER BY started_at;
 -- comparison, a what-if's result or an experiment's turn: events, turns, model calls, tool calls by
 -- name, the first user text and the
 -- last agent text (cut to $5 and $6 characters; event order, row id breaking created_at ties so that
--- the answer never depends on the plan), total tokens, first and last event times. Each row is
--- parsed once.
+-- the answer never depends on the plan), total tokens, first and last event times, and each model call's
+-- usage (an event with token counts: [input, output], input its prompt tokens, output its candidates' and
+-- thoughts' tokens, as a price is asked for; event order). Each row is parsed once.
 WITH parsed AS MATERIALIZED (
     SELECT id, created_at, {schema}.try_jsonb(data) AS doc
     FROM event
@@ -136,7 +137,13 @@ SELECT (SELECT count(*) FROM parsed) AS events,
        (SELECT left(text, $5) FROM messages WHERE from_user AND kind = 'text'
         ORDER BY created_at, id, ord LIMIT 1) AS first_user_text,
        (SELECT left(text, $6) FROM messages WHERE NOT from_user AND kind = 'text'
-        ORDER BY created_at DESC, id DESC, ord DESC LIMIT 1) AS last_agent_text;
+        ORDER BY created_at DESC, id DESC, ord DESC LIMIT 1) AS last_agent_text,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(input, output) ORDER BY created_at, id), '[]'::jsonb)::text
+        FROM (SELECT created_at, id, {schema}.event_tokens(doc, 'prompt_token_count', 'promptTokenCount') AS input,
+                     {schema}.event_tokens(doc, 'candidates_token_count', 'candidatesTokenCount')
+                         + {schema}.event_tokens(doc, 'thoughts_token_count', 'thoughtsTokenCount') AS output
+              FROM parsed) AS u
+        WHERE input > 0 OR output > 0) AS model_usage;
 
 -- name: events_tally_by_turn
 -- events_tally of each turn (invocation id) whose events start at $3 or later, for lining two branches

@@ -642,6 +642,7 @@ export interface CompareSide {
   turns_after: number;
   tool_calls: Record<string, number>;
   total_tokens: number;
+  /** The turns' durations after the common part, summed (as an experiment's totals). */
   duration_seconds: number;
   first_user_text: string | null;
   last_agent_text: string | null;
@@ -825,6 +826,12 @@ export interface ExperimentTurn {
   duration_seconds: number;
   /** completed, input-required, failed, ...; working while it runs, pending before it is sent. */
   state: string | null;
+  /** The turn's prompt tokens; null: not counted (a turn figured by an earlier version). */
+  input_tokens: number | null;
+  /** The turn's output tokens (candidates and thoughts). */
+  output_tokens: number | null;
+  /** Each model call's [input, output] tokens, in event order: what the price is computed from. */
+  model_usage: [number, number][] | null;
 }
 
 /** A column of the grid: the source, or one branch (an agent and a repeat). */
@@ -848,7 +855,14 @@ export interface ExperimentColumn {
     rejected_tool_calls: number;
     model_calls: number;
     total_tokens: number;
+    /** The turns' durations, summed (compare's sides are summed the same way). */
     duration_seconds: number;
+    input_tokens: number | null;
+    output_tokens: number | null;
+    /** US dollars at genai-prices' price for `model`; null: unknown (no model, or no known price), never a guess. */
+    cost_usd: number | null;
+    /** The model priced, as the agent's configuration in kagent's agent table names it. */
+    model: string | null;
   };
 }
 

@@ -1,6 +1,7 @@
 """What a replayed turn did, as a grid's cell shows it: what was asked (and sent), what the agent answered and
-what it cost, read from the events of the turn's time (the branch summary's one query), or, for an agent whose
-events hold no text, from its task; and what a whole job left behind (its result)."""
+what it cost, read from the events of the turn's time (the branch summary's one query; a turn's figures as
+operations/continuation.py defines them, compare's too), or, for an agent whose events hold no text, from its
+task; and what a whole job left behind (its result)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from service.kagent import dialects, frameworks
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.tasks import TaskRow
-from service.operations import plan, summary
+from service.operations import continuation, plan, summary
 from service.services import Services
 
 
@@ -35,6 +36,11 @@ class TurnFigures(msgspec.Struct, frozen=True, kw_only=True):
     total_tokens: int
     duration_seconds: float
     state: str | None
+    # The tokens a price needs (None: not counted, a turn figured before they were): the turn's input (prompt)
+    # and output (candidates and thoughts) tokens, and each model call's [input, output], which is priced.
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model_usage: list[tuple[int, int]] | None = None
 
 
 def sent_parts(message_json: str) -> list[object]:
@@ -59,11 +65,13 @@ async def turn_figures(
     """A turn's figures from the events written in [since, until) (the branch summary's one query), on the
     caller's connection (a task holds one pooled connection at a time)."""
     t = await summary.tally(svc.store, conn, session_id, owner, since, until)
-    duration = (t.last_at - t.first_at).total_seconds() if t.first_at and t.last_at else 0.0
+    calls = t.model_usage or []
     fields: dict[str, object] = {
         "question": t.first_user_text, "sent": None, "answer": t.last_agent_text,
         "tool_calls": dict(sorted(t.tool_calls.items())), "rejected_tool_calls": 0, "model_calls": t.model_calls or 0,
-        "total_tokens": t.total_tokens, "duration_seconds": round(duration, 3), "state": None,
+        "total_tokens": t.total_tokens, "duration_seconds": continuation.turn_duration(t.first_at, t.last_at),
+        "state": None, "input_tokens": sum(i for i, _ in calls), "output_tokens": sum(o for _, o in calls),
+        "model_usage": calls,
     }  # fmt: skip
     fields.update({k: v for k, v in known.items() if v is not None or k in ("state",)})
     return msgspec.convert(fields, TurnFigures)

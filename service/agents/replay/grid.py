@@ -5,7 +5,8 @@ columns summed up. As JSON, and as a Markdown table for people.
 A branch's turn figures are computed once, when the turn ended (figures.turn_figures), and stored with
 the turn; the source column once, in the background after the start (`keep_source_column`), with the
 same reader (the branch summary's query over the turn's events). So reading a finished experiment is
-four indexed queries (the last one its discard), whatever the size of its sessions.
+five indexed queries (the last two its discard and the agents' configurations for the price), whatever
+the size of its sessions.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from service.branches import turns as turn_listing
 from service.errors import NotFound
 from service.identity import Caller
 from service.kagent import frameworks
+from service.kagent.store.agents import ModelConfig
 from service.kagent.store.base import BEGINNING, Connection
 from service.kagent.store.experiments import DiscardRow, ExperimentRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
 from service.kagent.store.sessions import SessionRow
+from service.operations import continuation, prices
 from service.schemas import rfc3339
 from service.services import Services
 
@@ -33,12 +36,19 @@ _encoder = msgspec.json.Encoder()
 
 
 class Totals(msgspec.Struct, frozen=True, kw_only=True):
+    """A column's figures: turns, tool calls, tokens and duration as operations/continuation.py defines them
+    (compare's too), and what they cost in money (operations/prices.py)."""
+
     turns: int
     tool_calls: int
     rejected_tool_calls: int
     model_calls: int
     total_tokens: int
     duration_seconds: float
+    input_tokens: int | None  # None: a turn's were not counted (figured before they were)
+    output_tokens: int | None
+    cost_usd: float | None  # None: unknown (no model, an unknown provider or price, tokens not counted)
+    model: str | None  # the model priced, as the agent's configuration in kagent's `agent` table names it
 
 
 class Column(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,13 +138,19 @@ def listed(row: ExperimentRow) -> Listed:
     )  # fmt: skip
 
 
-def totals(turns: list[TurnFigures]) -> Totals:
+def totals(turns: list[TurnFigures], model: ModelConfig | None = None) -> Totals:
+    """A column's totals over its turns that ended, priced with `model` (the column's agent's)."""
     done = [t for t in turns if t.state not in ("pending", "working")]
+    sums = continuation.summed(done)
+    counted = all(t.model_usage is not None for t in done)
+    calls = [c for t in done for c in t.model_usage or []] if counted else None
     return Totals(
-        turns=len(done), tool_calls=sum(sum(t.tool_calls.values()) for t in done),
+        turns=sums.turns, tool_calls=sums.tool_calls,
         rejected_tool_calls=sum(t.rejected_tool_calls for t in done), model_calls=sum(t.model_calls for t in done),
-        total_tokens=sum(t.total_tokens for t in done),
-        duration_seconds=round(sum(t.duration_seconds for t in done), 3),
+        total_tokens=sums.total_tokens, duration_seconds=sums.duration_seconds,
+        input_tokens=sum(i for i, _ in calls) if calls is not None else None,
+        output_tokens=sum(o for _, o in calls) if calls is not None else None,
+        cost_usd=prices.cost_usd(prices.priced_model(model), calls), model=model.model or None if model else None,
     )  # fmt: skip
 
 
@@ -156,7 +172,7 @@ class Card(msgspec.Struct, frozen=True, kw_only=True):
     skills_sha256: str
 
 
-def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
+def branch_column(job: WhatifJob, turns: list[JobTurn], model: ModelConfig | None = None) -> Column:
     figures = [msgspec.json.decode(t.figures, type=TurnFigures) if t.figures else _unfinished(t) for t in turns]
     if job.status != "running":  # a turn that never ran (after a failure or a cancel) is not shown
         figures = [f for f in figures if f.state not in ("pending",)]
@@ -164,7 +180,7 @@ def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
         agent_ref=job.agent_ref, repeat=job.repeat,
         agent_card=msgspec.json.decode(job.agent_card, type=Card) if job.agent_card else None,
         session_id=job.session_id, job_id=job.id, status=job.status, error=job.error, stopped_at=job.stopped_at,
-        turns=figures, totals=totals(figures),
+        turns=figures, totals=totals(figures, model),
     )  # fmt: skip
 
 
@@ -265,6 +281,13 @@ async def keep_source_column(svc: Services, experiment_id: str, user_id: str) ->
         await svc.store.experiments.keep_source_turns(conn, row.id, _encoder.encode(turns).decode())
 
 
+async def _models(svc: Services, conn: Connection, refs: list[str | None]) -> dict[str, ModelConfig]:
+    """The model each agent's configuration names in kagent's `agent` table (one query), by namespace/name; an
+    agent without a row, a config or a model is absent (its columns are priced "unknown")."""
+    rows = await svc.store.agents.get_many(conn, sorted({r for r in refs if r}))
+    return {ref: a.config.model for ref, a in rows.items() if a.config is not None and a.config.model is not None}
+
+
 async def experiment(
     svc: Services, conn: Connection, caller: Caller, experiment_id: str, *, live: bool = True
 ) -> Experiment:
@@ -281,7 +304,8 @@ async def experiment(
             baseline = await source_turns(svc, conn, row)
     else:
         baseline = []
-    columns = [branch_column(j, turns[j.id]) for j in jobs]
+    models = await _models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs)])
+    columns = [branch_column(j, turns[j.id], models.get(j.agent_ref or "")) for j in jobs]
     discard = await svc.store.experiments.latest_discard(conn, row.id)
     if discard is not None and discard.undone_at is None:
         hidden, kept = set(discard.session_ids), discard.kept_session_id
@@ -290,7 +314,8 @@ async def experiment(
         ]
     source = Column(
         agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
-        status="completed", error=None, stopped_at=None, turns=baseline, totals=totals(baseline),
+        status="completed", error=None, stopped_at=None, turns=baseline,
+        totals=totals(baseline, models.get(row.source_agent_ref or "")),
     )  # fmt: skip
     return Experiment(
         id=row.id, status=row.status, source_session_id=row.source_session_id,

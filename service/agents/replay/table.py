@@ -1,10 +1,11 @@
 """An experiment's grid as a Markdown table for people: a column per branch plus the source, a row per turn,
-the totals underneath, then why a branch failed or stopped, and with repeats the spread per agent."""
+the totals underneath (the price last, with the model priced), then why a branch failed or stopped, and with
+repeats the spread per agent."""
 
 from __future__ import annotations
 
 from service.agents.replay.figures import TurnFigures
-from service.agents.replay.grid import FIGURES, Column, Experiment
+from service.agents.replay.grid import FIGURES, Column, Experiment, Totals
 
 
 def _cell(turn: TurnFigures | None) -> str:
@@ -25,6 +26,12 @@ def _cell(turn: TurnFigures | None) -> str:
 def _discarded(c: Column) -> str:
     """What the discard in force did to a branch: its fork hidden, or kept."""
     return ", discarded" if c.discarded else ", kept" if c.kept else ""
+
+
+def _cost(t: Totals) -> str:
+    """A column's price, with the model priced; "unknown" when the model or its price is not known."""
+    model = f" ({t.model})" if t.model else ""
+    return f"unknown{model}" if t.cost_usd is None else f"${t.cost_usd:.6f}{model}"
 
 
 def markdown(e: Experiment) -> str:
@@ -57,6 +64,7 @@ def markdown(e: Experiment) -> str:
         )
     for name in FIGURES:
         lines.append(f"| **{name}** | " + " | ".join(str(getattr(c.totals, name)) for _, c in columns) + " |")
+    lines.append("| **cost (USD)** | " + " | ".join(_cost(c.totals) for _, c in columns) + " |")
     failed = [c for c in e.branches if c.error]
     if failed:
         lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]

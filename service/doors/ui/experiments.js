@@ -217,7 +217,19 @@ function totalCell(c, col) {
   const t = c.totals;
   return el("td", { "data-col": col, "data-fate": fate(c) },
     el("b", { text: plural(t.turns, "turn") }),
-    el("div", { class: "muted", text: `${plural(t.tool_calls, "tool call")}${t.rejected_tool_calls ? ` (${t.rejected_tool_calls} rejected)` : ""}, ${plural(t.model_calls, "model call")}, ${plural(t.total_tokens, "token")}, ${t.duration_seconds.toFixed(1)} s` }));
+    el("div", { class: "muted", text: `${plural(t.tool_calls, "tool call")}${t.rejected_tool_calls ? ` (${t.rejected_tool_calls} rejected)` : ""}, ${plural(t.model_calls, "model call")}, ${plural(t.total_tokens, "token")}, ${t.duration_seconds.toFixed(1)} s` }),
+    el("div", { class: "muted cost", title: costNote(t), text: costText(t) }));
+}
+
+// A column's price: in US dollars, or "unknown" (no model, or a model or price the table does not know).
+function costText(t) {
+  return t.cost_usd === null ? "cost unknown" : `$${t.cost_usd.toFixed(t.cost_usd < 0.01 ? 4 : 2)}`;
+}
+
+function costNote(t) {
+  const tokens = t.input_tokens === null ? "" : ` (${t.input_tokens} input, ${t.output_tokens} output tokens)`;
+  if (t.cost_usd !== null) return `${t.model}${tokens}, at genai-prices' price`;
+  return t.model ? `${t.model}: no known price${tokens}` : "the agent's model is not known (no configuration in kagent's agent table)";
 }
 
 // A figure over an agent's repeats: its mean, and its range when the repeats differ; `word` in the singular only

@@ -18,10 +18,12 @@ def agent_row_id(agent_ref: str) -> str:
 
 
 class ModelConfig(msgspec.Struct, kw_only=True):
-    """The model an agent runs: kagent's provider `type` ("openai", "anthropic", "gemini", ...) and `model`."""
+    """The model an agent runs: kagent's provider `type` ("openai", "anthropic", "gemini", ...) and `model`;
+    `base_url` where an OpenAI-type model is served (empty: OpenAI's own API)."""
 
     type: str = ""
     model: str = ""
+    base_url: str | None = None
 
 
 class McpServerParams(msgspec.Struct, kw_only=True):
@@ -99,3 +101,12 @@ class Agents:
             return None
         config, error = decode_config(row["config"])
         return AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
+
+    async def get_many(self, conn: Connection, agent_refs: list[str]) -> dict[str, AgentRow]:
+        """get() of each agent at once (one query), by namespace/name; the agents kagent does not know are absent."""
+        ids = {agent_row_id(ref): ref for ref in agent_refs}
+        out = {}
+        for row in await conn.fetch(self.q["get_agent_configs"], list(ids)):
+            config, error = decode_config(row["config"])
+            out[ids[row["id"]]] = AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
+        return out

@@ -38,6 +38,8 @@ class EventTally:
     tool_calls: dict[str, int]
     first_user_text: str | None
     last_agent_text: str | None
+    # each model call's (input tokens, output tokens), in event order; None: not counted (a turn map's tally)
+    model_usage: list[tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +134,7 @@ class Events:
             model_calls=int(row["model_calls"]), first_at=row["first_at"], last_at=row["last_at"],
             tool_calls=msgspec.json.decode(row["tool_calls"], type=dict[str, int]),
             first_user_text=row["first_user_text"], last_agent_text=row["last_agent_text"],
+            model_usage=msgspec.json.decode(row["model_usage"], type=list[tuple[int, int]]),
         )  # fmt: skip
 
     async def turn_tallies(

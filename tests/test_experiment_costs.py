@@ -1,0 +1,126 @@
+"""What a continuation cost, one definition: compare and an experiment's grid read the same figures on the same
+branch (operations/continuation.py); and the money, each column priced by genai-prices for the model its agent's
+configuration names in kagent's `agent` table, or "unknown" (docs/experiments.md, "What a continuation cost")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import genai_prices
+import pytest
+
+from service.kagent.store.agents import agent_row_id
+from tests.helpers import seed
+from tests.support.a2a_agent import APPROVAL_V1, FORGETFUL, V1
+from tests.test_experiments import agents, eclient, ref, start, until  # noqa: F401 (fixtures)
+
+
+@pytest.fixture
+async def agent_rows(pool: asyncpg.Pool) -> AsyncIterator[Any]:
+    """Writes kagent `agent` rows as kagent's controller does, and takes them away after the test (the agents'
+    names are shared by the module's tests)."""
+    written: list[str] = []
+
+    async def write(agent_ref: str, model: dict[str, str] | None) -> None:
+        config = None if model is None else json.dumps({"model": model, "instruction": "i", "http_tools": []})
+        await pool.execute(
+            "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', "
+            "$2::json) ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, deleted_at = NULL",
+            agent_row_id(agent_ref), config,
+        )  # fmt: skip
+        written.append(agent_row_id(agent_ref))
+
+    yield write
+    await pool.execute("DELETE FROM agent WHERE id = ANY($1::text[])", written)
+
+
+async def test_compare_and_the_grid_agree_on_the_same_branch(eclient: Any, pool: asyncpg.Pool) -> None:  # noqa: F811
+    conv = await seed(pool, dialect="v1", turns=4, tool_calls=True, metadata_style="kagent")
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(V1)], "turns": "all"}
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    done = await until(eclient, r.json()["data"]["experiment"]["id"], conv.user_id)
+    assert done["status"] == "completed", done
+    (branch,) = done["branches"]
+    path = f"/api/sessions/{conv.session_id}/compare/{branch['session_id']}"
+    compared = (await eclient.get(path, headers={"X-User-Id": conv.user_id})).json()["data"]
+    assert compared["common_turns"] == 1
+    for side, column in ((compared["left"], done["source"]), (compared["right"], branch)):
+        totals = column["totals"]
+        assert totals["turns"] == 3 and side["turns_after"] == 3
+        assert sum(side["tool_calls"].values()) == totals["tool_calls"] > 0
+        assert side["total_tokens"] == totals["total_tokens"] > 0
+        assert side["duration_seconds"] == totals["duration_seconds"] > 0
+    # turn by turn too: the same events, the same figures
+    for row, source_turn, branch_turn in zip(
+        compared["aligned"], done["source"]["turns"], branch["turns"], strict=True
+    ):
+        for side, turn in ((row["left"], source_turn), (row["right"], branch_turn)):
+            assert (side["tool_calls"], side["total_tokens"], side["duration_seconds"]) == (
+                turn["tool_calls"], turn["total_tokens"], turn["duration_seconds"],
+            )  # fmt: skip
+
+
+async def _usage_of_fork(pool: asyncpg.Pool, fork_id: str, kept: list[str]) -> list[tuple[int, int]]:
+    """Each model call of the branch's own turns, read here from its events' JSON (not through the service)."""
+    rows = await pool.fetch("SELECT data FROM event WHERE session_id = $1 ORDER BY created_at, id", fork_id)
+    calls = []
+    for r in rows:
+        doc = json.loads(r["data"])
+        usage = doc.get("usage_metadata") or {}
+        if doc.get("invocation_id") in kept or not usage:
+            continue
+        calls.append((usage.get("prompt_token_count", 0), usage.get("candidates_token_count", 0)))
+    return calls
+
+
+async def test_each_column_is_priced_for_its_agents_model_or_unknown(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agent_rows: Any,
+) -> None:
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, metadata_style="kagent")
+    await agent_rows(ref(V1), {"type": "openai", "model": "gpt-4o", "base_url": ""})
+    await agent_rows(ref(APPROVAL_V1), {"type": "openai", "model": "no-such-model-from-anyone"})
+    await agent_rows("kagent/k8s-agent", {"type": "ollama", "model": "llama3.2"})  # the source's: a local model
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "turns": "all",
+            "agents": [ref(V1), ref(APPROVAL_V1), ref(FORGETFUL)]}  # fmt: skip
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    experiment_id = r.json()["data"]["experiment"]["id"]
+    done = await until(eclient, experiment_id, conv.user_id)
+    assert done["status"] == "completed", done
+    priced, unknown_model, no_row = done["branches"]
+
+    calls = await _usage_of_fork(pool, priced["session_id"], conv.invocation_ids)
+    assert len(calls) == 4  # two turns, two model calls each
+    expected = sum(
+        (genai_prices.calc_price(genai_prices.Usage(input_tokens=i, output_tokens=o), "gpt-4o", provider_id="openai")
+         .total_price for i, o in calls),
+        Decimal(0),
+    )  # fmt: skip
+    totals = priced["totals"]
+    assert totals["model"] == "gpt-4o" and totals["cost_usd"] == pytest.approx(float(expected), abs=1e-6)
+    assert totals["cost_usd"] > 0
+    assert (totals["input_tokens"], totals["output_tokens"]) == (sum(i for i, _ in calls), sum(o for _, o in calls))
+    assert [c for t in priced["turns"] for c in t["model_usage"]] == [list(c) for c in calls]
+
+    # a model the table does not know: unknown, but the model is named; no agent row: unknown, no model
+    assert unknown_model["totals"]["cost_usd"] is None
+    assert unknown_model["totals"]["model"] == "no-such-model-from-anyone"
+    assert unknown_model["totals"]["total_tokens"] == totals["total_tokens"]  # the same agent's tokens, unpriced
+    assert no_row["totals"]["cost_usd"] is None and no_row["totals"]["model"] is None
+    # the source's agent runs a local model: no price per token, so unknown
+    assert done["source"]["totals"]["model"] == "llama3.2" and done["source"]["totals"]["cost_usd"] is None
+
+    table = (
+        await eclient.get(f"/api/experiments/{experiment_id}?format=markdown", headers={"X-User-Id": conv.user_id})
+    ).text
+    (row,) = [line for line in table.splitlines() if line.startswith("| **cost (USD)**")]
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]
+    assert cells == ["unknown (llama3.2)", f"${totals['cost_usd']:.6f} (gpt-4o)", "unknown (no-such-model-from-anyone)",
+                     "unknown"]  # fmt: skip
