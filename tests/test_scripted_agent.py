@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
+from a2a.types import a2a_pb2 as a2a
 from litestar.testing import AsyncTestClient
 
+from service.agents import a2a_client
 from service.app import create_app
 from service.config import Settings
-from service.embedded import scripted_agent
+from service.embedded import scripted_agent, scripts
 from service.embedded.demo import DEMO_USER, LEGACY_SESSION, V1_SESSION
 from service.embedded.server import prepare_demo
+from service.kagent.dialects import TaskDialect
 from tests.conftest import create_database, drop_database
 from tests.support import kagent_reads
 
@@ -98,3 +103,122 @@ async def _ended(client: Any, job_id: str) -> dict[str, Any]:
             return job
         assert time.monotonic() < deadline, job
         await asyncio.sleep(0.1)
+
+
+def test_the_second_agent_answers_differently_slower_and_with_more_tool_calls() -> None:
+    for question in ("What's the weather in Paris?", "And in Berlin?"):
+        first, second = scripts.script(question), scripts.thorough_script(question)
+        assert second.answer == first.answer  # the same weather answer, word for word ...
+        assert [c.tool for c in first.calls] == ["get_weather"]
+        assert [c.tool for c in second.calls] == ["get_weather", "get_forecast"]  # ... after a needless call
+        assert second.pause > first.pause == 0
+    first, second = scripts.script("Which city is warmer?"), scripts.thorough_script("Which city is warmer?")
+    assert first.calls == () and first.answer.startswith("Paris is the warmest: Paris 16°C, Berlin 11°C.")
+    assert [c.tool for c in second.calls] == ["get_weather", "get_forecast"] * 2
+    assert second.answer.startswith("I looked again: Paris is the warmest today, Berlin tomorrow")
+    assert second.answer != first.answer and scripted_agent.SIGNATURE in second.answer
+
+
+def _continuation(turns: list[dict[str, Any]]) -> str:
+    """A continuation as the judge's message shows one (questions, tool calls and results, answers)."""
+    lines = []
+    for t in turns:
+        lines.append(f"**user**:\n\n{t['question']}\n")
+        for name, n in t["tool_calls"].items():
+            lines += [
+                f"**agent** calls `{name}`:\n\n```json\n{{}}\n```",
+                f"**agent** gets the result of `{name}`:\n",
+            ] * n
+        lines.append(f"**agent**:\n\n{t['answer']}\n")
+    return "\n".join(lines)
+
+
+def judge_message(before: str, a: str, b: str) -> str:
+    return (
+        "You judge two continuations of one conversation.\n\n=== Conversation so far ===\n"
+        f"{before}\n\n=== Continuation A ===\n{a}\n\n=== Continuation B ===\n{b}\n\n"
+        'End your answer with a JSON object {"winner": "A" | "B" | "tie", "reason": "..."}.'
+    )
+
+
+def _verdict(answer: str) -> dict[str, str]:
+    last = answer.rstrip().splitlines()[-1]
+    verdict: dict[str, str] = json.loads(last)
+    assert answer.rstrip().endswith(last) and set(verdict) == {"winner", "reason"}
+    return verdict
+
+
+def test_the_demo_judge_is_consistent_when_a_and_b_are_swapped() -> None:
+    before = "**user**:\n\nWhat's the weather in Paris?\n\n**agent** calls `get_weather`:\n\n**agent**:\n\nSunny."
+    few = _continuation([{"question": "And in Berlin?", "tool_calls": {"get_weather": 1}, "answer": "Cloudy."}])
+    many = _continuation([{"question": "And in Berlin?", "tool_calls": {"get_weather": 1, "get_forecast": 1},
+                           "answer": "Cloudy."}])  # fmt: skip
+    one = _verdict(scripts.judge_script(judge_message(before, few, many)).answer)
+    swapped = _verdict(scripts.judge_script(judge_message(before, many, few)).answer)
+    assert (one["winner"], swapped["winner"]) == ("A", "B")  # the same continuation wins, whatever its letter
+    assert "1 tool call(s) where B needed 2" in one["reason"] and "1 tool call(s) where A needed 2" in swapped["reason"]
+    # as many tool calls: a tie both ways; the conversation before the continuations is not counted
+    assert _verdict(scripts.judge_script(judge_message(before * 5, few, few)).answer)["winner"] == "tie"
+    # no continuations to compare: no JSON (the service counts such an answer `invalid`)
+    lost = scripts.judge_script("Which is better?").answer
+    assert "{" not in lost and "no verdict" in lost
+
+
+async def test_an_experiment_on_the_demo_shows_two_agents_apart_priced_and_judged(
+    settings: Settings, demo: tuple[str, dict[str, list[str]]]
+) -> None:
+    """The newcomer's experiment: the demo's agent and the thorough one from the demo's second turn on, priced
+    by the demo agents' `agent` rows, then the demo judge asked both orders over A2A as the service asks it."""
+    dsn, made = demo
+    with scripted_agent.serving(dsn) as a2a_url:
+        config = dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.2)
+        async with AsyncTestClient(app=create_app(config, dsn)) as client:
+            body = {"rewind_before_invocation_id": made[V1_SESSION][1], "turns": "all",
+                    "agents": ["kagent/k8s-agent", "kagent/thorough-agent"]}  # fmt: skip
+            r = await client.post(f"/api/sessions/{V1_SESSION}/experiments", json=body, headers=ME)
+            assert r.status_code == 202, r.text
+            experiment_id = r.json()["data"]["experiment"]["id"]
+            deadline = time.monotonic() + 60
+            while (grid := (await client.get(f"/api/experiments/{experiment_id}", headers=ME)).json()["data"])[
+                "status"
+            ] == "running":
+                assert time.monotonic() < deadline, grid
+                await asyncio.sleep(0.2)
+        assert grid["status"] == "completed", grid
+        plain, thorough = grid["branches"]
+        assert plain["turns"][0]["answer"] == thorough["turns"][0]["answer"]  # Berlin's weather, word for word
+        assert plain["turns"][1]["answer"] != thorough["turns"][1]["answer"]  # the comparison, answered otherwise
+        assert (plain["totals"]["tool_calls"], thorough["totals"]["tool_calls"]) == (1, 6)
+        assert thorough["totals"]["duration_seconds"] > plain["totals"]["duration_seconds"] + 1
+        # priced: each agent's row names a real model
+        assert (plain["totals"]["model"], thorough["totals"]["model"]) == ("gpt-4o-mini", "gpt-4o")
+        assert 0 < plain["totals"]["cost_usd"] < thorough["totals"]["cost_usd"]
+        assert grid["source"]["totals"]["model"] == "gpt-4o-mini" and grid["source"]["totals"]["cost_usd"] is not None
+
+        # the demo judge, asked each order over A2A: the same continuation wins both times
+        judge = a2a_client.Agent(
+            ref="kagent/demo-judge", url=a2a_client.agent_url(a2a_url, "kagent/demo-judge"),
+            dialect=TaskDialect.V1, headers={"X-User-Id": DEMO_USER}, timeout=30,
+        )  # fmt: skip
+        a, b = _continuation(plain["turns"]), _continuation(thorough["turns"])
+        verdicts = [
+            _verdict(await _ask(judge, judge_message("(the demo's first turn)", x, y))) for x, y in ((a, b), (b, a))
+        ]
+    assert [v["winner"] for v in verdicts] == ["A", "B"]
+    assert "1 tool call(s) where B needed 6" in verdicts[0]["reason"]
+
+
+async def _ask(agent: a2a_client.Agent, text: str) -> str:
+    """One judge's message sent as the service sends one (one text part), its answer read from the task."""
+    message = a2a.Message(message_id=str(uuid.uuid4()), context_id=str(uuid.uuid4()), role=a2a.ROLE_USER)
+    message.parts.append(a2a.Part(text=text))
+    task = await a2a_client.send(agent, message)
+    assert task is not None
+    deadline = time.monotonic() + 30
+    while task.status.state != a2a.TASK_STATE_COMPLETED:
+        assert time.monotonic() < deadline, task
+        await asyncio.sleep(0.1)
+        task = await a2a_client.get_task(agent, task.id)
+    (artifact,) = task.artifacts
+    (part,) = artifact.parts
+    return str(part.text)

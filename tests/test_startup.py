@@ -314,5 +314,6 @@ def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path)
         proc.wait(60)
     output = proc.stdout.read() if proc.stdout else ""
     assert "embedded database: postgresql://" in output
-    assert "demo A2A agent (answers from a script, no model)" in output
+    assert "demo A2A agents (answer from scripts, no model)" in output and "kagent/thorough-agent" in output
+    assert "demo judge (prefers the continuation with fewer tool calls): kagent/demo-judge" in output
     assert _gone(pgdata, 30)

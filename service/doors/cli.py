@@ -89,12 +89,13 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
 
 
 def _scripted_agent(dsn: str) -> str:
-    """Start the embedded demo's scripted A2A agent in this process; its URL, for KAGENT_A2A_URL."""
+    """Start the embedded demo's scripted A2A agents in this process; their URL, for KAGENT_A2A_URL."""
     from service.embedded import scripted_agent
 
     url, _ = scripted_agent.start(dsn)
-    names = ", ".join(f"{scripted_agent.NAMESPACE}/{n}" for n in scripted_agent.AGENTS)
-    log.info("demo A2A agent (answers from a script, no model): %s at %s (KAGENT_A2A_URL)", names, url)
+    names = ", ".join(f"{scripted_agent.NAMESPACE}/{n}" for n in scripted_agent.AGENTS if n != "demo-judge")
+    log.info("demo A2A agents (answer from scripts, no model): %s at %s (KAGENT_A2A_URL)", names, url)
+    log.info("demo judge (prefers the continuation with fewer tool calls): %s/demo-judge", scripted_agent.NAMESPACE)
     return url
 
 

@@ -13,12 +13,24 @@ from typing import Any
 
 import msgspec
 
+from service.kagent.store.agents import agent_row_id
 from service.kagent.store.base import Connection
 
 DEMO_USER = "admin@kagent.dev"
 DEMO_AGENT = "kagent__NS__k8s_agent"
 LEGACY_SESSION = "demo-legacy-session"
 V1_SESSION = "demo-v1-session"
+
+# The demo agents' rows in kagent's `agent` table, as kagent's controller writes an agent's config (its
+# AgentConfig JSON; docs/kagent-schema.md, "Agents"). They answer from scripts (scripted_agent.py), but their
+# configurations name real models, so that an experiment's grid shows what the scripted tokens would cost on
+# them (genai-prices' table): the demo's agent on gpt-4o-mini, the second one on gpt-4o, the judge on gpt-4o-mini.
+DEMO_MODELS = {
+    "kagent/k8s-agent": {"type": "openai", "model": "gpt-4o-mini", "base_url": ""},
+    "kagent/scripted-agent": {"type": "anthropic", "model": "claude-haiku-4-5"},
+    "kagent/thorough-agent": {"type": "openai", "model": "gpt-4o", "base_url": ""},
+    "kagent/demo-judge": {"type": "openai", "model": "gpt-4o-mini", "base_url": ""},
+}
 
 _QUESTIONS = [
     ("What's the weather in Paris?", "get_weather", {"city": "Paris"}, {"temp_c": 14.0, "sky": "cloudy"},
@@ -160,9 +172,22 @@ def _v1_task(turn: _Turn, session_id: str, at: datetime) -> dict[str, Any]:
                          "adk_session_id": session_id}}  # fmt: skip
 
 
+async def insert_demo_agents(conn: Connection) -> None:
+    """The demo agents' `agent` rows (if absent: a row kagent's controller or a person changed is kept)."""
+    for ref, model in DEMO_MODELS.items():
+        config = {"model": model, "description": f"the demo's {ref}", "instruction": "Answer from the script.",
+                  "http_tools": None, "sse_tools": None, "remote_agents": None, "stream": False}  # fmt: skip
+        await conn.execute(
+            "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', "
+            "$2::json) ON CONFLICT (id) DO NOTHING",
+            agent_row_id(ref), msgspec.json.encode(config).decode(),
+        )  # fmt: skip
+
+
 async def insert_demo(conn: Connection) -> list[tuple[str, list[str]]]:
-    """Insert the two demo sessions (if absent); return (session id, invocation ids) of each, inserted
-    now or before (so that every start logs them)."""
+    """Insert the two demo sessions and the demo agents' rows (if absent); return (session id, invocation ids)
+    of each session, inserted now or before (so that every start logs them)."""
+    await insert_demo_agents(conn)
     start = datetime.now(UTC) - timedelta(hours=1)
     made = []
     for offset, (session_id, name, protocol, build) in enumerate(

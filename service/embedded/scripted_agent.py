@@ -1,5 +1,8 @@
-"""The demo's own A2A agent: answers from a script (no model, no cluster), so that a what-if can be tried on
-the embedded demo database out of the box.
+"""The demo's own A2A agents: each answers from a script (no model, no cluster; service/embedded/scripts.py),
+so that a what-if and an experiment, judged, can be tried on the embedded demo database out of the box:
+`kagent/k8s-agent` (the demo sessions' agent) and `kagent/scripted-agent` answer alike, `kagent/thorough-agent`
+really answers differently (slower, more tool calls, another answer to the comparison), and `kagent/demo-judge`
+judges two continuations by a stated rule. Their `agent` rows (demo.py) name real models, for the price.
 
 It is a real a2a-sdk server (its JSON-RPC routes, A2A 1.0 and the 0.3 dialect kagent's 0.10.x line speaks, on
 one endpoint) under kagent's path for an agent, `/api/a2a/<namespace>/<name>/`, with an agent card saying what
@@ -21,7 +24,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,56 +45,47 @@ from a2a.types import a2a_pb2 as a2a
 from google.protobuf import json_format
 from starlette.applications import Starlette
 
+from service.embedded import scripts
 from service.embedded.demo import DEMO_USER, event_json
+from service.embedded.scripts import SIGNATURE, Step, script
+
+__all__ = ["AGENTS", "NAMESPACE", "SIGNATURE", "Step", "script", "serving", "start"]
 
 log = logging.getLogger("kagent_fork")
 
 NAMESPACE = "kagent"
-# The demo sessions' own agent (kagent__NS__k8s_agent), so that a what-if with the default agent works, and
-# one more name, so that a what-if "on another agent" can be tried too.
-AGENTS = ("k8s-agent", "scripted-agent")
 AUTHOR = "scripted_demo_agent"
-SIGNATURE = "(scripted demo agent: this answer comes from a script, not a model)"
-
-# What the script knows: a city's weather (one tool call), or a comparison of the cities asked about.
-WEATHER = {
-    "paris": (16.0, "sunny"),
-    "berlin": (11.0, "cloudy"),
-    "london": (12.0, "drizzle"),
-    "tokyo": (21.0, "clear"),
-    "madrid": (24.0, "sunny"),
-}
 
 
 @dataclass(frozen=True)
-class Step:
-    """One scripted turn: an optional tool call with its result, then the answer."""
+class DemoAgent:
+    """One of the demo's agents: what it answers, and what its card says it is."""
 
-    tool: str | None
-    args: dict[str, Any] | None
-    result: dict[str, Any] | None
-    answer: str
+    script: Callable[[str], Step]
+    description: str
 
 
-def script(question: str) -> Step:
-    """The scripted answer to a question."""
-    text = question.lower()
-    cities = [c for c in WEATHER if c in text]
-    if "warm" in text or "cold" in text or "compare" in text:
-        known = cities or ["paris", "berlin"]
-        best = max(known, key=lambda c: WEATHER[c][0])
-        listed = ", ".join(f"{c.title()} {WEATHER[c][0]:g}°C" for c in known)
-        return Step(None, None, None, f"{best.title()} is the warmest: {listed}. {SIGNATURE}")
-    if cities:
-        city = cities[0]
-        temp, sky = WEATHER[city]
-        result = {"temp_c": temp, "sky": sky}
-        return Step(
-            "get_weather", {"city": city.title()}, result, f"It is {temp:g}°C and {sky} in {city.title()}. {SIGNATURE}"
-        )
-    return Step(
-        None, None, None, f"I have no scripted answer to {question[:80]!r}; a real agent would answer here. {SIGNATURE}"
-    )
+_SCRIPTED = (
+    "kagent-fork's scripted demo agent: answers from a script, no model and no cluster; it writes each turn into "
+    "the demo database as kagent's runtime would"
+)
+AGENTS = {
+    # The demo sessions' own agent (kagent__NS__k8s_agent), so that a what-if with the default agent works, and
+    # one more name, so that a what-if "on another agent" can be tried too.
+    "k8s-agent": DemoAgent(scripts.script, _SCRIPTED),
+    "scripted-agent": DemoAgent(scripts.script, _SCRIPTED),
+    # A second agent that really answers differently, for an experiment with something to judge.
+    "thorough-agent": DemoAgent(
+        scripts.thorough_script,
+        _SCRIPTED + "; slower, it also asks for tomorrow's forecast and looks cities up again before comparing them",
+    ),
+    # The demo's judge: prefers the continuation that needed fewer tool calls (service/embedded/scripts.py).
+    "demo-judge": DemoAgent(
+        scripts.judge_script,
+        "kagent-fork's scripted demo judge: of two continuations A and B, prefers the one that needed fewer tool "
+        "calls for the same questions (a tie when as many); answers a reason, then the JSON verdict",
+    ),
+}
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -103,24 +97,25 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def turn_events(invocation_id: str, question: str, step: Step) -> list[tuple[str, datetime, str]]:
-    """The turn's ADK events as the Python runtime writes them: (id, created_at, JSON)."""
-    rows: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = [("user", [{"text": question}], None)]
-    if step.tool is not None:
+    """The turn's ADK events as the Python runtime writes them: (id, created_at, JSON); the step's pause is
+    taken over each tool call (between the call and its result)."""
+    rows: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None, float]] = [
+        ("user", [{"text": question}], None, 0.0)
+    ]
+    for call in step.calls:
         call_id = f"adk-{uuid.uuid4()}"
-        call = {"function_call": {"id": call_id, "args": step.args, "name": step.tool}}
-        rows.append((AUTHOR, [call], {"usage_metadata": _usage(len(question) // 4 + 90, 12)}))
-        rows.append(
-            (AUTHOR, [{"function_response": {"id": call_id, "name": step.tool, "response": step.result}}], None)
-        )
-    rows.append(
-        (AUTHOR, [{"text": step.answer}], {"usage_metadata": _usage(len(question) // 4 + 120, len(step.answer) // 4)})
-    )
+        part = {"function_call": {"id": call_id, "args": call.args, "name": call.tool}}
+        rows.append((AUTHOR, [part], {"usage_metadata": _usage(len(question) // 4 + 90, 12)}, step.pause))
+        response = {"function_response": {"id": call_id, "name": call.tool, "response": call.result}}
+        rows.append((AUTHOR, [response], None, 0.0))
+    usage = _usage(len(question) // 4 + 120, len(step.answer) // 4)
+    rows.append((AUTHOR, [{"text": step.answer}], {"usage_metadata": usage}, 0.0))
     out = []
-    for author, parts, extra in rows:
+    for author, parts, extra, pause in rows:
         at = datetime.now(UTC)
         event_id, data = event_json(invocation_id, author, parts, at, extra)
         out.append((event_id, at, data))
-        time.sleep(0.001)  # distinct created_at, in the order written
+        time.sleep(pause or 0.001)  # distinct created_at, in the order written (a slower agent: its pause)
     return out
 
 
@@ -178,8 +173,9 @@ class Pool:
 class ScriptedTurn(AgentExecutor):
     """One turn: the user's event, the scripted tool call and its result, the answer; into `event`."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, script: Callable[[str], Step] = scripts.script) -> None:
         self.pool = pool
+        self.script = script
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id and context.message
@@ -194,7 +190,7 @@ class ScriptedTurn(AgentExecutor):
             )
         await updater.start_work()
         question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
-        step = script(question)
+        step = self.script(question)
         invocation = f"e-{uuid.uuid4()}"
         events = await asyncio.to_thread(turn_events, invocation, question, step)
         conn = await self.pool.connect()
@@ -223,14 +219,10 @@ def agents_app(dsn: str) -> Starlette:
     """The scripted agents under kagent's A2A paths (`/api/a2a/kagent/<name>/`), each with its card."""
     pool = Pool(dsn)
     routes: list[Any] = []
-    for name in AGENTS:
-        card = a2a.AgentCard(
-            name=name, version="1.0",
-            description="kagent-fork's scripted demo agent: answers from a script, no model and no cluster; "
-            "it writes each turn into the demo database as kagent's runtime would",
-        )  # fmt: skip
+    for name, agent in AGENTS.items():
+        card = a2a.AgentCard(name=name, version="1.0", description=agent.description)
         handler = DefaultRequestHandlerV2(
-            agent_executor=ScriptedTurn(pool), task_store=KagentTaskStore(pool), agent_card=card
+            agent_executor=ScriptedTurn(pool, agent.script), task_store=KagentTaskStore(pool), agent_card=card
         )
         base = f"/api/a2a/{NAMESPACE}/{name}/"
         routes += create_jsonrpc_routes(handler, base, enable_v0_3_compat=True)
