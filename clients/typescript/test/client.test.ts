@@ -264,6 +264,10 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(branch.turns.length, turns.length - 1);
   assert.equal(grid.source.turns.length, turns.length - 1);
   assert.deepEqual(branch.turns.map((t) => t.question), grid.source.turns.map((t) => t.question));
+  // priced: the demo's agent row names gpt-4o-mini, whose price genai-prices knows
+  assert.equal(branch.totals.model, "gpt-4o-mini");
+  assert.ok(typeof branch.totals.cost_usd === "number" && branch.totals.cost_usd > 0, JSON.stringify(branch.totals));
+  assert.ok((branch.totals.input_tokens ?? 0) > 0 && (branch.totals.output_tokens ?? 0) > 0);
   assert.equal(grid.discard, null);
   assert.equal(branch.discarded, false);
   // its branch cleared out of the chat list, and back
