@@ -9,15 +9,18 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import genai_prices
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Dialog, Page, async_playwright, expect
 
 from service.app import create_app
 from service.config import Settings
+from service.kagent.store.agents import agent_row_id
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.a2a_agent import NAMESPACE, SLOW, V1, Seen, running_agents
@@ -367,6 +370,15 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
     await tab.locator("#sessions li").first.click()
     turns = tab.locator("#turns > li.turn")
     await expect(turns).to_have_count(4)
+    # the fast agent's kagent config names a model genai-prices knows; the slow one has no `agent` row
+    v1_row = agent_row_id(f"{NAMESPACE}/{V1}")
+    config = '{"model": {"type": "openai", "model": "gpt-4o", "base_url": ""}}'
+    await pool.execute(
+        "INSERT INTO agent (id, created_at, updated_at, type, config) "
+        "VALUES ($1, now(), now(), 'Declarative', $2::json) "
+        "ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, deleted_at = NULL",
+        v1_row, config,
+    )  # fmt: skip
     # the slow agent answers its first turn at once and holds its second until released: the grid is
     # seen filling while the experiment runs
     agents_seen.release.clear()
@@ -414,6 +426,16 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
             "3 turns3 tool calls, 6 model calls, 864 tokens"
         )
     await expect(grid.locator("tfoot td[data-col=source]")).to_contain_text("3 turns")
+    # the price under each column's totals: the fast agent's model priced call by call, the others unknown
+    price = sum(
+        (genai_prices.calc_price(genai_prices.Usage(input_tokens=i, output_tokens=o), "gpt-4o", provider_id="openai")
+         .total_price for i, o in [(120, 8), (140, 20)] * 3),
+        Decimal(0),
+    )  # fmt: skip
+    await expect(grid.locator("tfoot td[data-col=b0] .cost")).to_have_text(f"${float(price):.4f}")
+    await expect(grid.locator("tfoot td[data-col=b1] .cost")).to_have_text("cost unknown")
+    await expect(grid.locator("tfoot td[data-col=source] .cost")).to_have_text("cost unknown")
+    await pool.execute("DELETE FROM agent WHERE id = $1", v1_row)
     await expect(tab.locator("#experiment")).not_to_contain_text("Cancel the experiment")
     # what was shown is what the service holds, and the edited question reached each agent, in its fork
     async with pool.acquire() as conn:
