@@ -124,3 +124,29 @@ async def test_each_column_is_priced_for_its_agents_model_or_unknown(
     cells = [c.strip() for c in row.strip("|").split("|")][1:]
     assert cells == ["unknown (llama3.2)", f"${totals['cost_usd']:.6f} (gpt-4o)", "unknown (no-such-model-from-anyone)",
                      "unknown"]  # fmt: skip
+
+
+async def test_with_repeats_the_price_spreads_only_when_every_repeat_is_known(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agent_rows: Any,
+) -> None:
+    conv = await seed(pool, dialect="v1", turns=2, tool_calls=True, metadata_style="kagent")
+    await agent_rows(ref(V1), {"type": "anthropic", "model": "claude-sonnet-4-5"})
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(V1), ref(FORGETFUL)], "repeats": 2}
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    done = await until(eclient, r.json()["data"]["experiment"]["id"], conv.user_id)
+    assert done["status"] == "completed", done
+    costs = [b["totals"]["cost_usd"] for b in done["branches"] if b["agent_ref"] == ref(V1)]
+    assert len(costs) == 2 and all(c is not None and c > 0 for c in costs)
+    priced, unpriced = done["by_agent"]
+    assert priced["agent_ref"] == ref(V1)
+    assert priced["totals"]["cost_usd"] == {"mean": pytest.approx(sum(costs) / 2), "min": min(costs), "max": max(costs)}
+    assert unpriced["agent_ref"] == ref(FORGETFUL) and "cost_usd" not in unpriced["totals"]
+    path = f"/api/experiments/{done['id']}?format=markdown"
+    table = (await eclient.get(path, headers={"X-User-Id": conv.user_id})).text
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| {ref(FORGETFUL)} |")]
+    assert row.rstrip(" |").endswith("unknown")
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| {ref(V1)} |")]
+    assert row.rstrip(" |").endswith(f"{costs[0]:g} ({costs[0]:g}-{costs[1]:g})")

@@ -79,7 +79,8 @@ class Discard(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent's branches summed up (with repeats): each figure's spread."""
+    """An agent's branches summed up (with repeats): each figure's spread, and the price's (`cost_usd`) when every
+    branch's is known."""
 
     agent_ref: str
     totals: dict[str, Spread]
@@ -204,6 +205,10 @@ def by_agent(columns: list[Column]) -> list[AgentSummary]:
             )
             for name in FIGURES
         }
+        costs = [v["cost_usd"] for v in values]
+        if all(c is not None for c in costs):  # the price's spread only when every repeat's is known
+            known = [float(c) for c in costs if c is not None]
+            spreads["cost_usd"] = Spread(mean=round(statistics.fmean(known), 6), min=min(known), max=max(known))
         out.append(AgentSummary(agent_ref=ref, totals=spreads))
     return out
 

@@ -77,8 +77,12 @@ def markdown(e: Experiment) -> str:
             for c in stopped
         ]]  # fmt: skip
     if e.by_agent:
-        lines += ["", "| agent | " + " | ".join(FIGURES) + " |", "|---|" + "---|" * len(FIGURES)]
+        names = [*FIGURES, "cost_usd"]
+        lines += ["", "| agent | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for a in e.by_agent:
-            cells = [f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" for n in FIGURES]
+            cells = [
+                f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" if n in a.totals else "unknown"
+                for n in names
+            ]
             lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
