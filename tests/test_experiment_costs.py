@@ -13,7 +13,9 @@ import asyncpg
 import genai_prices
 import pytest
 
-from service.kagent.store.agents import agent_row_id
+from service.agents.replay import grid
+from service.agents.replay.figures import TurnFigures
+from service.kagent.store.agents import ModelConfig, agent_row_id
 from tests.helpers import seed
 from tests.support.a2a_agent import APPROVAL_V1, FORGETFUL, V1
 from tests.test_experiments import agents, eclient, ref, start, until  # noqa: F401 (fixtures)
@@ -150,3 +152,32 @@ async def test_with_repeats_the_price_spreads_only_when_every_repeat_is_known(
     assert row.rstrip(" |").endswith("unknown")
     (row,) = [line for line in table.splitlines() if line.startswith(f"| {ref(V1)} |")]
     assert row.rstrip(" |").endswith(f"{costs[0]:g} ({costs[0]:g}-{costs[1]:g})")
+
+
+def _turn(model_calls: int, usage: list[tuple[int, int]] | None, state: str = "completed") -> TurnFigures:
+    return TurnFigures(
+        question="q", sent=None, answer="a", tool_calls={}, rejected_tool_calls=0, model_calls=model_calls,
+        total_tokens=sum(i + o for i, o in usage or []), duration_seconds=1.0, state=state, model_usage=usage,
+        input_tokens=None if usage is None else sum(i for i, _ in usage),
+        output_tokens=None if usage is None else sum(o for _, o in usage),
+    )  # fmt: skip
+
+
+def test_tokens_not_reported_are_not_priced_zero() -> None:
+    gpt = ModelConfig(type="openai", model="gpt-4o")
+    priced = grid.totals([_turn(2, [(100, 10), (120, 30)]), _turn(1, [(50, 5)], state="working")], gpt)
+    one = genai_prices.Usage(input_tokens=100, output_tokens=10)
+    two = genai_prices.Usage(input_tokens=120, output_tokens=30)
+    expected = sum(genai_prices.calc_price(u, "gpt-4o", provider_id="openai").total_price for u in (one, two))
+    # the turn still working is not counted; each call priced on its own
+    assert priced.cost_usd == pytest.approx(float(expected), abs=1e-6) and priced.turns == 1
+    assert (priced.input_tokens, priced.output_tokens, priced.model) == (220, 40, "gpt-4o")
+    # a model that answered without reporting tokens (a framework whose events carry no usage): unknown, not $0
+    assert grid.totals([_turn(2, [])], gpt).cost_usd is None
+    assert grid.totals([_turn(2, None)], gpt).input_tokens is None  # figured before tokens were counted
+    assert grid.totals([_turn(0, [])], gpt).cost_usd == 0.0  # no model call at all: nothing to pay
+    # an OpenAI-type model served elsewhere (a local or proxied model) is not OpenAI's price
+    local = ModelConfig(type="openai", model="gpt-4o", base_url="http://vllm.local:8000/v1")
+    assert grid.totals([_turn(2, [(100, 10)])], local).cost_usd is None
+    for kind in ("ollama", "sap_ai_core", "something-new"):
+        assert grid.totals([_turn(2, [(100, 10)])], ModelConfig(type=kind, model="gpt-4o")).cost_usd is None
