@@ -668,6 +668,7 @@ async def test_the_grid_of_four_branches_keeps_its_row_labels_readable(
             # an agent's totals over its repeats say "1 tool call" as everywhere else
             by_agent = await tab.locator("#experiment .by-agent").inner_text()
             assert "1 tool call," in by_agent and "1 tool calls" not in by_agent and "1 turns" not in by_agent
+            assert by_agent.count("cost unknown") == 2  # no agent row for either: no price, not $0
             await tab.locator("#experiment .grid-scroll").evaluate("(box) => { box.scrollLeft = 0; }")
             await tab.locator("#experiment").scroll_into_view_if_needed()
             await shot(tab, name)

@@ -264,7 +264,7 @@ function experimentGrid(x) {
   if (x.by_agent) {
     parts.push(el("ul", { class: "by-agent" }, ...x.by_agent.map((a) => el("li", {},
       el("b", { text: `${a.agent_ref} over ${x.repeats} repeats: ` }),
-      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}`))));
+      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}${a.totals.cost_usd ? `, $${spread(a.totals.cost_usd, "", 4, "").trim()}` : ", cost unknown"}`))));
   }
   return parts.filter((p) => p != null);
 }
