@@ -394,6 +394,12 @@ def test_an_experiment_on_the_demo_runs_out_of_the_box(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# Experiment ") and ": completed" in done.stdout.splitlines()[0], done.stdout
     assert "kagent/scripted-agent (completed)" in done.stdout and "scripted demo agent" in done.stdout
+    # priced by the demo agents' `agent` rows: the source and k8s-agent on gpt-4o-mini, scripted-agent on Claude
+    (cost,) = [line for line in done.stdout.splitlines() if line.startswith("| **cost (USD)** |")]
+    cells = [c.strip() for c in cost.strip("|").split("|")][1:]
+    models = [c.split(" ", 1)[1] for c in cells]
+    assert models == ["(gpt-4o-mini)", "(gpt-4o-mini)", "(claude-haiku-4-5)"], cost
+    assert all(c.startswith("$0.") and float(c.split(" ")[0][1:]) > 0 for c in cells), cost
 
 
 async def test_an_experiments_branches_are_discarded_and_brought_back(database_url: str, pool: asyncpg.Pool) -> None:

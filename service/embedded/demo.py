@@ -51,6 +51,16 @@ class _Turn:
     answer: str
 
 
+def _responses(parts: list[dict[str, Any]]) -> bool:
+    return bool(parts) and all("function_response" in p for p in parts)
+
+
+def usage(prompt: int, completion: int) -> dict[str, dict[str, int]]:
+    """An event's `usage_metadata` as the Python runtime writes a model response's: its prompt and output tokens."""
+    return {"usage_metadata": {"prompt_token_count": prompt, "candidates_token_count": completion,
+                               "total_token_count": prompt + completion}}  # fmt: skip
+
+
 def event_json(
     invocation_id: str, author: str, parts: list[dict[str, Any]], at: datetime, extra: dict[str, Any] | None = None
 ) -> tuple[str, str]:
@@ -58,7 +68,9 @@ def event_json(
     (e.g. usage_metadata)."""
     event_id = str(uuid.uuid4())
     data = {
-        "content": {"parts": parts, "role": "user" if author == "user" else "model"},
+        # ADK's role: a function's response goes back to the model as the user's turn (role "user", the agent as
+        # its author); what the model wrote is "model".
+        "content": {"parts": parts, "role": "user" if author == "user" or _responses(parts) else "model"},
         "invocation_id": invocation_id,
         "author": author,
         "actions": {"state_delta": {}, "artifact_delta": {}, "requested_auth_configs": {},
@@ -71,28 +83,20 @@ def event_json(
 
 
 def _events(turn: _Turn, at: datetime) -> list[tuple[str, datetime, str]]:
-    rows: list[tuple[str, str, list[dict[str, Any]]]] = [(turn.invocation_id, "user", [{"text": turn.question}])]
+    """The turn's ADK events, the model's with their token usage (as kagent-adk writes it)."""
+    prompt = len(turn.question) // 4 + 90
+    rows: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = [("user", [{"text": turn.question}], None)]
     if turn.tool is not None:
         call_id = f"adk-{uuid.uuid4()}"
-        rows.append(
-            (
-                turn.invocation_id,
-                "k8s_agent",
-                [{"function_call": {"id": call_id, "args": turn.args, "name": turn.tool}}],
-            )
-        )
-        rows.append(
-            (
-                turn.invocation_id,
-                "k8s_agent",
-                [{"function_response": {"id": call_id, "name": turn.tool, "response": turn.result}}],
-            )
-        )
-    rows.append((turn.invocation_id, "k8s_agent", [{"text": turn.answer}]))  # fmt: skip
+        call = {"function_call": {"id": call_id, "args": turn.args, "name": turn.tool}}
+        rows.append(("k8s_agent", [call], usage(prompt, 12)))
+        response = {"function_response": {"id": call_id, "name": turn.tool, "response": turn.result}}
+        rows.append(("k8s_agent", [response], None))
+    rows.append(("k8s_agent", [{"text": turn.answer}], usage(prompt + 30, len(turn.answer) // 4)))
     out = []
-    for i, (inv, author, parts) in enumerate(rows):
+    for i, (author, parts, extra) in enumerate(rows):
         when = at + timedelta(milliseconds=10 * (i + 1))
-        event_id, data = event_json(inv, author, parts, when)
+        event_id, data = event_json(turn.invocation_id, author, parts, when, extra)
         out.append((event_id, when, data))
     return out
 

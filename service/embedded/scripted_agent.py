@@ -46,7 +46,7 @@ from google.protobuf import json_format
 from starlette.applications import Starlette
 
 from service.embedded import scripts
-from service.embedded.demo import DEMO_USER, event_json
+from service.embedded.demo import DEMO_USER, event_json, usage
 from service.embedded.scripts import SIGNATURE, Step, script
 
 __all__ = ["AGENTS", "NAMESPACE", "SIGNATURE", "Step", "script", "serving", "start"]
@@ -88,14 +88,6 @@ AGENTS = {
 }
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {
-        "prompt_token_count": prompt,
-        "candidates_token_count": completion,
-        "total_token_count": prompt + completion,
-    }
-
-
 def turn_events(invocation_id: str, question: str, step: Step) -> list[tuple[str, datetime, str]]:
     """The turn's ADK events as the Python runtime writes them: (id, created_at, JSON); the step's pause is
     taken over each tool call (between the call and its result)."""
@@ -105,11 +97,10 @@ def turn_events(invocation_id: str, question: str, step: Step) -> list[tuple[str
     for call in step.calls:
         call_id = f"adk-{uuid.uuid4()}"
         part = {"function_call": {"id": call_id, "args": call.args, "name": call.tool}}
-        rows.append((AUTHOR, [part], {"usage_metadata": _usage(len(question) // 4 + 90, 12)}, step.pause))
+        rows.append((AUTHOR, [part], usage(len(question) // 4 + 90, 12), step.pause))
         response = {"function_response": {"id": call_id, "name": call.tool, "response": call.result}}
         rows.append((AUTHOR, [response], None, 0.0))
-    usage = _usage(len(question) // 4 + 120, len(step.answer) // 4)
-    rows.append((AUTHOR, [{"text": step.answer}], {"usage_metadata": usage}, 0.0))
+    rows.append((AUTHOR, [{"text": step.answer}], usage(len(question) // 4 + 120, len(step.answer) // 4), 0.0))
     out = []
     for author, parts, extra, pause in rows:
         at = datetime.now(UTC)
