@@ -33,7 +33,7 @@ from tests.support.kagent_chat import approval, new_session, send, text
 from tests.support.kagent_controller import RunningController, register_agent, running_controller
 from tests.support.live_server import live_server
 from tests.support.runtimes import RunningRuntime, RuntimeUnavailable, kagent_adk, running_runtime, runtime_venv
-from tests.support.scripted_model import RunningModel, call, running_model, say
+from tests.support.scripted_model import RunningModel, _usage, call, running_model, say
 from tests.support.tool_server import RunningTools, running_tools
 
 AGENT_REF = "kagent/adk-agent"
@@ -452,6 +452,12 @@ async def test_an_experiment_on_two_kagent_adk_agents_replays_every_later_turn_i
                 {"role": "user", "content": edited},
             ]
         assert not any(q[1] in json.dumps(r) for r in mine)  # the edited question replaced the source's
+        # each model call's tokens as kagent-adk's OpenAI model wrote them in its events (usage_metadata), one a
+        # request, in order: what the price is computed from
+        calls = [tuple(c) for x in branch["turns"] for c in x["model_usage"]]
+        assert calls == [(_usage(r)["prompt_tokens"], _usage(r)["completion_tokens"]) for r in mine], calls
+        assert branch["totals"]["input_tokens"] == sum(i for i, _ in calls)
+        assert branch["totals"]["output_tokens"] == 7 * len(mine)
 
         # the fork holds turn 1, then the replayed turns, read back with kagent's readers, all as the caller
         forked = branch["session_id"]
