@@ -309,6 +309,32 @@ def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path)
             time.sleep(0.2)
         assert job["status"] == "completed", job["error"]
         assert "scripted demo agent" in job["result"]["last_agent_text"]
+        # the second demo agent answers too, with more tool calls, and every column is priced by the demo's
+        # `agent` rows; the demo judge serves its card
+        started = httpx.post(
+            f"{base}/api/sessions/demo-v1-session/experiments", timeout=30,
+            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "turns": "all",
+                  "agents": ["kagent/k8s-agent", "kagent/thorough-agent"]},
+        )  # fmt: skip
+        assert started.status_code == 202, started.text
+        path = f"{base}/api/experiments/{started.json()['data']['experiment']['id']}"
+        while (grid := httpx.get(path, timeout=10).json()["data"])["status"] == "running":
+            assert time.monotonic() < deadline + 60, grid
+            time.sleep(0.2)
+        assert grid["status"] == "completed", grid
+        plain, thorough = (b["totals"] for b in grid["branches"])
+        assert thorough["tool_calls"] > plain["tool_calls"] and thorough["duration_seconds"] > plain["duration_seconds"]
+        assert all(t["cost_usd"] for t in (plain, thorough, grid["source"]["totals"])), grid
+        judge = httpx.post(
+            f"{base}/api/sessions/demo-v1-session/experiments", timeout=30,
+            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "agents": ["kagent/no-such-judge"]},
+        )  # fmt: skip
+        assert judge.status_code == 422  # an agent the demo does not serve is refused at its card ...
+        card = httpx.post(
+            f"{base}/api/sessions/demo-v1-session/whatif", timeout=30,
+            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "agent_ref": "kagent/demo-judge"},
+        )  # fmt: skip
+        assert card.status_code == 202, card.text  # ... and the judge answers its card as any agent
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
