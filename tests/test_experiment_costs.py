@@ -181,3 +181,27 @@ def test_tokens_not_reported_are_not_priced_zero() -> None:
     assert grid.totals([_turn(2, [(100, 10)])], local).cost_usd is None
     for kind in ("ollama", "sap_ai_core", "something-new"):
         assert grid.totals([_turn(2, [(100, 10)])], ModelConfig(type=kind, model="gpt-4o")).cost_usd is None
+
+
+def test_a_tiered_price_applies_to_each_call_not_to_the_sum() -> None:
+    """gemini-2.5-pro's input costs more per token past 200k tokens in one request: two calls of 150k tokens are
+    priced as two requests under the tier, not as one of 300k."""
+    calls = [(150_000, 1_000), (150_000, 2_000)]
+    gemini = ModelConfig(type="gemini", model="gemini-2.5-pro")
+
+    def price(i: int, o: int) -> Decimal:
+        usage = genai_prices.Usage(input_tokens=i, output_tokens=o)
+        return genai_prices.calc_price(usage, "gemini-2.5-pro", provider_id="google").total_price
+
+    each = float(sum((price(i, o) for i, o in calls), Decimal(0)))
+    summed = float(price(300_000, 3_000))
+    assert summed > each  # the tier is real in the table
+    cost = grid.totals([_turn(2, calls)], gemini).cost_usd
+    assert cost == pytest.approx(each, abs=1e-6) and cost != pytest.approx(summed, abs=1e-6)
+    # a price without tiers: the same number whether summed or not
+    gpt = grid.totals([_turn(2, calls)], ModelConfig(type="openai", model="gpt-4o")).cost_usd
+    assert gpt == pytest.approx(
+        float(sum((genai_prices.calc_price(genai_prices.Usage(input_tokens=i, output_tokens=o), "gpt-4o",
+                                           provider_id="openai").total_price for i, o in calls), Decimal(0))),
+        abs=1e-6,
+    )  # fmt: skip
