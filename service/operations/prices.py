@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from functools import lru_cache
 
@@ -52,7 +53,8 @@ def priced_model(config: ModelConfig | None) -> Priced | None:
 
 
 @lru_cache(maxsize=8192)
-def _price(provider: str, model: str, input_tokens: int, output_tokens: int) -> Decimal | None:
+def _price(provider: str, model: str, input_tokens: int, output_tokens: int, day: date) -> Decimal | None:
+    """The table's price today (`day`: the cache's key, so that a long-running service follows a dated change)."""
     import genai_prices  # heavy (its whole table): loaded on the first price asked for
 
     try:
@@ -65,7 +67,7 @@ def _price(provider: str, model: str, input_tokens: int, output_tokens: int) -> 
 
 
 @lru_cache(maxsize=1024)
-def _tiered(provider: str, model: str) -> bool:
+def _tiered(provider: str, model: str, day: date) -> bool:
     """Whether the model's price has tiers (a request's price per token depends on its size): then each call is
     priced on its own; else a price is linear in the tokens, and the calls' sums are priced once (the same
     number, at a fraction of the time: a grid of 8 columns of 10 turns is read every 700 ms while it runs)."""
@@ -82,13 +84,14 @@ def _tiered(provider: str, model: str) -> bool:
 def cost_usd(model: Priced | None, calls: Sequence[tuple[int, int]] | None) -> float | None:
     """The price in US dollars of these model calls, each (input tokens, output tokens), to the micro-dollar;
     None when the model or its price is unknown, or the calls' usage was not counted."""
-    if model is None or calls is None or _price(model.provider, model.model, 0, 0) is None:
+    today = datetime.now(UTC).date()
+    if model is None or calls is None or _price(model.provider, model.model, 0, 0, today) is None:
         return None
-    if not _tiered(model.provider, model.model):
+    if not _tiered(model.provider, model.model, today):
         calls = [(sum(i for i, _ in calls), sum(o for _, o in calls))]
     total = Decimal(0)
     for input_tokens, output_tokens in calls:
-        price = _price(model.provider, model.model, input_tokens, output_tokens)
+        price = _price(model.provider, model.model, input_tokens, output_tokens, today)
         if price is None:
             return None
         total += price
