@@ -7,9 +7,9 @@ OpenAI Agents SDK, LangGraph, CrewAI, Claude) is read as its transcript reads it
 both sides when it starts at the same instant with the same first message (a fork copies events and tasks
 with their creation times and data); each turn's figures come from its messages and usage. Either way a
 side's figures are those turns' sums, as an experiment's grid adds up a column (operations/continuation.py:
-turns, tool calls, tokens, and the duration summed over turns). The turns after the prefix are also lined up by position
-(`aligned`), so that a regenerated turn sits next to the turn it replaces: the first turn after the prefix
-on one side beside the first on the other, and so on.
+turns, tool calls, tokens, and the duration summed over turns). The turns after the prefix are also lined
+up by position (`aligned`), so that a regenerated turn sits next to the turn it replaces: the first turn
+after the prefix on one side beside the first on the other, and so on.
 """
 
 from __future__ import annotations
