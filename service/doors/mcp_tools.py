@@ -274,8 +274,9 @@ async def compare_sessions(
     other_session_id: Annotated[str, Field(description="The other session (e.g. a fork of the first).")],
 ) -> CallToolResult:
     """Two sessions side by side (a source and its fork, or two forks): their common turns, each one's
-    totals after them, and the turns after them lined up (`aligned`: each side's question, answer, tool
-    calls, tokens and duration at each position, so a regenerated turn sits next to the one it replaces)."""
+    totals after them (duration summed over turns, as an experiment's), and the turns after them lined up
+    (`aligned`: each side's question, answer, tool calls, tokens and duration at each position, so a
+    regenerated turn sits next to the one it replaces)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await compare.compare(svc, caller, checked_id(session_id), checked_id(other_session_id))
@@ -446,8 +447,9 @@ async def experiment_status(
 ) -> CallToolResult:
     """An experiment started with start_experiment: its status (running until every branch ended) and the
     grid: the source's own turns and, for each agent's branch, each turn's question, answer, tool calls,
-    model calls, tokens, duration and state, with totals. `format`: "json" (the data) or "markdown" (a
-    table to show a person)."""
+    model calls, tokens, duration and state, with totals and each column's price (`cost_usd`, null when its
+    model or price is unknown, and the `model` priced). `format`: "json" (the data) or "markdown" (a table to
+    show a person)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         if format not in ("json", "markdown"):
