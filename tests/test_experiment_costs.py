@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import genai_prices
+import msgspec
 import pytest
 
 from service.agents.replay import grid
@@ -175,7 +176,10 @@ def test_tokens_not_reported_are_not_priced_zero() -> None:
     # a model that answered without reporting tokens (a framework whose events carry no usage): unknown, not $0
     assert grid.totals([_turn(2, [])], gpt).cost_usd is None
     assert grid.totals([_turn(2, None)], gpt).input_tokens is None  # figured before tokens were counted
-    assert grid.totals([_turn(0, [])], gpt).cost_usd == 0.0  # no model call at all: nothing to pay
+    no_events = msgspec.structs.replace(_turn(0, []), answer="an answer read from its A2A task")
+    assert grid.totals([no_events], gpt).cost_usd is None  # LangGraph, CrewAI: an answer, no events, no usage
+    nothing = msgspec.structs.replace(_turn(0, []), answer=None, state="failed")
+    assert grid.totals([nothing], gpt).cost_usd == 0.0  # no model call and no answer at all: nothing to pay
     # an OpenAI-type model served elsewhere (a local or proxied model) is not OpenAI's price
     local = ModelConfig(type="openai", model="gpt-4o", base_url="http://vllm.local:8000/v1")
     assert grid.totals([_turn(2, [(100, 10)])], local).cost_usd is None

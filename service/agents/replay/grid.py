@@ -143,9 +143,10 @@ def totals(turns: list[TurnFigures], model: ModelConfig | None = None) -> Totals
     """A column's totals over its turns that ended, priced with `model` (the column's agent's)."""
     done = [t for t in turns if t.state not in ("pending", "working")]
     sums = continuation.summed(done)
-    # Counted: every turn's usage was read, and a turn whose model answered reported its tokens (an agent whose
-    # events carry no usage, every framework but ADK, is not priced $0: its price is unknown).
-    counted = all(t.model_usage is not None and (t.model_usage or not t.model_calls) for t in done)
+    # Counted: every turn's usage was read, and a turn whose model answered (a model call, or an answer at all)
+    # reported its tokens: an agent whose events carry no usage (every framework but ADK: LangGraph and CrewAI
+    # write no events) is not priced $0, its price is unknown.
+    counted = all(t.model_usage is not None and (t.model_usage or not (t.model_calls or t.answer)) for t in done)
     calls = [c for t in done for c in t.model_usage or []] if counted else None
     return Totals(
         turns=sums.turns, tool_calls=sums.tool_calls,
