@@ -109,25 +109,33 @@ def thorough_script(question: str) -> Step:
     return _unknown(question)
 
 
-# The judge's message (the service's, docs/experiments.md): its sections start with these lines.
-_SECTION = re.compile(r"^=== (Conversation so far|Continuation A|Continuation B) ===\s*$", re.MULTILINE)
+# The judge's message (the service's, docs/experiments.md): each section starts with a line `=== <name> ===`
+# (`Conversation so far`, `Continuation A`, `Continuation B`, then the instructions, `Your answer`).
+_SECTION = re.compile(r"^=== ([^=\n]+?) ===\s*$", re.MULTILINE)
+# A line that shows a tool's result rather than its call ("Tool get_weather returned: {...}").
+_RESULT = re.compile(r"\b(returned|returns|result|response)\b", re.IGNORECASE)
 
 
 def _tool_calls(section: str) -> int:
-    """The tool calls a continuation shows: its lines naming one of the demo's tools, less those that show a
-    tool's result (a call and its result may each have a line); every line, when no line says "result"."""
+    """The tool calls a continuation shows: its lines naming one of the demo's tools that are not a result."""
     named = [line for line in section.splitlines() if any(re.search(rf"\b{t}\b", line) for t in TOOLS)]
-    calls = [line for line in named if "result" not in line.lower()]
-    return len(calls) if len(calls) < len(named) else len(named)
+    return sum(1 for line in named if not _RESULT.search(line))
+
+
+def _sections(message: str) -> dict[str, str]:
+    """The message's sections by name, each the text up to the next section's line."""
+    found = list(_SECTION.finditer(message))
+    ends = [m.start() for m in found[1:]] + [len(message)] if found else []
+    return {m.group(1): message[m.end() : end] for m, end in zip(found, ends, strict=True)}
 
 
 def judge_script(message: str) -> Step:
     """The demo judge's answer to a judge's message: fewer tool calls for the same questions wins."""
-    found = {m.group(1): m for m in _SECTION.finditer(message)}
-    a, b = found.get("Continuation A"), found.get("Continuation B")
-    if a is None or b is None or b.start() < a.end():
+    sections = _sections(message)
+    a, b = sections.get("Continuation A"), sections.get("Continuation B")
+    if a is None or b is None:
         return Step((), "I was not sent two continuations, A then B, to compare, so I give no verdict. " + SIGNATURE)
-    n_a, n_b = _tool_calls(message[a.end() : b.start()]), _tool_calls(message[b.end() :])
+    n_a, n_b = _tool_calls(a), _tool_calls(b)
     rule = "(the demo judge's rule: fewer tool calls for the same questions is better)"
     if n_a == n_b:
         winner, reason = "tie", f"Both continuations needed {n_a} tool call(s) for the same questions {rule}."
