@@ -27,6 +27,10 @@ from tests.conftest import create_database, drop_database
 from tests.helpers import seed
 from tests.support.a2a_agent import LEGACY, NAMESPACE, V1, Seen, running_agents
 from tests.support.classified_tools import ClassifiedServers, classified_servers
+from tests.support.live_server import live_server
+from tests.test_mcp_tools import mcp_session
+from tests.test_mcp_tools import ok as mcp_ok
+from tests.test_mcp_tools import text_of as mcp_text
 
 V1_REF, LEGACY_REF = f"{NAMESPACE}/{V1}", f"{NAMESPACE}/{LEGACY}"
 ACTING = ["count_widgets", "restart_everything", "scale_deployment"]  # on the HTTP server, to an arm
@@ -258,6 +262,26 @@ async def test_a_bad_policy_is_refused_before_anything_is_read(client: Any, own_
     r = await post(client, exp, conv.user_id, {**turn, "tools": "live", "reads": "recorded"})
     assert r.status_code == 422
     assert await rows(own_pool) == before
+
+
+async def test_the_mcp_tools_take_the_policy_and_dry_run(
+    own_url: str, own_pool: asyncpg.Pool, agents: tuple[str, Seen], servers: ClassifiedServers
+) -> None:
+    """start_experiment and start_whatif take `tools`, `reads` and `dry_run` as the HTTP bodies do."""
+    await put_agent(own_pool, V1_REF, on(servers.http_url, require_approval=["delete_pod"]))
+    conv = await seed(own_pool, dialect="v1", turns=2)
+    settings = Settings(database_url=own_url, kagent_a2a_url=agents[0], whatif_heartbeat_seconds=0.2)
+    turn = {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1]}
+    with live_server(create_app(settings, own_url)) as url:
+        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
+            before = await rows(own_pool)
+            plan = mcp_ok(await mcp.call_tool("start_experiment", {**turn, "agents": [V1_REF], "dry_run": True}))
+            assert plan["dry_run"] and [t["name"] for t in plan["arms"][0]["acts"]] == ACTING
+            refused = await mcp.call_tool("start_whatif", {**turn, "agent_ref": V1_REF})
+            assert refused.isError and "scale_deployment" in mcp_text(refused)
+            assert await rows(own_pool) == before
+            started = mcp_ok(await mcp.call_tool("start_whatif", {**turn, "agent_ref": V1_REF, "tools": "live"}))
+            assert started["job"]["tool_policy"] == {"mode": "live", "reads": "live"}
 
 
 def test_settings_reach_the_classes() -> None:
