@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -282,6 +285,36 @@ async def test_the_mcp_tools_take_the_policy_and_dry_run(
             assert await rows(own_pool) == before
             started = mcp_ok(await mcp.call_tool("start_whatif", {**turn, "agent_ref": V1_REF, "tools": "live"}))
             assert started["job"]["tool_policy"] == {"mode": "live", "reads": "live"}
+
+
+async def test_the_cli_takes_tools_and_dry_run(
+    own_url: str, own_pool: asyncpg.Pool, agents: tuple[str, Seen], servers: ClassifiedServers
+) -> None:
+    """`kagent-fork whatif|experiment ... --tools --reads --dry-run`, as the HTTP bodies' fields."""
+    await put_agent(own_pool, V1_REF, on(servers.http_url, require_approval=["delete_pod"]))
+    conv = await seed(own_pool, dialect="v1", turns=2)
+    env = {**os.environ, "DATABASE_URL": own_url, "KAGENT_A2A_URL": agents[0]}
+    base = [conv.session_id, "--before", conv.invocation_ids[1], "--user", conv.user_id]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service", *args], env=env, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+
+    before = await rows(own_pool)
+    plan = run("experiment", *base, "--agent", V1_REF, "--agent", LEGACY_REF, "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    assert lines[0].startswith("Dry run: 2 branches x 1 turn, about ") and "refused: tools: the agent" in lines[0]
+    assert f"  {V1_REF}: asks delete_pod; reads get_pods, k8s_get_events; acts {', '.join(ACTING)}" in lines
+    assert any(line.startswith(f"  {LEGACY_REF}: tools not known: ") for line in lines), plan.stdout
+    refused = run("whatif", *base, "--agent", V1_REF)
+    assert refused.returncode != 0 and "scale_deployment" in refused.stderr, refused.stderr
+    assert await rows(own_pool) == before
+    live = run("whatif", *base, "--agent", V1_REF, "--tools", "live", "--wait", "--json")
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout)["tool_policy"] == {"mode": "live", "reads": "live"}
 
 
 def test_settings_reach_the_classes() -> None:
