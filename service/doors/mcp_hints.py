@@ -17,7 +17,8 @@ _RESTORES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempoten
 # A discard hides an experiment's branch chats from the user's list (undoable, but the list changes); the same
 # discard again changes nothing.
 _DISCARDS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
-# A replay sends questions to kagent agents, which run their tools for real (they may act on a cluster).
+# A replay sends questions to kagent agents: their read-only tools run live, and with tools "live" every tool
+# runs for real (they may act on a cluster).
 _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
 # A cancel ends running branches for good and asks their agents to stop; a second cancel changes nothing.
 _CANCELS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=True)

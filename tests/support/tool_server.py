@@ -1,8 +1,9 @@
 """An MCP tool server (streamable HTTP, the MCP SDK's FastMCP) for kagent's runtimes in the tests: what a
 kagent RemoteMCPServer gives an agent. It keeps every call with the headers it came with.
 
-Tools: ``lookup(query)`` answers at once; ``delete_pod(name)`` is the one a test's agent config marks as
-requiring approval (kagent's ``require_approval``), so the runtime asks before calling it.
+Tools: ``lookup(query)`` answers at once and says it only reads (``readOnlyHint``: a replay's arm may run it
+live); ``delete_pod(name)`` is the one a test's agent config marks as requiring approval (kagent's
+``require_approval``), so the runtime asks before calling it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import ToolAnnotations
 
 from tests.support.live_server import live_server
 
@@ -40,7 +42,7 @@ def _headers(ctx: Context) -> dict[str, str]:  # type: ignore[type-arg]
 def tools_app(calls: ToolCalls) -> Any:
     mcp = FastMCP("kagent-fork test tools", host="127.0.0.1", stateless_http=True, json_response=True)
 
-    @mcp.tool()
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def lookup(query: str, ctx: Context) -> str:  # type: ignore[type-arg]
         """Look something up in the cluster."""
         calls.calls.append(ToolCall("lookup", {"query": query}, _headers(ctx)))
