@@ -61,8 +61,10 @@ async def start(
         gate.gate(svc, replay, found)
         plan, cards = await answerers.cast(svc, replay, found, hdrs)
         refs = list(dict.fromkeys(ref for ref, _ in plan))
+        async with svc.connection() as conn:
+            rows = await svc.store.agents.get_many(conn, refs)
         ids = {ref: agent_row_id(ref) for ref in refs}
-        arms = await tools.arms(svc, caller, refs, authorization)
+        arms = await tools.classed(svc, caller, {ref: rows.get(ref) for ref in refs}, authorization)
         policy = tools.decide(tools.policy_of(replay.tools, replay.reads), arms.values())
         written = await branches.write(
             svc, runner, caller,
