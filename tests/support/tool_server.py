@@ -1,8 +1,10 @@
 """An MCP tool server (streamable HTTP, the MCP SDK's FastMCP) for kagent's runtimes in the tests: what a
 kagent RemoteMCPServer gives an agent. It keeps every call with the headers it came with.
 
-Tools: ``lookup(query)`` answers at once; ``delete_pod(name)`` is the one a test's agent config marks as
-requiring approval (kagent's ``require_approval``), so the runtime asks before calling it.
+Tools: ``lookup(query)`` answers at once (annotated read-only, ``readOnlyHint``); ``delete_pod(name)`` is the one
+a test's agent config marks as requiring approval (kagent's ``require_approval``), so the runtime asks before
+calling it; ``scale(name, replicas)`` acts and asks nobody; ``status(name)`` reads, and its answer counts the
+calls so far (two calls with the same arguments answer differently, as a live cluster would).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import ToolAnnotations
 
 from tests.support.live_server import live_server
 
@@ -40,7 +43,7 @@ def _headers(ctx: Context) -> dict[str, str]:  # type: ignore[type-arg]
 def tools_app(calls: ToolCalls) -> Any:
     mcp = FastMCP("kagent-fork test tools", host="127.0.0.1", stateless_http=True, json_response=True)
 
-    @mcp.tool()
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def lookup(query: str, ctx: Context) -> str:  # type: ignore[type-arg]
         """Look something up in the cluster."""
         calls.calls.append(ToolCall("lookup", {"query": query}, _headers(ctx)))
@@ -51,6 +54,18 @@ def tools_app(calls: ToolCalls) -> Any:
         """Delete a pod by name."""
         calls.calls.append(ToolCall("delete_pod", {"name": name}, _headers(ctx)))
         return f"pod {name} deleted"
+
+    @mcp.tool()
+    def scale(name: str, replicas: int, ctx: Context) -> str:  # type: ignore[type-arg]
+        """Scale a deployment."""
+        calls.calls.append(ToolCall("scale", {"name": name, "replicas": replicas}, _headers(ctx)))
+        return f"deployment {name} scaled to {replicas}"
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def status(name: str, ctx: Context) -> str:  # type: ignore[type-arg]
+        """The status of a deployment."""
+        calls.calls.append(ToolCall("status", {"name": name}, _headers(ctx)))
+        return f"{name} is at revision {len(calls.of('status'))}"
 
     return mcp.streamable_http_app()
 

@@ -1,0 +1,182 @@
+"""kagent's own runtime as a replay twin (docs/replay-twins.md): kagent-adk 0.10.4 whose config's `http_tools`
+point at kagent-fork's replay endpoint instead of the tool server, replaying a conversation the real agent had.
+
+The source's agent is the runtime tests' `kagent/adk-agent` (its tool server is the real one, tests/support/
+tool_server.py); the twin, `kagent/adk-twin`, is a second kagent-adk process with the same model and prompt, its
+one MCP server `/replay/mcp/kagent/adk-agent/<server>` on the live service. Turns reach it through the stand-in
+for kagent's controller, which forwards only X-User-Id and Authorization, as kagent's does: nothing names the
+branch on the way, so the runner's lease says which turn a call is (service/agents/replay/lease.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from service.agents.replay.lease import server_key
+from tests.helpers import new_user
+from tests.support.kagent_controller import register_agent
+from tests.support.runtimes import kagent_adk, running_runtime
+from tests.support.scripted_model import call, say
+from tests.test_runtime_kagent_adk import (
+    AGENT_REF,
+    INSTRUCTION,
+    Runtime,
+    adk,
+    api,
+    conversation,
+    experiment_done,
+    http,
+    scripted_model,
+    stand_in,
+    tag,
+    tool_server,
+    turns,
+)
+
+# The runtime tests' fixtures, shared (imported, they are this module's too).
+FIXTURES = (adk, http, scripted_model, stand_in, tool_server)
+TWIN_REF = "kagent/adk-twin"
+
+
+def twin_config(rt: Runtime) -> dict[str, Any]:
+    """The twin's config.json as kagent's controller renders the Agent `kagent-fork replay-twin` prints: the
+    source's model and prompt, its tool server replaced by the replay endpoint, which gets the caller's
+    Authorization and X-User-Id."""
+    endpoint = f"{rt.service}/replay/mcp/{AGENT_REF}/{server_key(rt.tools.url)}"
+    return {
+        "model": {"type": "openai", "model": "scripted-model", "base_url": rt.model.url},
+        "description": "kagent-fork's test agent, as a replay twin",
+        "instruction": INSTRUCTION,
+        "http_tools": [
+            {
+                "params": {"url": endpoint, "timeout": 30},
+                "tools": ["lookup", "delete_pod", "scale", "status"],
+                "require_approval": ["delete_pod"],
+                "allowed_headers": ["Authorization", "X-User-Id"],
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+async def twin(adk: Runtime, pool: asyncpg.Pool) -> AsyncIterator[str]:
+    config = twin_config(adk)
+    async with pool.acquire() as conn:
+        await register_agent(conn, TWIN_REF, config)
+    spec = kagent_adk(TWIN_REF, kagent_url=adk.controller.url, config=config)
+    runtime = running_runtime(spec)
+    process = await asyncio.to_thread(runtime.__enter__)
+    try:
+        adk.controller.register(TWIN_REF, process.url)
+        yield TWIN_REF
+    finally:
+        await asyncio.to_thread(runtime.__exit__, None, None, None)
+
+
+def tool_messages(request: dict[str, Any]) -> list[str]:
+    return [str(m.get("content")) for m in request["messages"] if m["role"] == "tool"]
+
+
+async def replay_calls(pool: asyncpg.Pool, job_id: str) -> list[tuple[int, str, dict[str, Any], str, str]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT ordinal, tool, arguments::text AS arguments, tool_class, answered_from "
+            "FROM kagent_fork.replay_call WHERE job_id = $1 ORDER BY id",
+            job_id,
+        )
+    return [(r["ordinal"], r["tool"], json.loads(r["arguments"]), r["tool_class"], r["answered_from"]) for r in rows]
+
+
+async def replay_on_twin(
+    rt: Runtime, client: httpx.AsyncClient, source: str, user: str, **headers: str
+) -> dict[str, Any]:
+    listed = await turns(rt, client, source, user)
+    started = await api(
+        rt, client, "POST", f"/api/sessions/{source}/experiments", user, headers=headers,
+        json={"rewind_before_invocation_id": listed[0]["invocation_id"], "agents": [TWIN_REF], "turns": "all"},
+    )  # fmt: skip
+    done = await experiment_done(rt, client, started["experiment"]["id"], user)
+    assert done["status"] == "completed", done
+    return done
+
+
+async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refuses_what_acts(
+    adk: Runtime,
+    twin: str,
+    http: httpx.AsyncClient,
+    pool: asyncpg.Pool,
+) -> None:
+    user, t = new_user(), tag()
+    q = [f"T1 {t}: how many pods?", f"T2 {t}: and the nodes?", f"T3 {t}: fix it"]
+    model, tools = adk.model.model, adk.tools.calls
+    model.on(q[0], call("lookup", query=f"pods-{t}"), say("3 pods."))
+    source = await conversation(adk, http, user, q)
+    recorded_result = tool_messages(model.requests_for(q[0])[1])
+    assert len(recorded_result) == 1 and f"pods-{t}" in recorded_result[0]
+    assert len([c for c in tools.of("lookup") if c.args == {"query": f"pods-{t}"}]) == 1
+
+    # The replay's model asks for more than the source's did: a new read, and an act.
+    model.on(q[1], call("lookup", query=f"nodes-{t}"), say("2 nodes."))
+    model.on(q[2], call("scale", name=f"web-{t}", replicas=3), say("I could not scale it."))
+    done = await replay_on_twin(adk, http, source, user, Authorization=f"Bearer caller-{t}")
+    branch = done["branches"][0]
+    assert [x["state"] for x in branch["turns"]] == ["completed"] * 3, branch
+
+    # 1. the call the source made, with the same arguments: the source's result, the real server not asked
+    replayed = model.requests_for(q[0])[2:]
+    assert len(replayed) == 2 and system_prompt(replayed[0]).startswith(INSTRUCTION)
+    assert tool_messages(replayed[1]) == recorded_result
+    assert len([c for c in tools.of("lookup") if c.args == {"query": f"pods-{t}"}]) == 1
+
+    # 2. a read with new arguments: run once on the real server, as the caller
+    nodes = [c for c in tools.of("lookup") if c.args == {"query": f"nodes-{t}"}]
+    assert len(nodes) == 1
+    assert nodes[0].headers.get("authorization") == f"Bearer caller-{t}"
+    assert f"3 results for nodes-{t}" in tool_messages(model.requests_for(q[1])[-1])[-1]
+
+    # 3. an act: never run; the model is told so, and the call is kept as the arm's intent
+    assert [c for c in tools.of("scale") if c.args.get("name") == f"web-{t}"] == []
+    refused = tool_messages(model.requests_for(q[2])[-1])[-1]
+    assert "not run" in refused and "replay" in refused and "scale" in refused, refused
+    assert await replay_calls(pool, branch["job_id"]) == [
+        (0, "lookup", {"query": f"pods-{t}"}, "reads", "recorded"),
+        (1, "lookup", {"query": f"nodes-{t}"}, "reads", "live"),
+        (2, "scale", {"name": f"web-{t}", "replicas": 3}, "acts", "refused"),
+    ]
+
+
+def system_prompt(request: dict[str, Any]) -> str:
+    return str(request["messages"][0].get("content"))
+
+
+async def test_two_branches_of_one_twin_at_once_each_get_their_own_sources_recording(
+    adk: Runtime,
+    twin: str,
+    http: httpx.AsyncClient,
+    pool: asyncpg.Pool,
+) -> None:
+    user, t = new_user(), tag()
+    model, tools = adk.model.model, adk.tools.calls
+    questions = [f"S1 {t}: status of web?", f"S2 {t}: status of web?"]
+    sources = []
+    for question in questions:  # the same call in both; the real server answers it differently each time
+        model.on(question, call("status", name=f"web-{t}"), say("Done."))
+        sources.append(await conversation(adk, http, user, [question]))
+    answers = [tool_messages(model.requests_for(q)[1]) for q in questions]
+    assert answers[0] != answers[1] and all(len(a) == 1 for a in answers), answers
+    assert len([c for c in tools.of("status") if c.args == {"name": f"web-{t}"}]) == 2
+
+    done = await asyncio.gather(*(replay_on_twin(adk, http, s, user) for s in sources))
+    for question, answer, experiment in zip(questions, answers, done, strict=True):
+        replayed = model.requests_for(question)[2:]
+        assert len(replayed) == 2, [tool_messages(r) for r in replayed]
+        assert tool_messages(replayed[1]) == answer
+        job_id = experiment["branches"][0]["job_id"]
+        assert await replay_calls(pool, job_id) == [(0, "status", {"name": f"web-{t}"}, "reads", "recorded")]
+    assert len([c for c in tools.of("status") if c.args == {"name": f"web-{t}"}]) == 2
