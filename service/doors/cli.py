@@ -599,10 +599,26 @@ async def _grid(svc: Services, caller: Caller, args: argparse.Namespace) -> tupl
     return msgspec.to_builtins(found), experiments.markdown(found)
 
 
+async def _replay_twin(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents.replay.manifests import twin_manifests, yaml_text
+    from service.agents.replay.terms import checked_agent_ref
+
+    source = checked_agent_ref(args.session_id, "agent")
+    async with svc.connection() as conn:
+        row = await svc.store.agents.get(conn, source)
+    endpoint = args.endpoint or os.environ.get("REPLAY_MCP_URL") or DEFAULT_REPLAY_ENDPOINT
+    docs, notes = twin_manifests(source, row, endpoint=endpoint, name=args.name, model_config=args.model_config)
+    return {"manifests": docs, "notes": notes}, yaml_text(docs, notes).rstrip("\n")
+
+
+# Where kagent-fork serves its replay endpoint in deploy/ (the Service kagent-fork.kagent, port 8083).
+DEFAULT_REPLAY_ENDPOINT = "http://kagent-fork.kagent.svc:8083/replay/mcp"
+
 COMMANDS: dict[str, Command] = {
     "fork": _fork, "rewind": _rewind, "undo": _undo, "invocations": _invocations, "forks": _forks, "tree": _tree,
     "rewinds": _rewinds, "compare": _compare, "show": _show, "whatif": _whatif, "experiment": _experiment,
     "job": _job, "whatifs": _whatifs, "cancel": _cancel, "experiments": _experiments, "grid": _grid,
+    "replay-twin": _replay_twin,
 }  # fmt: skip
 # Commands that read what-if jobs and experiments (or cancel them): the A2A client is loaded only if used.
 DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid"}
@@ -809,6 +825,24 @@ def parser() -> argparse.ArgumentParser:
     operator("experiments", "list the experiments started from a session, newest first")
     operator(
         "grid", "show an experiment: its branches beside the source's own turns (Markdown)", metavar="experiment_id"
+    )
+    rt = operator(
+        "replay-twin",
+        "print the kagent manifests of a replay twin of an agent: the same prompt and tools, its MCP servers "
+        "replaced by kagent-fork's replay endpoint (kubectl apply -f -)",
+        metavar="agent",
+    )
+    rt.add_argument("--name", help="the twin's name (default: <agent's name>-replay)")
+    rt.add_argument(
+        "--endpoint",
+        help="the replay endpoint as the twin reaches it (default: REPLAY_MCP_URL, else "
+        + DEFAULT_REPLAY_ENDPOINT
+        + ")",
+    )
+    rt.add_argument(
+        "--model-config",
+        default="default-model-config",
+        help="the ModelConfig the twin runs (kagent's table names none)",
     )
     ix = commands.add_parser(
         "index",
