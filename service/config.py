@@ -62,6 +62,12 @@ class Settings:
     whatif_max_parallel: int = 4  # A2A turns with agents at once per replica (the rest wait)
     # The key of the MCP Apps' app tokens (docs/mcp-apps.md); required for them in trusted-proxy mode.
     mcp_app_secret: str | None = None
+    # The arms' tools (docs/whatif.md, "What an arm's tools do"): the externally reachable base URL of this
+    # service's replay MCP endpoint (an arm whose every MCP server is under it is a replay twin; None: no arm is
+    # one), and the tool names an operator counts as read-only: the words of REPLAY_READ_ONLY_TOOLS, where
+    # `default` stands for the shipped list of kagent's own tool server's read tools.
+    replay_mcp_url: str | None = None
+    replay_read_only_tools: tuple[str, ...] = ("default",)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -135,6 +141,8 @@ def from_env(env: Mapping[str, str]) -> Settings:
         whatif_timeout_seconds=_int(env, "WHATIF_TIMEOUT_SECONDS", 600, minimum=1, maximum=7 * 24 * 3600),
         whatif_max_parallel=_int(env, "WHATIF_MAX_PARALLEL", 4, minimum=1, maximum=1000),
         mcp_app_secret=mcp_app_secret,
+        replay_mcp_url=_http_url("REPLAY_MCP_URL", env.get("REPLAY_MCP_URL") or None),
+        replay_read_only_tools=_tool_names(env.get("REPLAY_READ_ONLY_TOOLS")),
     )
 
 
@@ -155,6 +163,34 @@ def _a2a_url(raw: str | None) -> str | None:
             f"KAGENT_A2A_URL must be an http(s) URL such as http://kagent-controller.kagent:8083/api/a2a, got {raw!r}"
         )
     return raw.rstrip("/")
+
+
+def _http_url(name: str, raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not raw.startswith(("http://", "https://")):
+        raise ConfigError(f"{name} must be an http(s) URL, got {raw!r}")
+    return raw.rstrip("/")
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")  # fullmatch
+
+
+def _tool_names(raw: str | None) -> tuple[str, ...]:
+    """REPLAY_READ_ONLY_TOOLS: tool names separated by commas or spaces; `default` is the shipped list (so
+    `default,my_get` extends it, `my_get` replaces it), `none` alone is no name at all. Unset: `default`."""
+    words = [w for w in re.split(r"[,\s]+", raw or "") if w]
+    if not words:
+        return ("default",)
+    if words == ["none"]:
+        return ()
+    bad = [w for w in words if not _TOOL_NAME.fullmatch(w) or w == "none"]
+    if bad:
+        raise ConfigError(
+            f"REPLAY_READ_ONLY_TOOLS must be tool names separated by commas ('default' for the shipped list, "
+            f"'none' alone for no name), got {bad[0]!r}"
+        )
+    return tuple(dict.fromkeys(words))
 
 
 @functools.lru_cache(maxsize=8)

@@ -15,15 +15,17 @@ import msgspec
 from msgspec import Meta
 
 from service.agents.replay import engine, grid, jobs
+from service.agents.replay.engine import DryRun
 from service.agents.replay.runner import Runner
 from service.agents.replay.table import markdown
 from service.agents.replay.terms import Count, MessageEdit, Replay, Tokens, TurnCount
+from service.agents.replay.tools import Reads, ToolsField
 from service.errors import Conflict, NotFound
 from service.identity import Caller, visible_session
 from service.schemas import Text
 from service.services import Services
 
-__all__ = ["ExperimentRequest", "Started", "cancel", "get", "markdown", "of_session", "start"]
+__all__ = ["DryRun", "ExperimentRequest", "Started", "cancel", "get", "markdown", "of_session", "start"]
 Started = grid.Started
 _encoder = msgspec.json.Encoder()
 
@@ -39,21 +41,26 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     max_context_tokens: Tokens | None = None
     repeats: Count = 1
     on_approval: Literal["stop", "reject"] = "stop"
+    tools: ToolsField | None = None  # what the agents' tools do: "replay", "live" or {mode, reads}
+    reads: Reads | None = None
+    dry_run: bool = False  # what it would do, each agent's tools by class; nothing written
 
 
 async def start(
     svc: Services, runner: Runner, caller: Caller, session_id: str, req: ExperimentRequest, *,
     idempotency_key: str | None = None, authorization: str | None = None,
-) -> tuple[Started | msgspec.Raw, bool]:  # fmt: skip
-    """Check everything, write every branch's fork and job, start them: (answer, replayed)."""
+) -> tuple[Started | DryRun | msgspec.Raw, bool]:  # fmt: skip
+    """Check everything, write every branch's fork and job, start them: (answer, replayed); or, as a dry run,
+    what it would do (DryRun)."""
     digest = _encoder.encode([session_id, req]).hex()  # what a retry under the same Idempotency-Key sends again
     replay = Replay(
         kind="experiment", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, on_approval=req.on_approval,
+        tools=req.tools, reads=req.reads, dry_run=req.dry_run,
     )  # fmt: skip
     answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
-    assert isinstance(answer, Started | msgspec.Raw)
+    assert isinstance(answer, Started | DryRun | msgspec.Raw)
     return answer, replayed
 
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 import msgspec
 
 from service.agents.replay import engine
+from service.agents.replay.engine import DryRun
 from service.agents.replay.jobs import Job, Started, get, of_session
 from service.agents.replay.jobs import cancel_job as cancel
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import MessageEdit, Replay, Tokens, TurnCount
+from service.agents.replay.tools import Reads, ToolsField
 from service.identity import Caller
 from service.operations import forking
 from service.schemas import ForkRequest, Text
 from service.services import Services
 
-__all__ = ["Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_session", "start"]
+__all__ = ["DryRun", "Job", "Runner", "Started", "WhatifRequest", "cancel", "get", "of_session", "start"]
 _encoder = msgspec.json.Encoder()
 
 
@@ -29,13 +31,17 @@ class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_context_tokens: Tokens | None = None
     turns: TurnCount = 1
     message: MessageEdit | None = None
+    tools: ToolsField | None = None  # what the agent's tools do: "replay", "live" or {mode, reads}
+    reads: Reads | None = None
+    dry_run: bool = False  # what it would do, the agent's tools by class; nothing written
 
 
 async def start(
     svc: Services, runner: Runner, caller: Caller, session_id: str, req: WhatifRequest, *,
     idempotency_key: str | None = None, authorization: str | None = None,
-) -> tuple[Started | msgspec.Raw, bool]:  # fmt: skip
-    """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed)."""
+) -> tuple[Started | DryRun | msgspec.Raw, bool]:  # fmt: skip
+    """Fork the source before the turn into the agent, write the job, and start it: (answer, replayed); or, as
+    a dry run, what it would do (DryRun)."""
     # What a retry under the same Idempotency-Key must send again: the fork it asks for, and the rest.
     fork_req = ForkRequest(
         rewind_before_invocation_id=req.rewind_before_invocation_id, rewind_before_task_id=req.rewind_before_task_id,
@@ -45,8 +51,9 @@ async def start(
     replay = Replay(
         kind="whatif", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=None if req.agent_ref is None else [req.agent_ref], turns=req.turns,
-        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens,
+        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, tools=req.tools,
+        reads=req.reads, dry_run=req.dry_run,
     )  # fmt: skip
     answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
-    assert isinstance(answer, Started | msgspec.Raw)
+    assert isinstance(answer, Started | DryRun | msgspec.Raw)
     return answer, replayed

@@ -320,6 +320,8 @@ async def start_whatif(request: AnyRequest, session_id: FromPath[str]) -> Respon
     )  # fmt: skip
     if replayed:
         return ok(answer, "What-if already started for this Idempotency-Key", headers={"Idempotent-Replayed": "true"})
+    if isinstance(answer, whatif.DryRun):
+        return ok(answer, "What-if dry run: nothing was written")
     assert isinstance(answer, whatif.Started)
     return ok(answer, "What-if started", status=202, headers={"Location": f"/api/whatif/{answer.job.id}"})
 

@@ -36,6 +36,8 @@ async def start_experiment(request: AnyRequest, session_id: FromPath[str]) -> Re
         return ok(
             answer, "Experiment already started for this Idempotency-Key", headers={"Idempotent-Replayed": "true"}
         )
+    if isinstance(answer, experiments.DryRun):
+        return ok(answer, "Experiment dry run: nothing was written")
     assert isinstance(answer, experiments.Started)
     location = f"/api/experiments/{answer.experiment.id}"
     return ok(answer, "Experiment started", status=202, headers={"Location": location})

@@ -4,8 +4,8 @@
 -- A new experiment, running, written in its first branch's fork transaction.
 INSERT INTO {schema}.experiment (id, user_id, source_session_id, source_user_id, source_agent_ref,
                                  rewind_before_invocation_id, turns_requested, turns, message, on_approval, repeats,
-                                 rewind_before_task_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12)
+                                 rewind_before_task_id, tool_policy, arms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13::jsonb, $14::jsonb)
 RETURNING created_at;
 
 -- name: get_experiment

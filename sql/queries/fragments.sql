@@ -43,7 +43,7 @@ LIMIT {fork_events_limit}
 id, user_id, parent_session_id, parent_user_id, session_id, rewind_before_invocation_id, agent_ref, dialect,
 message::text AS message, status, task_id, error, result::text AS result, runner, created_at, finished_at,
 experiment_id, repeat, agent_card::text AS agent_card, on_approval, stopped_at, turns_total, turns_done,
-rewind_before_task_id
+rewind_before_task_id, tool_policy::text AS tool_policy, arm_tools::text AS arm_tools
 
 -- fragment: turn_columns
 -- A job's turn as the store reads it.
@@ -54,4 +54,4 @@ reply_sent_at, rejected_tool_calls, figures::text AS figures, ended_at
 -- An experiment row as the store reads it.
 id, user_id, source_session_id, source_user_id, source_agent_ref, rewind_before_invocation_id, turns_requested,
 turns, message::text AS message, on_approval, repeats, source_turns::text AS source_turns, status, created_at,
-finished_at, rewind_before_task_id
+finished_at, rewind_before_task_id, tool_policy::text AS tool_policy, arms::text AS arms

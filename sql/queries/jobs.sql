@@ -4,8 +4,10 @@
 -- A new what-if job, running, written in its fork's transaction (with its turns: insert_whatif_turns).
 INSERT INTO {schema}.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id,
                                  rewind_before_invocation_id, agent_ref, dialect, message, status, runner,
-                                 experiment_id, repeat, agent_card, on_approval, turns_total, rewind_before_task_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'running', $10, $11, $12, $13::jsonb, $14, $15, $16)
+                                 experiment_id, repeat, agent_card, on_approval, turns_total, rewind_before_task_id,
+                                 tool_policy, arm_tools)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'running', $10, $11, $12, $13::jsonb, $14, $15, $16,
+        $17::jsonb, $18::jsonb)
 RETURNING created_at;
 
 -- name: insert_whatif_turns

@@ -1,10 +1,11 @@
 """An MCP tool server (streamable HTTP, the MCP SDK's FastMCP) for kagent's runtimes in the tests: what a
 kagent RemoteMCPServer gives an agent. It keeps every call with the headers it came with.
 
-Tools: ``lookup(query)`` answers at once (annotated read-only, ``readOnlyHint``); ``delete_pod(name)`` is the one
-a test's agent config marks as requiring approval (kagent's ``require_approval``), so the runtime asks before
-calling it; ``scale(name, replicas)`` acts and asks nobody; ``status(name)`` reads, and its answer counts the
-calls so far (two calls with the same arguments answer differently, as a live cluster would).
+Tools: ``lookup(query)`` answers at once and says it only reads (``readOnlyHint``: a replay's arm may run it
+live); ``delete_pod(name)`` is the one a test's agent config marks as requiring approval (kagent's
+``require_approval``), so the runtime asks before calling it; ``scale(name, replicas)`` acts and asks nobody;
+``status(name)`` reads, and its answer counts the calls so far (two calls with the same arguments answer
+differently, as a live cluster would).
 """
 
 from __future__ import annotations

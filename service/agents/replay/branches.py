@@ -17,10 +17,10 @@ from service.agents import a2a_client
 from service.agents.replay import grid, jobs
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import Boundary, Replay, Span
+from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import ServiceError, Unprocessable
 from service.identity import Caller
 from service.kagent import dialects
-from service.kagent.store.agents import agent_row_id
 from service.kagent.store.base import Connection
 from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
@@ -80,8 +80,11 @@ class Branch:
     replay: Replay
     span: Span
     agent_ref: str
+    agent_id: str  # the agent's id as kagent spells namespace/name (store.agents.agent_row_id): the fork's agent_id
     card: a2a_client.Card | None
     repeat: int
+    policy: ToolPolicy  # what its agent's tools do, as the start decided (tools.decide)
+    tools: ArmTools  # what its agent could do, its tools by class
 
 
 async def write_branch(
@@ -121,6 +124,7 @@ async def write_branch(
         error=None, result=None, runner=runner_id, created_at=datetime.min, finished_at=None,
         experiment_id=experiment.id if experiment is not None else None, repeat=branch.repeat, agent_card=card,
         on_approval=branch.replay.on_approval, turns_total=len(messages),
+        tool_policy=_encoder.encode(branch.policy).decode(), arm_tools=_encoder.encode(branch.tools).decode(),
     )  # fmt: skip
     created = await svc.store.jobs.insert_whatif_job(conn, job)
     await svc.store.jobs.insert_whatif_turns(
@@ -129,10 +133,12 @@ async def write_branch(
     return dataclasses.replace(job, created_at=created)
 
 
-def experiment_row(caller: Caller, replay: Replay, boundary: Boundary, span: Span) -> ExperimentRow | None:
+def experiment_row(caller: Caller, plan: list[Branch], boundary: Boundary) -> ExperimentRow | None:
     """An experiment's own row (None for a what-if, whose one job is all it writes)."""
+    replay, span = plan[0].replay, plan[0].span
     if replay.kind != "experiment":
         return None
+    arms = list({b.agent_ref: b.tools for b in plan}.values())
     return ExperimentRow(
         id=str(uuid.uuid4()), user_id=caller.user_id, source_session_id=span.source.id,
         source_user_id=span.source.user_id, source_agent_ref=span.agent_ref,
@@ -140,6 +146,7 @@ def experiment_row(caller: Caller, replay: Replay, boundary: Boundary, span: Spa
         turns_requested="all" if replay.turns == "all" else str(int(replay.turns)), turns=len(span.turns),
         message=_encoder.encode(replay.message).decode() if replay.message else None, on_approval=replay.on_approval,
         repeats=int(replay.repeats), source_turns=None, status="running", created_at=datetime.min, finished_at=None,
+        tool_policy=_encoder.encode(plan[0].policy).decode(), arms=_encoder.encode(arms).decode(),
     )  # fmt: skip
 
 
@@ -161,8 +168,7 @@ async def write(
     idempotency: tuple[str, str] | None,
 ) -> Written:
     """Every branch's fork and job, one fork after another (see the module's text)."""
-    first = plan[0]
-    written = Written(jobs=[], experiment=experiment_row(caller, first.replay, boundary, first.span))
+    written = Written(jobs=[], experiment=experiment_row(caller, plan, boundary))
     for i, branch in enumerate(plan):
 
         async def then(
@@ -193,7 +199,7 @@ async def write(
                     rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id,
                     name=name, if_boundary_missing="error",
                 ),
-                into=forking.Into(agent_id=agent_row_id(branch.agent_ref), then=then),
+                into=forking.Into(agent_id=branch.agent_id, then=then),
             )  # fmt: skip
         except ServiceError as exc:
             if not written.jobs:

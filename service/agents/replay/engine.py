@@ -7,10 +7,13 @@ road, each step in its room, each room entered once:
 3. the turn it starts from and what is re-asked (span.start_turn, span.span_of, in a snapshot of its own);
 4. what it may cost (gate.gate);
 5. who answers (answerers.cast: the agents and repeats, their cards asked for at once);
-6. the branches written (branches.write: the forks with their jobs, and the answer);
-7. the jobs launched (runner), and an experiment's baseline column computed in the background (grid).
+6. what their tools may do (tools.arms: each agent's configuration, its servers' tools by class; tools.decide:
+   the policy, or the refusal of an arm that could act);
+7. the branches written (branches.write: the forks with their jobs, and the answer);
+8. the jobs launched (runner), and an experiment's baseline column computed in the background (grid).
 
-Nothing is written before step 6, so every refusal before it leaves nothing behind.
+Nothing is written before step 7, so every refusal before it leaves nothing behind. A dry run walks steps 3 to 6
+and answers what it found (`DryRun`): the refusals of steps 4 and 6 are said in it, not raised.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from contextlib import asynccontextmanager
 
 import msgspec
 
-from service.agents.replay import answerers, branches, gate, grid, span
+from service.agents.replay import answerers, branches, gate, grid, span, tools
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import Replay, whole_tokens
+from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import Unprocessable
 from service.identity import Caller
+from service.kagent.store.agents import agent_row_id
 from service.observability import EXPERIMENTS, WHATIF_JOBS
 from service.schemas import one_boundary
 from service.services import Services
@@ -45,6 +50,8 @@ async def start(
     replay.checked()
     whole_tokens(replay.max_context_tokens, 1)
     hdrs = answerers.headers(caller.user_id, authorization)
+    if replay.dry_run:
+        return await dry_run(svc, caller, replay, hdrs, authorization), False
     async with once(svc, caller, replay.kind, key, replay.digest) as (stored, kept):
         if stored is not None:
             return stored, True
@@ -53,9 +60,16 @@ async def start(
             found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
         gate.gate(svc, replay, found)
         plan, cards = await answerers.cast(svc, replay, found, hdrs)
+        refs = list(dict.fromkeys(ref for ref, _ in plan))
+        async with svc.connection() as conn:
+            rows = await svc.store.agents.of(conn, refs)
+        ids = {ref: agent_row_id(ref) for ref in refs}
+        arms = await tools.classed(svc, caller, rows, authorization)
+        policy = tools.decide(tools.policy_of(replay.tools, replay.reads), arms.values())
         written = await branches.write(
             svc, runner, caller,
-            [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, card=cards[ref], repeat=repeat)
+            [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, agent_id=ids[ref],
+                             card=cards[ref], repeat=repeat, policy=policy, tools=arms[ref])
              for ref, repeat in plan],
             boundary, kept,
         )  # fmt: skip
@@ -68,6 +82,46 @@ async def start(
         runner.chore(grid.keep_source_column(svc, experiment.id, caller.user_id), f"experiment-{experiment.id}-source")
     assert written.answer is not None
     return written.answer, False
+
+
+class DryRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What a start would do, nothing written: its branches and turns, the tokens the cost gate counts, each
+    agent's tools by class (`arms`), the policy it would run with (`tools`; null when refused) and the refusal it
+    would get (`refused`: the cost gate's or the tools'; null when it would start)."""
+
+    dry_run: bool
+    branches: int
+    turns: int
+    estimated_context_tokens: int
+    tools: ToolPolicy | None
+    arms: list[ArmTools]
+    refused: str | None
+
+
+async def dry_run(
+    svc: Services, caller: Caller, replay: Replay, hdrs: dict[str, str], authorization: str | None
+) -> DryRun:
+    """The start's road up to the writing, with its two gates' refusals said instead of raised."""
+    boundary = await span.start_turn(svc, caller, replay)
+    async with svc.connection() as conn:
+        found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
+    refused: list[str] = []
+    try:
+        gate.gate(svc, replay, found)
+    except Unprocessable as exc:
+        refused.append(exc.message)
+    plan, _ = await answerers.cast(svc, replay, found, hdrs)
+    arms = await tools.arms(svc, caller, [ref for ref, _ in plan], authorization)
+    policy: ToolPolicy | None = None
+    try:
+        policy = tools.decide(tools.policy_of(replay.tools, replay.reads), arms.values())
+    except Unprocessable as exc:
+        refused.append(exc.message)
+    return DryRun(
+        dry_run=True, branches=replay.branches, turns=len(found.turns),
+        estimated_context_tokens=replay.branches * sum(found.tokens), tools=None if refused else policy,
+        arms=list(arms.values()), refused=" ".join(refused) or None,
+    )  # fmt: skip
 
 
 @asynccontextmanager

@@ -17,6 +17,7 @@ import msgspec
 from service.agents import a2a_client
 from service.agents.replay.figures import TurnFigures, question_of, sent_parts, task_text, turn_figures
 from service.agents.replay.span import turns_read_from
+from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.branches import turns as turn_listing
 from service.errors import NotFound
 from service.identity import Caller
@@ -76,6 +77,10 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     on_approval: str
     repeats: int
     by_agent: list[AgentSummary] | None
+    # what the arms' tools do (null: an experiment from before tool policies: every tool ran live), and each
+    # agent's tools by class as the start found them
+    tool_policy: ToolPolicy | None = None
+    arms: list[ArmTools] | None = None
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,6 +102,11 @@ class Listed(msgspec.Struct, frozen=True, kw_only=True):
     on_approval: str
     created_at: str
     finished_at: str | None
+    tool_policy: ToolPolicy | None = None
+
+
+def _policy(text: str | None) -> ToolPolicy | None:
+    return msgspec.json.decode(text, type=ToolPolicy) if text else None
 
 
 def _requested(text: str) -> int | str:
@@ -109,7 +119,7 @@ def listed(row: ExperimentRow) -> Listed:
         rewind_before_task_id=row.rewind_before_task_id, turns_requested=_requested(row.turns_requested),
         turns=row.turns, repeats=row.repeats,
         on_approval=row.on_approval, created_at=rfc3339(row.created_at),
-        finished_at=rfc3339(row.finished_at) if row.finished_at else None,
+        finished_at=rfc3339(row.finished_at) if row.finished_at else None, tool_policy=_policy(row.tool_policy),
     )  # fmt: skip
 
 
@@ -278,4 +288,6 @@ async def experiment(
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
+        tool_policy=_policy(row.tool_policy),
+        arms=msgspec.json.decode(row.arms, type=list[ArmTools]) if row.arms else None,
     )  # fmt: skip

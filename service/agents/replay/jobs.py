@@ -14,6 +14,7 @@ from service.agents import a2a_client
 from service.agents.replay.answerers import agent, headers
 from service.agents.replay.figures import JobResult, question_of, sent_parts
 from service.agents.replay.runner import close_turns
+from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import Conflict, NotFound
 from service.identity import Caller, visible_session
 from service.kagent.store.base import Connection
@@ -43,6 +44,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     stopped_at: str | None
     experiment_id: str | None
     question: str | None  # what it really asked first: the text of the message it sent (edited or not)
+    # what its agent's tools do (null: a job from before tool policies, which ran every tool live) and could do
+    tool_policy: ToolPolicy | None = None
+    tools: ArmTools | None = None
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +66,8 @@ def job_json(job: WhatifJob) -> Job:
         result=msgspec.json.decode(job.result, type=JobResult) if job.result else None,
         turns_done=job.turns_done, turns_total=job.turns_total, stopped_at=job.stopped_at,
         experiment_id=job.experiment_id, question=question_of(sent_parts(job.message)),
+        tool_policy=msgspec.json.decode(job.tool_policy, type=ToolPolicy) if job.tool_policy else None,
+        tools=msgspec.json.decode(job.arm_tools, type=ArmTools) if job.arm_tools else None,
     )  # fmt: skip
 
 

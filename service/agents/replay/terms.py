@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from service.agents.replay.tools import Reads, ToolsField, policy_of
 from service.errors import BadRequest, Unprocessable
 from service.kagent import dialects
 from service.kagent.store.sessions import SessionRow
@@ -81,10 +82,15 @@ class Replay:
     name: str | None = None
     max_context_tokens: int | float | None = None
     on_approval: str = "stop"
+    tools: ToolsField | None = None  # what the arms' tools do, as asked (None: the start decides, tools.decide)
+    reads: Reads | None = None  # the contract's `reads` beside `tools`
+    dry_run: bool = False  # say what would run (the arms' tools by class), write nothing
 
     def checked(self) -> None:
         """The request's own words, refused before anything is read (422, as the contract asks): the agents
-        named (1 to 8, distinct, each namespace/name), the repeats (1 to 5), the branches they make (8 at most)."""
+        named (1 to 8, distinct, each namespace/name), the repeats (1 to 5), the branches they make (8 at most),
+        the tool policy (`reads` agreeing with `tools`)."""
+        policy_of(self.tools, self.reads)
         agents, repeats = self.agents or [], whole(self.repeats, "repeats")
         if self.agents is not None and not agents:
             raise Unprocessable("agents must name 1 to 8 agents (namespace/name), got an empty list")

@@ -99,3 +99,7 @@ class Agents:
             return None
         config, error = decode_config(row["config"])
         return AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
+
+    async def of(self, conn: Connection, agent_refs: list[str]) -> dict[str, AgentRow | None]:
+        """Each agent's live row (None: kagent knows no such agent), by namespace/name."""
+        return {ref: await self.get(conn, ref) for ref in agent_refs}

@@ -28,6 +28,8 @@ class ExperimentRow:
     created_at: datetime
     finished_at: datetime | None
     rewind_before_task_id: str | None = None  # the turn's task, when it has no invocation id (migration 0012)
+    tool_policy: str | None = None  # JSON {mode, reads} (migration 0015; None on rows written before: all live)
+    arms: str | None = None  # JSON, each agent's tools by class, as the start found them
 
 
 class Experiments:
@@ -40,7 +42,7 @@ class Experiments:
         created: datetime = await conn.fetchval(
             self.q["insert_experiment"], e.id, e.user_id, e.source_session_id, e.source_user_id, e.source_agent_ref,
             e.rewind_before_invocation_id, e.turns_requested, e.turns, e.message, e.on_approval, e.repeats,
-            e.rewind_before_task_id,
+            e.rewind_before_task_id, e.tool_policy, e.arms,
         )  # fmt: skip
         return created
 

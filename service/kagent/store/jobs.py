@@ -38,6 +38,10 @@ class WhatifJob:
     turns_total: int = 1
     turns_done: int = 0
     rewind_before_task_id: str | None = None
+    # JSON, migration 0015 (None on rows written before, which ran every tool live): the policy the job runs with,
+    # {mode, reads}, and what its agent could do, its tools by class (service/agents/replay/tools.py)
+    tool_policy: str | None = None
+    arm_tools: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +71,7 @@ class Jobs:
             self.q["insert_whatif_job"], job.id, job.user_id, job.parent_session_id, job.parent_user_id,
             job.session_id, job.rewind_before_invocation_id, job.agent_ref, job.dialect, job.message, job.runner,
             job.experiment_id, job.repeat, job.agent_card, job.on_approval, job.turns_total, job.rewind_before_task_id,
+            job.tool_policy, job.arm_tools,
         )  # fmt: skip
         return created
 

@@ -1,0 +1,315 @@
+"""What a replay's arms may do with their tools, known before anything runs, and the policy that keeps a replay
+safe by default (docs/whatif.md, "What an arm's tools do"; docs/experiments.md).
+
+Each arm's configuration is read from kagent's `agent` table (store.agents); each of its MCP servers is asked for
+its tools (`tools/list`, as the caller) and each tool the arm may call is classed: **asks** (kagent asks a person
+to approve it first: `require_approval`), **reads** (the server annotates it `readOnlyHint: true`, or the operator
+counts it read-only: REPLAY_READ_ONLY_TOOLS, by default the shipped list of kagent's own tool server's read tools,
+`read_only_tools.txt`), **acts** (everything else, every tool of a server that does not answer, and what no one
+can list: local stdio servers, remote agents, code the agent runs). Without an explicit `live`, a start whose arm
+could call a tool that acts without approval, and is not a replay twin (its MCP servers are this service's replay
+endpoint, REPLAY_MCP_URL), is refused: 422, nothing written (`decide`).
+
+The MCP SDK is imported when a server is asked, never with this module: a command that only reads jobs or
+experiments does not load it (tests/test_cli.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from service.config import Settings
+from service.errors import Unprocessable
+from service.identity import Caller
+from service.kagent.store.agents import AgentConfig, AgentRow, McpServerConfig
+from service.kagent.store.base import check_not_holding
+from service.services import Services
+
+ToolClass = Literal["asks", "reads", "acts"]
+Mode = Literal["replay", "live"]
+Reads = Literal["live", "recorded"]
+LIST_TIMEOUT_SECONDS = 10.0  # a server that has not listed its tools by then does not answer (capped by the job's)
+_SHIPPED = Path(__file__).with_name("read_only_tools.txt")
+_MORE_THAN = 12  # a refusal names at most this many tools of an arm, then says how many more
+
+
+class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the arms' tools do: `replay` (the source's recorded results; read-only tools may run live, or, with
+    `reads: "recorded"`, only from the recording; nothing else runs) or `live` (every tool for real)."""
+
+    mode: Mode
+    reads: Reads = "live"
+
+
+# The request's `tools`: "replay", "live" (shorthand for {mode}) or {mode, reads}.
+ToolsField = Mode | ToolPolicy
+
+
+def policy_of(tools: ToolsField | None, reads: Reads | None = None) -> ToolPolicy | None:
+    """The policy a request asks for (None: it said nothing, the start decides). `reads`, the contract's own field
+    beside `tools`, must agree with an object's `reads`; reads apply only to a replay (422 otherwise)."""
+    if tools is None and reads is None:
+        return None
+    policy = ToolPolicy(mode=tools) if isinstance(tools, str) else tools
+    if reads is not None:
+        if policy is not None and not isinstance(tools, str) and policy.reads != reads:
+            raise Unprocessable(f'reads is "{reads}" but tools.reads is "{policy.reads}": say it once')
+        policy = ToolPolicy(mode=policy.mode if policy is not None else "replay", reads=reads)
+    assert policy is not None
+    if policy.mode == "live" and policy.reads == "recorded":
+        raise Unprocessable('reads: "recorded" applies to tools: "replay" (with "live" every tool runs for real)')
+    return policy
+
+
+class ArmTool(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing an arm can do: a tool's `name` (`*`: every tool of a server no one could list), the MCP
+    `server` it is on (null: not an MCP server's tool), and `why` it is in its class."""
+
+    name: str
+    why: str
+    server: str | None = None
+
+
+class ArmTools(msgspec.Struct, frozen=True, kw_only=True):
+    """An arm's tools by class. `known`: kagent's agent table holds its configuration; `twin`: every MCP server
+    of it is the replay endpoint (and it has nothing else that runs); `note`: what kagent-fork could not see."""
+
+    agent_ref: str
+    known: bool
+    twin: bool
+    asks: list[ArmTool]
+    reads: list[ArmTool]
+    acts: list[ArmTool]
+    note: str | None = None
+
+
+def classify(
+    name: str, *, require_approval: Sequence[str], read_only_hint: bool | None, read_only_names: frozenset[str]
+) -> ToolClass:
+    """asks when kagent asks to approve it; reads when the server says it only reads or the operator counts it
+    read-only; else acts."""
+    if name in require_approval:
+        return "asks"
+    if read_only_hint is True or name in read_only_names:
+        return "reads"
+    return "acts"
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_read_only_names() -> frozenset[str]:
+    """The shipped default list (read_only_tools.txt: a name a line, `#` comments)."""
+    lines = (line.partition("#")[0].strip() for line in _SHIPPED.read_text().splitlines())
+    return frozenset(line for line in lines if line)
+
+
+def read_only_names(settings: Settings) -> frozenset[str]:
+    """REPLAY_READ_ONLY_TOOLS's names, its word `default` standing for the shipped list."""
+    words = set(settings.replay_read_only_tools)
+    shipped = shipped_read_only_names() if "default" in words else frozenset()
+    return shipped | (words - {"default"})
+
+
+def _under(url: str, base: str) -> bool:
+    return url == base or url.startswith((base + "/", base + "?"))
+
+
+def is_replay_twin(config: AgentConfig | None, settings: Settings) -> bool:
+    """An arm whose MCP servers (one at least) are all this service's replay endpoint (REPLAY_MCP_URL), with no
+    local stdio servers, remote agents or code of its own to run: nothing it calls reaches a real tool unasked."""
+    base = settings.replay_mcp_url
+    if config is None or base is None:
+        return False
+    servers = [*(config.http_tools or []), *(config.sse_tools or [])]
+    if not servers or config.stdio_tools or config.remote_agents or config.execute_code:
+        return False
+    return all(_under(s.params.url.rstrip("/"), base) for s in servers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listed:
+    """A server's answer to tools/list: each tool's name and readOnlyHint, or why there is none."""
+
+    tools: list[tuple[str, bool | None]]
+    error: str | None = None
+
+
+def _reason(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "it did not list its tools in time"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def list_tools(url: str, transport: Literal["http", "sse"], headers: dict[str, str], seconds: float) -> Listed:
+    """The server's tools/list (every page), over streamable HTTP or SSE, within `seconds`."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    found: list[tuple[str, bool | None]] = []
+    try:
+        with anyio.fail_after(seconds):
+            async with create_mcp_http_client(headers=headers) as http:
+                streams = (
+                    streamable_http_client(url, http_client=http)
+                    if transport == "http"
+                    else sse_client(url, headers=headers, timeout=seconds, sse_read_timeout=seconds)
+                )
+                async with streams as opened, ClientSession(opened[0], opened[1]) as session:
+                    await session.initialize()
+                    cursor: str | None = None
+                    while True:
+                        page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+                        found += [(t.name, t.annotations.readOnlyHint if t.annotations else None) for t in page.tools]
+                        cursor = page.nextCursor
+                        if not cursor:
+                            break
+    except Exception as exc:  # a server that does not answer: its tools all act, with the reason
+        return Listed(tools=[], error=_reason(exc))
+    return Listed(tools=found)
+
+
+def server_headers(server: McpServerConfig, caller: Caller, authorization: str | None) -> dict[str, str]:
+    """What the arm's runtime sends the server on the caller's turn: the config's own headers, and those of the
+    caller's (its user id, its bearer token) that `allowed_headers` lets kagent-adk forward."""
+    out = dict(server.params.headers or {})
+    mine = {"x-user-id": caller.user_id, **({"authorization": authorization} if authorization else {})}
+    for name in server.allowed_headers or []:
+        if name.lower() in mine:
+            out[name] = mine[name.lower()]
+    return out
+
+
+def _servers(config: AgentConfig) -> list[tuple[McpServerConfig, Literal["http", "sse"]]]:
+    return [*((s, "http") for s in config.http_tools or []), *((s, "sse") for s in config.sse_tools or [])]
+
+
+def _unlistable(config: AgentConfig) -> list[ArmTool]:
+    """What the arm can do that no tools/list shows and no replay can stand in for."""
+    out = [
+        ArmTool(name=f"stdio: {' '.join([s.command, *(s.args or [])])}"[:200],
+                why="a local MCP server its runtime starts as a process: no one outside can list or replay it")
+        for s in config.stdio_tools or []
+    ]  # fmt: skip
+    out += [
+        ArmTool(name=r.name or r.url, server=r.url or None,
+                why="a remote agent it calls over A2A: that agent's own tools run for real")
+        for r in config.remote_agents or []
+    ]  # fmt: skip
+    if config.execute_code:
+        out.append(ArmTool(name="execute_code", why="the agent runs code its model writes"))
+    return out
+
+
+def arm_of(ref: str, row: AgentRow | None, listed: dict[tuple[str, str], Listed], settings: Settings) -> ArmTools:
+    """One arm's tools by class, from its row and its servers' answers (`listed`, by (transport, url))."""
+    if row is None:
+        return ArmTools(
+            agent_ref=ref, known=False, twin=False, asks=[], reads=[], acts=[],
+            note="kagent's agent table has no row for it (kagent's controller writes one for every agent it "
+            "runs: this one is served from elsewhere, as the demo's scripted agent or a test's): kagent-fork "
+            "cannot see its tools",
+        )  # fmt: skip
+    if row.config is None:
+        why = row.config_error or f"a {row.type} agent: its tools are its own, kagent's configuration lists none"
+        return ArmTools(agent_ref=ref, known=False, twin=False, asks=[], reads=[], acts=[ArmTool(name="*", why=why)])
+    config, names = row.config, read_only_names(settings)
+    by: dict[ToolClass, list[ArmTool]] = {"asks": [], "reads": [], "acts": []}
+    for server, transport in _servers(config):
+        url, approval, allowed = server.params.url, server.require_approval or [], server.tools or None
+        answer = listed[(transport, url)]
+        if answer.error is not None:
+            for name in allowed or ["*"]:
+                by["acts"].append(ArmTool(name=name, server=url, why=f"the server did not answer: {answer.error}"))
+            continue
+        for name, hint in answer.tools:
+            if allowed is not None and name not in allowed:
+                continue
+            cls = classify(name, require_approval=approval, read_only_hint=hint, read_only_names=names)
+            why = {
+                "asks": "require_approval: kagent asks a person first",
+                "reads": "readOnlyHint" if hint is True else "listed read-only (REPLAY_READ_ONLY_TOOLS)",
+                "acts": "not read-only, no approval",
+            }[cls]
+            by[cls].append(ArmTool(name=name, server=url, why=why))
+    by["acts"] += _unlistable(config)
+    ordered = {k: sorted(v, key=lambda t: (t.name, t.server or "")) for k, v in by.items()}
+    return ArmTools(
+        agent_ref=ref, known=True, twin=is_replay_twin(config, settings), asks=ordered["asks"],
+        reads=ordered["reads"], acts=ordered["acts"],
+    )  # fmt: skip
+
+
+async def arms(
+    svc: Services, caller: Caller, refs: Iterable[str], authorization: str | None = None
+) -> dict[str, ArmTools]:
+    """Every arm's tools by class: the configurations read on one pooled connection, released, then `classed`."""
+    async with svc.connection() as conn:
+        rows = await svc.store.agents.of(conn, list(dict.fromkeys(refs)))
+    return await classed(svc, caller, rows, authorization)
+
+
+async def classed(
+    svc: Services, caller: Caller, rows: dict[str, AgentRow | None], authorization: str | None = None
+) -> dict[str, ArmTools]:
+    """Every arm's tools by class, from its row (store.agents.of, read and released before: no pooled connection
+    is held while servers answer): every server asked at once (one several arms share with the same headers,
+    once)."""
+    check_not_holding("an MCP server's tools/list")
+    timeout = min(LIST_TIMEOUT_SECONDS, float(svc.settings.whatif_timeout_seconds))
+    asks: dict[tuple[str, str, str], tuple[str, Literal["http", "sse"], dict[str, str]]] = {}
+    for row in rows.values():
+        for server, transport in _servers(row.config) if row is not None and row.config is not None else []:
+            hdrs = server_headers(server, caller, authorization)
+            asks[(transport, server.params.url, repr(sorted(hdrs.items())))] = (server.params.url, transport, hdrs)
+    answers = await asyncio.gather(*(list_tools(url, t, h, timeout) for url, t, h in asks.values()))
+    listed: dict[tuple[str, str], Listed] = {}
+    for key, answer in zip(asks, answers, strict=True):
+        # Two arms reaching one server with different headers: the poorer answer stands for both (safe side).
+        if key[:2] not in listed or answer.error is not None:
+            listed[key[:2]] = answer
+    return {ref: arm_of(ref, row, listed, svc.settings) for ref, row in rows.items()}
+
+
+async def arm_tools(svc: Services, caller: Caller, agent_ref: str, authorization: str | None = None) -> ArmTools:
+    """One arm's tools by class (arms, for one)."""
+    return (await arms(svc, caller, [agent_ref], authorization))[agent_ref]
+
+
+def _named(tools: Sequence[ArmTool]) -> str:
+    names = list(dict.fromkeys(t.name for t in tools))
+    more = f" and {len(names) - _MORE_THAN} more" if len(names) > _MORE_THAN else ""
+    return ", ".join(names[:_MORE_THAN]) + more
+
+
+def decide(asked: ToolPolicy | None, arms: Iterable[ArmTools]) -> ToolPolicy:
+    """The policy a start runs with: `live` only when asked for; otherwise `replay`, refused (422) when an arm that
+    is not a replay twin could call a tool that acts without an approval (or, with `reads: "recorded"`, one that
+    would read live: only a twin's reads can be held to the recording)."""
+    if asked is not None and asked.mode == "live":
+        return asked
+    policy = asked or ToolPolicy(mode="replay")
+    risky = [
+        (arm.agent_ref, [*arm.acts, *(arm.reads if policy.reads == "recorded" else [])]) for arm in arms if not arm.twin
+    ]
+    risky = [(ref, tools) for ref, tools in risky if tools]
+    if not risky:
+        return policy
+    what = "act" if policy.reads == "live" else 'act, or read live (reads: "recorded")'
+    agents = "; ".join(f"{ref} ({_named(tools)})" for ref, tools in risky)
+    one = len(risky) == 1
+    raise Unprocessable(
+        f"tools: {'the agent' if one else 'the agents'} {agents} could call tools that {what} without an "
+        f"approval, and {'it is' if one else 'they are'} not a replay twin: nothing was started. Run "
+        f"{'it' if one else 'them'} on a replay twin (kagent-fork replay-twin NAMESPACE/NAME), or say "
+        'tools: "live" to let every tool run for real'
+    )

@@ -1,0 +1,213 @@
+"""Issue 34: what each arm of a replay can do with its tools, known before anything runs. Each arm's configuration
+is read from kagent's `agent` table (rows as kagent's controller writes them), its MCP servers (real FastMCP
+servers, streamable HTTP and SSE: tests/support/classified_tools.py) are asked for their tools as the caller, and
+each tool is classed asks / reads / acts; the policy that refuses an arm that could act (tools.decide)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from service.agents.replay import tools
+from service.agents.replay.tools import ArmTools, ToolPolicy, classify, decide, is_replay_twin, policy_of
+from service.config import ConfigError, Settings, from_env
+from service.errors import Unprocessable
+from service.identity import Caller
+from service.kagent.store.agents import AgentConfig, McpServerConfig, McpServerParams, agent_row_id
+from service.services import Services
+from tests.support.classified_tools import HTTP_TOOLS, ClassifiedServers, classified_servers
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[ClassifiedServers]:
+    with classified_servers() as served:
+        yield served
+
+
+def closed_port_url(path: str = "/mcp") -> str:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}{path}"
+
+
+async def put_agent(pool: asyncpg.Pool, ref: str, config: object, type_: str = "Declarative") -> None:
+    """The agent's row as kagent's controller upserts it (reconciler.upsertAgent): its id, type and config."""
+    text = None if config is None else json.dumps(config)
+    await pool.execute(
+        "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), $2, $3::json) "
+        "ON CONFLICT (id) DO UPDATE SET type = EXCLUDED.type, config = EXCLUDED.config, deleted_at = NULL",
+        agent_row_id(ref), type_, text,
+    )  # fmt: skip
+
+
+def names(arm: ArmTools) -> dict[str, list[str]]:
+    return {
+        "asks": [t.name for t in arm.asks],
+        "reads": [t.name for t in arm.reads],
+        "acts": [t.name for t in arm.acts],
+    }
+
+
+# --- the words: classification, the request's policy, twins, the operator's list --------------------------------
+
+
+def test_classify_asks_before_reads_before_acts() -> None:
+    ro = frozenset({"listed_read"})
+    assert classify("x", require_approval=["x"], read_only_hint=True, read_only_names=ro) == "asks"
+    assert classify("x", require_approval=[], read_only_hint=True, read_only_names=ro) == "reads"
+    assert classify("listed_read", require_approval=[], read_only_hint=None, read_only_names=ro) == "reads"
+    assert classify("x", require_approval=[], read_only_hint=False, read_only_names=ro) == "acts"
+    assert classify("x", require_approval=[], read_only_hint=None, read_only_names=ro) == "acts"
+
+
+def test_the_request_policy_and_its_refusals() -> None:
+    assert policy_of(None) is None
+    assert policy_of("live") == ToolPolicy(mode="live")
+    assert policy_of("replay", "recorded") == ToolPolicy(mode="replay", reads="recorded")
+    assert policy_of(None, "recorded") == ToolPolicy(mode="replay", reads="recorded")
+    assert policy_of(ToolPolicy(mode="replay", reads="recorded"), "recorded") == ToolPolicy(
+        mode="replay", reads="recorded"
+    )
+    with pytest.raises(Unprocessable, match="say it once"):
+        policy_of(ToolPolicy(mode="replay", reads="recorded"), "live")
+    with pytest.raises(Unprocessable, match='applies to tools: "replay"'):
+        policy_of(ToolPolicy(mode="live", reads="recorded"))
+    with pytest.raises(Unprocessable, match='applies to tools: "replay"'):
+        policy_of("live", "recorded")
+
+
+def test_the_operators_read_only_list_replaces_or_extends_the_shipped_one() -> None:
+    shipped = tools.shipped_read_only_names()
+    # kagent-tools v0.2.1's read tools are in it, its writing tools are not
+    assert {"k8s_get_resources", "k8s_get_pod_logs", "helm_list_releases", "prometheus_query_tool"} <= shipped
+    assert not {"k8s_delete_resource", "k8s_apply_manifest", "k8s_patch_resource", "shell", "helm_upgrade"} & shipped
+    assert tools.read_only_names(from_env({})) == shipped
+    assert tools.read_only_names(from_env({"REPLAY_READ_ONLY_TOOLS": "default, my_get"})) == shipped | {"my_get"}
+    assert tools.read_only_names(from_env({"REPLAY_READ_ONLY_TOOLS": "my_get my_list"})) == {"my_get", "my_list"}
+    assert tools.read_only_names(from_env({"REPLAY_READ_ONLY_TOOLS": "none"})) == frozenset()
+    with pytest.raises(ConfigError, match="REPLAY_READ_ONLY_TOOLS"):
+        from_env({"REPLAY_READ_ONLY_TOOLS": "good,b@d"})
+    with pytest.raises(ConfigError, match="REPLAY_MCP_URL"):
+        from_env({"REPLAY_MCP_URL": "kagent-fork:8080/replay/mcp"})
+
+
+def test_a_replay_twin_has_every_server_under_the_replay_endpoint_and_nothing_else() -> None:
+    base = "http://kagent-fork.kagent:8080/replay/mcp"
+    on = Settings(replay_mcp_url=base)
+
+    def cfg(*urls: str, **more: object) -> AgentConfig:
+        return AgentConfig(
+            http_tools=[McpServerConfig(params=McpServerParams(url=u)) for u in urls],
+            **more,  # type: ignore[arg-type]
+        )
+
+    assert is_replay_twin(cfg(f"{base}/kagent/tool-server"), on)
+    assert is_replay_twin(cfg(base, f"{base}?server=2"), on)
+    assert not is_replay_twin(cfg(f"{base}/kagent/tool-server"), Settings())  # REPLAY_MCP_URL unset
+    assert not is_replay_twin(cfg(f"{base}/a", "http://tools.kagent:8084/mcp"), on)
+    assert not is_replay_twin(cfg(f"{base}extra"), on)  # a prefix of a name is not the endpoint
+    assert not is_replay_twin(cfg(), on)  # no server at all
+    assert not is_replay_twin(cfg(f"{base}/a", execute_code=True), on)
+    assert not is_replay_twin(None, on)
+
+
+def arm(ref: str, *, acts: list[str] = (), reads: list[str] = (), twin: bool = False) -> ArmTools:  # type: ignore[assignment]
+    return ArmTools(
+        agent_ref=ref, known=True, twin=twin, asks=[],
+        reads=[tools.ArmTool(name=n, why="t") for n in reads], acts=[tools.ArmTool(name=n, why="t") for n in acts],
+    )  # fmt: skip
+
+
+def test_decide_refuses_an_arm_that_could_act_unless_live_is_said() -> None:
+    quiet, acting = arm("ns/quiet", reads=["get_pods"]), arm("ns/acting", acts=["scale", "delete"])
+    assert decide(None, [quiet]) == ToolPolicy(mode="replay")
+    assert decide(ToolPolicy(mode="live"), [acting]) == ToolPolicy(mode="live")
+    assert decide(None, [arm("ns/twin", acts=["scale"], twin=True)]) == ToolPolicy(mode="replay")
+    with pytest.raises(Unprocessable) as refused:
+        decide(None, [quiet, acting])
+    assert "ns/acting (scale, delete)" in refused.value.message and "ns/quiet" not in refused.value.message
+    assert 'tools: "live"' in refused.value.message
+    with pytest.raises(Unprocessable, match="ns/acting"):
+        decide(ToolPolicy(mode="replay"), [acting])
+    # reads held to the recording: only a twin can hold them, so a plain arm that reads is refused too
+    with pytest.raises(Unprocessable, match=r"ns/quiet \(get_pods\)"):
+        decide(ToolPolicy(mode="replay", reads="recorded"), [quiet])
+    many = arm("ns/many", acts=[f"t{i}" for i in range(20)])
+    with pytest.raises(Unprocessable, match="and 8 more"):
+        decide(None, [many])
+
+
+# --- an arm's tools, from kagent's agent table and its real MCP servers ------------------------------------------
+
+
+async def test_each_tool_of_each_server_is_classed_as_the_caller_asks(
+    services: Services, pool: asyncpg.Pool, servers: ClassifiedServers
+) -> None:
+    ref = f"ns-{uuid.uuid4().hex[:8]}/tooled-agent"
+    await put_agent(pool, ref, {
+        "model": {"type": "openai", "model": "gpt-4o"},
+        "http_tools": [{
+            "params": {"url": servers.http_url, "headers": {"X-Tools-Key": "k1"}},
+            "tools": [n for n in HTTP_TOOLS if n != "restart_everything"] + ["not_on_the_server"],
+            "require_approval": ["delete_pod"], "allowed_headers": ["X-User-Id", "Authorization"],
+        }],
+        "sse_tools": [{"params": {"url": servers.sse_url}}],
+    })  # fmt: skip
+    settings = dataclasses.replace(services.settings, replay_read_only_tools=("default", "count_widgets"))
+    svc = dataclasses.replace(services, settings=settings)
+    before = len(servers.requests.headers)
+    found = await tools.arm_tools(svc, Caller(user_id="alice@example.com"), ref, "Bearer t0k")
+    assert found.known and not found.twin and found.note is None
+    assert names(found) == {
+        "asks": ["delete_pod"],
+        "reads": ["count_widgets", "get_pods", "k8s_get_events", "sse_status"],
+        "acts": ["scale_deployment", "sse_apply"],
+    }
+    why = {t.name: t.why for t in [*found.asks, *found.reads, *found.acts]}
+    assert why["get_pods"] == "readOnlyHint" and why["k8s_get_events"].startswith("listed read-only")
+    assert {t.server for t in found.reads if t.name == "sse_status"} == {servers.sse_url}
+    # asked as the caller: the config's own header, and the caller's that allowed_headers lets through
+    asked = servers.requests.headers[before:]
+    to_http = [h for h in asked if h.get("x-tools-key") == "k1"]
+    assert to_http and all(h["x-user-id"] == "alice@example.com" for h in to_http)
+    assert all(h["authorization"] == "Bearer t0k" for h in to_http)
+    assert not any("authorization" in h for h in asked if "x-tools-key" not in h)  # the SSE server allows none
+    # without the operator's name, count_widgets acts; a server-side readOnlyHint: false acts whatever the list
+    plain = await tools.arm_tools(services, Caller(user_id="alice@example.com"), ref)
+    assert "count_widgets" in names(plain)["acts"]
+
+
+async def test_what_no_one_can_list_acts(services: Services, pool: asyncpg.Pool) -> None:
+    tag = uuid.uuid4().hex[:8]
+    down, byo, other = (f"ns-{tag}/{n}" for n in ("down", "byo", "other"))
+    await put_agent(pool, down, {
+        "http_tools": [{"params": {"url": closed_port_url()}, "require_approval": ["x"]}],
+        "sse_tools": [{"params": {"url": closed_port_url("/sse")}, "tools": ["a_read", "a_write"]}],
+        "stdio_tools": [{"command": "npx", "args": ["-y", "some-server"]}],
+        "remote_agents": [{"name": "helper", "url": "http://kagent-controller:8083/api/a2a/kagent/helper"}],
+        "execute_code": True,
+    })  # fmt: skip
+    await put_agent(pool, byo, None, type_="BYO")
+    caller = Caller(user_id="bob@example.com")
+    arms = await tools.arms(services, caller, [down, byo, other, down])
+    assert list(arms) == [down, byo, other]  # each arm once, in order
+    found = arms[down]
+    assert names(found) == {
+        "asks": [], "reads": [],
+        "acts": ["*", "a_read", "a_write", "execute_code", "helper", "stdio: npx -y some-server"],
+    }  # fmt: skip
+    reasons = {t.name: t.why for t in found.acts}
+    assert reasons["*"].startswith("the server did not answer: ") and "Connect" in reasons["*"]
+    assert "remote agent" in reasons["helper"] and "process" in reasons["stdio: npx -y some-server"]
+    assert not arms[byo].known and [t.name for t in arms[byo].acts] == ["*"] and "BYO" in arms[byo].acts[0].why
+    # an agent kagent's table does not hold: nothing is known, and the answer says so
+    assert not arms[other].known and names(arms[other]) == {"asks": [], "reads": [], "acts": []}
+    assert arms[other].note is not None and "no row" in arms[other].note
