@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -19,8 +21,11 @@ import httpx
 import pytest
 
 from service.agents.replay.lease import server_key
+from service.app import create_app
+from service.config import Settings
 from tests.helpers import new_user
 from tests.support.kagent_controller import register_agent
+from tests.support.live_server import bound_socket, live_server
 from tests.support.runtimes import kagent_adk, running_runtime
 from tests.support.scripted_model import call, say
 from tests.test_runtime_kagent_adk import (
@@ -44,11 +49,11 @@ FIXTURES = (adk, http, scripted_model, stand_in, tool_server)
 TWIN_REF = "kagent/adk-twin"
 
 
-def twin_config(rt: Runtime) -> dict[str, Any]:
+def twin_config(rt: Runtime, service: str) -> dict[str, Any]:
     """The twin's config.json as kagent's controller renders the Agent `kagent-fork replay-twin` prints: the
     source's model and prompt, its tool server replaced by the replay endpoint, which gets the caller's
     Authorization and X-User-Id."""
-    endpoint = f"{rt.service}/replay/mcp/{AGENT_REF}/{server_key(rt.tools.url)}"
+    endpoint = f"{service}/replay/mcp/{AGENT_REF}/{server_key(rt.tools.url)}"
     return {
         "model": {"type": "openai", "model": "scripted-model", "base_url": rt.model.url},
         "description": "kagent-fork's test agent, as a replay twin",
@@ -65,18 +70,22 @@ def twin_config(rt: Runtime) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-async def twin(adk: Runtime, pool: asyncpg.Pool) -> AsyncIterator[str]:
-    config = twin_config(adk)
+async def twin(adk: Runtime, pool: asyncpg.Pool, settings: Settings, database_url: str) -> AsyncIterator[Runtime]:
+    """The twin's runtime, and a service of its own that knows its replay endpoint (REPLAY_MCP_URL), so that the
+    twin is one: the runtime tests' `adk` with that service in place of theirs."""
+    sock = bound_socket()
+    service = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = twin_config(adk, service)
     async with pool.acquire() as conn:
         await register_agent(conn, TWIN_REF, config)
-    spec = kagent_adk(TWIN_REF, kagent_url=adk.controller.url, config=config)
-    runtime = running_runtime(spec)
-    process = await asyncio.to_thread(runtime.__enter__)
-    try:
+    with ExitStack() as stack:
+        process = await asyncio.to_thread(
+            stack.enter_context, running_runtime(kagent_adk(TWIN_REF, kagent_url=adk.controller.url, config=config))
+        )
         adk.controller.register(TWIN_REF, process.url)
-        yield TWIN_REF
-    finally:
-        await asyncio.to_thread(runtime.__exit__, None, None, None)
+        own = replace(settings, kagent_a2a_url=adk.controller.a2a_url, replay_mcp_url=f"{service}/replay/mcp")
+        stack.enter_context(live_server(create_app(own, database_url), sock=sock))
+        yield replace(adk, service=service)
 
 
 def tool_messages(request: dict[str, Any]) -> list[str]:
@@ -108,7 +117,7 @@ async def replay_on_twin(
 
 async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refuses_what_acts(
     adk: Runtime,
-    twin: str,
+    twin: Runtime,
     http: httpx.AsyncClient,
     pool: asyncpg.Pool,
 ) -> None:
@@ -124,7 +133,7 @@ async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refus
     # The replay's model asks for more than the source's did: a new read, and an act.
     model.on(q[1], call("lookup", query=f"nodes-{t}"), say("2 nodes."))
     model.on(q[2], call("scale", name=f"web-{t}", replicas=3), say("I could not scale it."))
-    done = await replay_on_twin(adk, http, source, user, Authorization=f"Bearer caller-{t}")
+    done = await replay_on_twin(twin, http, source, user, Authorization=f"Bearer caller-{t}")
     branch = done["branches"][0]
     assert [x["state"] for x in branch["turns"]] == ["completed"] * 3, branch
 
@@ -157,7 +166,7 @@ def system_prompt(request: dict[str, Any]) -> str:
 
 async def test_two_branches_of_one_twin_at_once_each_get_their_own_sources_recording(
     adk: Runtime,
-    twin: str,
+    twin: Runtime,
     http: httpx.AsyncClient,
     pool: asyncpg.Pool,
 ) -> None:
@@ -172,7 +181,7 @@ async def test_two_branches_of_one_twin_at_once_each_get_their_own_sources_recor
     assert answers[0] != answers[1] and all(len(a) == 1 for a in answers), answers
     assert len([c for c in tools.of("status") if c.args == {"name": f"web-{t}"}]) == 2
 
-    done = await asyncio.gather(*(replay_on_twin(adk, http, s, user) for s in sources))
+    done = await asyncio.gather(*(replay_on_twin(twin, http, s, user) for s in sources))
     for question, answer, experiment in zip(questions, answers, done, strict=True):
         replayed = model.requests_for(question)[2:]
         assert len(replayed) == 2, [tool_messages(r) for r in replayed]

@@ -18,15 +18,15 @@ from typing import Literal
 import msgspec
 from mcp.types import CallToolResult, TextContent, Tool
 
-from service.agents.replay import real_server
+from service.agents.replay import real_server, tools
 from service.agents.replay.lease import servers
 from service.agents.replay.recordings import canonical, recorded
+from service.agents.replay.tools import ToolClass, ToolPolicy
 from service.errors import NotFound
 from service.kagent.store.replay import Holder
 from service.services import Services
 
 AnsweredFrom = Literal["recorded", "live", "refused"]
-ToolClass = Literal["asks", "reads", "acts"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,13 +74,15 @@ async def target(svc: Services, incoming: Incoming) -> Target:
 
 
 def classify(tool: str, target: Target, listed: list[Tool], read_only_names: frozenset[str]) -> ToolClass:
-    """asks (kagent asks the user first), reads (annotated read-only, or named read-only by the operator), acts
-    (the rest, and every tool of a server that did not list it)."""
-    if tool in target.require_approval:
-        return "asks"
+    """The tool's class as the start classes an arm's tools (tools.classify): what the source agent's config and
+    the real server's tools/list say of it; a tool the server did not list acts."""
     spec = next((t for t in listed if t.name == tool), None)
-    hinted = spec is not None and spec.annotations is not None and spec.annotations.readOnlyHint is True
-    return "reads" if hinted or (spec is not None and tool in read_only_names) else "acts"
+    if spec is None:
+        return "asks" if tool in target.require_approval else "acts"
+    hint = spec.annotations.readOnlyHint if spec.annotations is not None else None
+    return tools.classify(
+        tool, require_approval=sorted(target.require_approval), read_only_hint=hint, read_only_names=read_only_names
+    )
 
 
 def refusal(text: str) -> CallToolResult:
@@ -110,11 +112,12 @@ async def holder_of(svc: Services, incoming: Incoming) -> Holder | None:
         return await svc.store.replay.lease_holder(conn, incoming.agent, incoming.user_id)
 
 
-async def call(
-    svc: Services, incoming: Incoming, tool: str, arguments: dict[str, object], *, reads: str = "live",
-    read_only_names: frozenset[str] = frozenset(),
-) -> CallToolResult:  # fmt: skip
-    """Answer one call of a twin (see the module's text), kept with its branch and turn."""
+_policy = msgspec.json.Decoder(ToolPolicy)
+
+
+async def call(svc: Services, incoming: Incoming, tool: str, arguments: dict[str, object]) -> CallToolResult:
+    """Answer one call of a twin (see the module's text), kept with its branch and turn. Reads run live unless the
+    branch's policy says `reads: "recorded"` (a job written before policies were kept: live)."""
     where = await target(svc, incoming)
     holder = await holder_of(svc, incoming)
     if holder is None:
@@ -132,7 +135,9 @@ async def call(
             if job is not None and key is not None
             else {}
         )
-    answered = await _answer(where, tool, arguments, recordings, reads, read_only_names)
+    policy = _policy.decode(job.tool_policy) if job is not None and job.tool_policy else None
+    reads = policy.reads if policy is not None else "live"
+    answered = await _answer(where, tool, arguments, recordings, reads, tools.read_only_names(svc.settings))
     async with svc.connection() as conn:
         await svc.store.replay.insert_call(
             conn, holder, twin=incoming.agent, server=incoming.server, tool=tool, arguments=canonical(arguments),
