@@ -159,6 +159,21 @@ async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refus
         (2, "scale", {"name": f"web-{t}", "replicas": 3}, "acts", "refused"),
     ]
 
+    # the grid: per turn and in all, where the answers came from, and the refused call (the arm's intent)
+    intent = {"tool": "scale", "arguments": {"name": f"web-{t}", "replicas": 3}}
+    assert [x["tool_policy"] for x in branch["turns"]] == [
+        {"recorded": 1, "live": 0, "refused": 0, "refused_calls": []},
+        {"recorded": 0, "live": 1, "refused": 0, "refused_calls": []},
+        {"recorded": 0, "live": 0, "refused": 1, "refused_calls": [intent]},
+    ]
+    assert branch["totals"]["tool_policy"] == {"recorded": 1, "live": 1, "refused": 1, "refused_calls": [intent]}
+    assert done["source"]["totals"]["tool_policy"] is None
+    assert all(x["tool_policy"] is None for x in done["source"]["turns"])
+    table = await http.get(f"{twin.service}/api/experiments/{done['id']}?format=markdown", headers={"X-User-Id": user})
+    assert table.status_code == 200, table.text
+    assert "| **tool calls answered** |  | 1 recorded, 1 live, 1 refused |" in table.text, table.text
+    assert f'turn 3: wanted `scale({{"name":"web-{t}","replicas":3}})`, not run (a replay)' in table.text
+
 
 def system_prompt(request: dict[str, Any]) -> str:
     return str(request["messages"][0].get("content"))

@@ -812,6 +812,15 @@ export async function listWhatifs(sessionId: string, options: ClientOptions = {}
 
 // --- experiments ---------------------------------------------------------------------------------
 
+/** A replay twin's tool calls by where kagent-fork's replay endpoint answered them from (docs/replay-twins.md):
+ * the source's recording, the real server (a read, live as the caller), or nowhere (refused: the arm's intent). */
+export interface ReplayedCalls {
+  recorded: number;
+  live: number;
+  refused: number;
+  refused_calls: { tool: string; arguments: unknown }[];
+}
+
 /** One turn of an experiment's column (kagent-fork's TurnFigures). */
 export interface ExperimentTurn {
   question: string | null;
@@ -825,6 +834,8 @@ export interface ExperimentTurn {
   duration_seconds: number;
   /** completed, input-required, failed, ...; working while it runs, pending before it is sent. */
   state: string | null;
+  /** On a replay twin, where the turn's tool calls were answered from; null for the source and other agents. */
+  tool_policy?: ReplayedCalls | null;
 }
 
 /** A column of the grid: the source, or one branch (an agent and a repeat). */
@@ -845,6 +856,8 @@ export interface ExperimentColumn {
     model_calls: number;
     total_tokens: number;
     duration_seconds: number;
+    /** On a replay twin, the column's tool calls by where their answers came from (null: no twin). */
+    tool_policy?: ReplayedCalls | null;
   };
 }
 

@@ -23,8 +23,26 @@ class JobResult(msgspec.Struct, frozen=True, kw_only=True):
     total_tokens: int
 
 
+class RefusedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call a replay twin's endpoint did not run: the arm's intent."""
+
+    tool: str
+    arguments: object
+
+
+class Replayed(msgspec.Struct, frozen=True, kw_only=True):
+    """A replay twin's tool calls (docs/replay-twins.md), by where their answers came from: the source's
+    recording, the real server (a read, live), or nowhere (refused: `refused_calls` say what the arm wanted)."""
+
+    recorded: int
+    live: int
+    refused: int
+    refused_calls: list[RefusedCall]
+
+
 class TurnFigures(msgspec.Struct, frozen=True, kw_only=True):
-    """One turn of a column: what was asked (and sent), what the agent answered and what it cost."""
+    """One turn of a column: what was asked (and sent), what the agent answered and what it cost, and, on a
+    replay twin, what its tool calls were answered from (`tool_policy`; null elsewhere)."""
 
     question: str | None
     sent: list[object] | None  # the message's parts exactly as sent over A2A (None: the source's own turn)
@@ -35,6 +53,7 @@ class TurnFigures(msgspec.Struct, frozen=True, kw_only=True):
     total_tokens: int
     duration_seconds: float
     state: str | None
+    tool_policy: Replayed | None = None
 
 
 def sent_parts(message_json: str) -> list[object]:

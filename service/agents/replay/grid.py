@@ -15,7 +15,15 @@ import statistics
 import msgspec
 
 from service.agents import a2a_client
-from service.agents.replay.figures import TurnFigures, question_of, sent_parts, task_text, turn_figures
+from service.agents.replay.figures import (
+    RefusedCall,
+    Replayed,
+    TurnFigures,
+    question_of,
+    sent_parts,
+    task_text,
+    turn_figures,
+)
 from service.agents.replay.span import turns_read_from
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.branches import turns as turn_listing
@@ -25,6 +33,7 @@ from service.kagent import frameworks
 from service.kagent.store.base import BEGINNING, Connection
 from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
+from service.kagent.store.replay import ReplayCall
 from service.kagent.store.sessions import SessionRow
 from service.schemas import rfc3339
 from service.services import Services
@@ -40,6 +49,8 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
     model_calls: int
     total_tokens: int
     duration_seconds: float
+    # a replay twin's tool calls over the column's turns (null: the branch's agent is no twin; the source)
+    tool_policy: Replayed | None = None
 
 
 class Column(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +134,26 @@ def listed(row: ExperimentRow) -> Listed:
     )  # fmt: skip
 
 
+def replayed(calls: list[ReplayCall]) -> Replayed:
+    """The calls by where their answers came from, the refused ones named (in the order they came)."""
+    refused = [c for c in calls if c.answered_from == "refused"]
+    return Replayed(
+        recorded=sum(c.answered_from == "recorded" for c in calls), live=sum(c.answered_from == "live" for c in calls),
+        refused=len(refused), refused_calls=[RefusedCall(tool=c.tool, arguments=msgspec.json.decode(c.arguments))
+                                             for c in refused],
+    )  # fmt: skip
+
+
+def _sum(parts: list[Replayed | None]) -> Replayed | None:
+    found = [p for p in parts if p is not None]
+    if not found:
+        return None
+    return Replayed(
+        recorded=sum(p.recorded for p in found), live=sum(p.live for p in found), refused=sum(p.refused for p in found),
+        refused_calls=[c for p in found for c in p.refused_calls],
+    )  # fmt: skip
+
+
 def totals(turns: list[TurnFigures]) -> Totals:
     done = [t for t in turns if t.state not in ("pending", "working")]
     return Totals(
@@ -130,6 +161,7 @@ def totals(turns: list[TurnFigures]) -> Totals:
         rejected_tool_calls=sum(t.rejected_tool_calls for t in done), model_calls=sum(t.model_calls for t in done),
         total_tokens=sum(t.total_tokens for t in done),
         duration_seconds=round(sum(t.duration_seconds for t in done), 3),
+        tool_policy=_sum([t.tool_policy for t in turns]),
     )  # fmt: skip
 
 
@@ -151,8 +183,20 @@ class Card(msgspec.Struct, frozen=True, kw_only=True):
     skills_sha256: str
 
 
-def branch_column(job: WhatifJob, turns: list[JobTurn]) -> Column:
+def _is_twin(job: WhatifJob) -> bool:
+    return job.arm_tools is not None and msgspec.json.decode(job.arm_tools, type=ArmTools).twin
+
+
+def branch_column(job: WhatifJob, turns: list[JobTurn], calls: list[ReplayCall] | None = None) -> Column:
+    """A branch's column; on a replay twin each turn (sent) says what its tool calls were answered from."""
     figures = [msgspec.json.decode(t.figures, type=TurnFigures) if t.figures else _unfinished(t) for t in turns]
+    if calls is not None and _is_twin(job):
+        figures = [
+            f if f.state == "pending" else msgspec.structs.replace(
+                f, tool_policy=replayed([c for c in calls if c.ordinal == t.ordinal])
+            )
+            for f, t in zip(figures, turns, strict=True)
+        ]  # fmt: skip
     if job.status != "running":  # a turn that never ran (after a failure or a cancel) is not shown
         figures = [f for f in figures if f.state not in ("pending",)]
     return Column(
@@ -269,6 +313,9 @@ async def experiment(
         raise NotFound(f"experiment {experiment_id} not found")
     jobs = await svc.store.experiments.branches(conn, row.id)
     turns = await svc.store.jobs.whatif_turns_of_jobs(conn, [j.id for j in jobs])
+    calls: dict[str, list[ReplayCall]] = {j.id: [] for j in jobs}
+    for c in await svc.store.replay.calls_of_jobs(conn, [j.id for j in jobs]):
+        calls[c.job_id].append(c)
     if row.source_turns is not None:
         baseline = msgspec.json.decode(row.source_turns, type=list[TurnFigures])
     elif live:
@@ -276,7 +323,7 @@ async def experiment(
             baseline = await source_turns(svc, conn, row)
     else:
         baseline = []
-    columns = [branch_column(j, turns[j.id]) for j in jobs]
+    columns = [branch_column(j, turns[j.id], calls[j.id]) for j in jobs]
     source = Column(
         agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
         status="completed", error=None, stopped_at=None, turns=baseline, totals=totals(baseline),
