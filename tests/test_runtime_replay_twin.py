@@ -19,6 +19,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from playwright.async_api import async_playwright, expect
 
 from service.agents.replay.lease import server_key
 from service.app import create_app
@@ -28,6 +29,7 @@ from tests.support.kagent_controller import register_agent
 from tests.support.live_server import bound_socket, live_server
 from tests.support.runtimes import kagent_adk, running_runtime
 from tests.support.scripted_model import call, say
+from tests.test_explorer_page import chromium
 from tests.test_runtime_kagent_adk import (
     AGENT_REF,
     INSTRUCTION,
@@ -173,6 +175,36 @@ async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refus
     assert table.status_code == 200, table.text
     assert "| **tool calls answered** |  | 1 recorded, 1 live, 1 refused |" in table.text, table.text
     assert f'turn 3: wanted `scale({{"name":"web-{t}","replicas":3}})`, not run (a replay)' in table.text
+    await the_page_shows_it(twin.service, source, user, t)
+
+
+async def the_page_shows_it(service: str, source: str, user: str, t: str) -> None:
+    """The explorer page's grid of that experiment: each turn's answers by where they came from, the intent."""
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            tab = await browser.new_page()
+            await tab.goto(f"{service}/ui/#session={source}&user={user}")
+            await tab.get_by_role("button", name="Experiments").click()
+            await (
+                tab.locator("#experiments li[data-status=completed]")
+                .get_by_role("button", name="Show the grid")
+                .click()
+            )
+            cells = tab.locator("#experiment tbody tr td.replayed, #experiment .replayed")
+            await expect(tab.locator("#experiment tbody tr")).to_have_count(3)
+            await expect(cells.first).to_be_visible()
+            texts = await tab.locator("#experiment .replayed").all_inner_texts()
+            assert texts == [
+                "tools: 1 recorded, 0 live, 0 refused",
+                "tools: 0 recorded, 1 live, 0 refused",
+                "tools: 0 recorded, 0 live, 1 refused",
+                "tools: 1 recorded, 1 live, 1 refused",
+            ], texts
+            intent = await tab.locator("#experiment .intent").all_inner_texts()
+            assert intent == [f'wanted scale({{"name":"web-{t}","replicas":3}}): not run (a replay)'], intent
+        finally:
+            await browser.close()
 
 
 def system_prompt(request: dict[str, Any]) -> str:
