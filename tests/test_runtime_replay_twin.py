@@ -105,12 +105,14 @@ async def replay_calls(pool: asyncpg.Pool, job_id: str) -> list[tuple[int, str, 
 
 
 async def replay_on_twin(
-    rt: Runtime, client: httpx.AsyncClient, source: str, user: str, **headers: str
-) -> dict[str, Any]:
+    rt: Runtime, client: httpx.AsyncClient, source: str, user: str, *, body: dict[str, Any] | None = None,
+    **headers: str,
+) -> dict[str, Any]:  # fmt: skip
     listed = await turns(rt, client, source, user)
     started = await api(
         rt, client, "POST", f"/api/sessions/{source}/experiments", user, headers=headers,
-        json={"rewind_before_invocation_id": listed[0]["invocation_id"], "agents": [TWIN_REF], "turns": "all"},
+        json={"rewind_before_invocation_id": listed[0]["invocation_id"], "agents": [TWIN_REF], "turns": "all",
+              **(body or {})},
     )  # fmt: skip
     done = await experiment_done(rt, client, started["experiment"]["id"], user)
     assert done["status"] == "completed", done
@@ -236,3 +238,21 @@ async def test_two_branches_of_one_twin_at_once_each_get_their_own_sources_recor
         job_id = experiment["branches"][0]["job_id"]
         assert await replay_calls(pool, job_id) == [(0, "status", {"name": f"web-{t}"}, "reads", "recorded")]
     assert len([c for c in tools.of("status") if c.args == {"name": f"web-{t}"}]) == 2
+
+
+async def test_under_reads_recorded_a_twin_runs_no_read_the_source_did_not_make(
+    adk: Runtime, twin: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    user, t = new_user(), tag()
+    model, tools = adk.model.model, adk.tools.calls
+    question = f"R1 {t}: anything new?"
+    source = await conversation(adk, http, user, [question])
+    model.on(question, call("lookup", query=f"news-{t}"), say("Nothing I may look at."))
+    done = await replay_on_twin(twin, http, source, user, body={"tools": {"mode": "replay", "reads": "recorded"}})
+    assert done["tool_policy"] == {"mode": "replay", "reads": "recorded"}
+    assert [c for c in tools.of("lookup") if c.args == {"query": f"news-{t}"}] == []
+    refused = tool_messages(model.requests_for(question)[-1])[-1]
+    assert "not run" in refused and "reads: recorded" in refused, refused
+    branch = done["branches"][0]
+    assert await replay_calls(pool, branch["job_id"]) == [(0, "lookup", {"query": f"news-{t}"}, "reads", "refused")]
+    assert branch["totals"]["tool_policy"]["refused_calls"] == [{"tool": "lookup", "arguments": {"query": f"news-{t}"}}]

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from service.agents.replay.player import NotOurs
 from service.agents.replay.steady import steady
 from service.kagent.store.agents import AgentConfig, McpServerConfig
 from service.kagent.store.base import Connection
@@ -31,7 +32,7 @@ from service.services import Services
 
 log = logging.getLogger("kagent_fork")
 T = TypeVar("T")
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.5
 # The endpoint's path in a twin's server URL: /replay/mcp/<namespace>/<name>/<server>.
 PATH = re.compile(r"/replay/mcp/([a-z0-9]([-a-z0-9]*[a-z0-9])?)/([a-z0-9]([-.a-z0-9]*[a-z0-9])?)/([-a-z0-9]+)/?$")
 
@@ -92,22 +93,38 @@ async def held(host: Host, job: WhatifJob, ordinal: int) -> AsyncIterator[None]:
 
         return await steady(svc, step, where)
 
+    async def still_ours(conn: Connection, _: bool) -> bool:
+        return await svc.store.jobs.whatif_heartbeat(conn, job.id, host.id)
+
     async def take_all() -> None:
         for agent in agents:  # always in the same order: two turns never wait for each other's second lease
-            # Another replica's turn may hold it: only the database can say when it is free, so it is asked again.
+            # Another replica's turn may hold it: only the database can say when it is free, so it is asked again,
+            # as long as the job is still this runner's (a branch cancelled while it waits stops waiting).
             while True:
                 if await take(agent):
                     break
+                if not await steady(svc, still_ours, where):
+                    raise NotOurs
                 await asyncio.sleep(POLL_SECONDS)
 
     async def renew() -> None:
         while True:
             await asyncio.sleep(svc.settings.whatif_heartbeat_seconds)
             for agent in agents:
-                if not await take(agent):
-                    log.warning("%s: the lease of %s was lost to another turn", where, agent)
+                try:
+                    if not await take(agent):
+                        log.warning("%s: the lease of %s was lost to another turn", where, agent)
+                except Exception:  # renewing again at the next beat; the lease lasts three
+                    log.exception("%s: the lease of %s was not renewed", where, agent)
 
-    await host.beating(job, take_all())
+    async def give_back() -> None:
+        await steady(svc, lambda conn, _: svc.store.replay.give_leases(conn, holder), where)
+
+    try:
+        await host.beating(job, take_all())
+    except NotOurs:
+        await give_back()  # the leases it took before it stopped waiting
+        raise
     renewing = asyncio.get_running_loop().create_task(renew(), name=f"lease-{job.id}")
     try:
         yield
@@ -115,4 +132,4 @@ async def held(host: Host, job: WhatifJob, ordinal: int) -> AsyncIterator[None]:
         renewing.cancel()
         with suppress(asyncio.CancelledError):
             await renewing
-        await steady(svc, lambda conn, _: svc.store.replay.give_leases(conn, holder), where)
+        await give_back()
