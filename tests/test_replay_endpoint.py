@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -15,12 +16,16 @@ from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.exceptions import McpError
 
 from service.agents.replay.lease import server_key, stands_in_for, twin_of
-from service.kagent.store.agents import decode_config
+from service.config import Settings
+from service.kagent.store import Store
+from service.kagent.store.agents import agent_row_id, decode_config
 from service.kagent.store.replay import Holder
 from service.services import Services
-from tests.helpers import new_user
+from tests.helpers import new_user, seed
+from tests.support.a2a_agent import NAMESPACE, V1, Seen, running_agents
 from tests.support.kagent_controller import register_agent
 from tests.support.tool_server import RunningTools, running_tools
+from tests.test_whatif import service, whatif_settings
 
 
 def test_a_twins_server_urls_name_the_agents_it_stands_in_for() -> None:
@@ -99,3 +104,73 @@ async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outsid
             await mcp.initialize()
             with pytest.raises(McpError, match=r"no MCP server|not found"):
                 await mcp.list_tools()
+
+
+@pytest.fixture(scope="module")
+def agents(database_url: str) -> Iterator[tuple[str, Seen]]:
+    with running_agents(database_url) as served:
+        yield served
+
+
+async def _ended(client: Any, experiment_id: str, user: str) -> dict[str, Any]:
+    async with asyncio.timeout(30):
+        while True:
+            data: dict[str, Any] = (
+                await client.get(f"/api/experiments/{experiment_id}", headers={"X-User-Id": user})
+            ).json()["data"]
+            if data["status"] != "running":
+                return data
+            await asyncio.sleep(0.1)
+
+
+async def test_a_twins_turn_waits_for_its_lease_and_a_cancelled_branch_stops_waiting(
+    settings: Settings, database_url: str, pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> None:
+    """A branch whose agent is a twin (its server under /replay/mcp/...) sends no turn while another turn holds
+    the lease of the agent it stands in for; cancelled meanwhile, it ends without sending anything and holds no
+    lease; once the lease is free, a branch sends its turn and gives the lease back when the turn ends."""
+    a2a_url, seen = agents
+    twin, stood_for = f"{NAMESPACE}/{V1}", f"kagent/source-{secrets.token_hex(3)}"
+    conv = await seed(pool, dialect="v1", turns=2)
+    user = conv.user_id
+    async with pool.acquire() as conn:
+        await register_agent(conn, twin, {"http_tools": [{"params": {"url": f"http://x/replay/mcp/{stood_for}/s-1"}}]})
+    other = Holder(job_id="another-branch", ordinal=0)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [twin], "tools": "live"}
+    start, leases = (
+        f"/api/sessions/{conv.session_id}/experiments",
+        "SELECT job_id FROM kagent_fork.replay_lease WHERE twin = $1",
+    )
+    try:
+        async with pool.acquire() as conn:
+            assert await Store(settings.service_schema).replay.take_lease(conn, stood_for, user, other, "r", 60)
+        async with service(whatif_settings(settings, a2a_url), database_url) as client:
+            r = await client.post(start, json=body, headers={"X-User-Id": user})
+            assert r.status_code == 202, r.text
+            started = r.json()["data"]["experiment"]
+            await asyncio.sleep(1.5)  # several polls of the lease
+            fork = started["branches"][0]["session_id"]
+            assert [m for m in seen.messages if m.context_id == fork] == []  # not sent: the lease is another's
+            cancel = f"/api/experiments/{started['id']}/cancel"
+            assert (await client.post(cancel, json={}, headers={"X-User-Id": user})).status_code == 200
+            assert (await _ended(client, started["id"], user))["status"] == "cancelled"
+            await asyncio.sleep(1.0)  # two polls: the waiting turn sees its branch is no longer its runner's
+            assert [m for m in seen.messages if m.context_id == fork] == []
+            assert started["branches"][0]["job_id"] not in client.app.state.whatif_runner.jobs  # it stopped waiting
+            async with pool.acquire() as conn:
+                holders = await conn.fetch(leases, stood_for)
+                assert [h["job_id"] for h in holders] == ["another-branch"]
+                await conn.execute("DELETE FROM kagent_fork.replay_lease WHERE twin = $1", stood_for)
+
+            r = await client.post(start, json=body, headers={"X-User-Id": user})
+            done = await _ended(client, r.json()["data"]["experiment"]["id"], user)
+            assert done["status"] == "completed", done
+            fork = done["branches"][0]["session_id"]
+            assert len([m for m in seen.messages if m.context_id == fork]) == 1
+            async with pool.acquire() as conn:
+                assert (
+                    await conn.fetchval("SELECT count(*) FROM kagent_fork.replay_lease WHERE twin = $1", stood_for) == 0
+                )
+    finally:
+        async with pool.acquire() as conn:
+            await conn.execute("DELETE FROM agent WHERE id = $1", agent_row_id(twin))
