@@ -13,7 +13,9 @@ import asyncpg
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
+from mcp.server.fastmcp import FastMCP
 from mcp.shared.exceptions import McpError
+from mcp.types import ToolAnnotations
 
 from service.agents.replay.lease import server_key, stands_in_for, twin_of
 from service.config import Settings
@@ -24,6 +26,7 @@ from service.services import Services
 from tests.helpers import new_user, seed
 from tests.support.a2a_agent import NAMESPACE, V1, Seen, running_agents
 from tests.support.kagent_controller import register_agent
+from tests.support.live_server import live_server
 from tests.support.tool_server import RunningTools, running_tools
 from tests.test_whatif import service, whatif_settings
 
@@ -174,3 +177,60 @@ async def test_a_twins_turn_waits_for_its_lease_and_a_cancelled_branch_stops_wai
     finally:
         async with pool.acquire() as conn:
             await conn.execute("DELETE FROM agent WHERE id = $1", agent_row_id(twin))
+
+
+def sse_tools(seen: list[dict[str, Any]]) -> Any:
+    """A real MCP server over SSE (kagent's `sse_tools`): `peek` reads, `poke` acts."""
+    mcp = FastMCP("kagent-fork sse test tools", host="127.0.0.1")
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def peek(name: str) -> str:
+        """Peek at a thing."""
+        seen.append({"tool": "peek", "name": name})
+        return f"{name} looks fine"
+
+    @mcp.tool()
+    def poke(name: str) -> str:
+        """Poke a thing."""
+        seen.append({"tool": "poke", "name": name})
+        return f"{name} poked"
+
+    return mcp.sse_app()
+
+
+async def test_an_sse_server_is_stood_in_for_too_and_a_read_runs_live_on_it(
+    live_url: str, pool: asyncpg.Pool, settings: Settings
+) -> None:
+    """The endpoint speaks SSE to a source's `sse_tools` server: its tools listed, a read in a replay turn run
+    live on it (kept with the turn that holds the lease), an act refused and kept, nothing run."""
+    seen: list[dict[str, Any]] = []
+    agent, user = f"kagent/sse-source-{secrets.token_hex(3)}", new_user()
+    holder = Holder(job_id=f"job-{secrets.token_hex(4)}", ordinal=2)
+    with live_server(sse_tools(seen)) as url:
+        real = f"{url}/sse"
+        async with pool.acquire() as conn:
+            await register_agent(conn, agent, {"sse_tools": [{"params": {"url": real}}]})
+            assert await Store(settings.service_schema).replay.take_lease(conn, agent, user, holder, "r", 60)
+        endpoint = f"{live_url}/replay/mcp/{agent}/{server_key(real)}"
+        async with (
+            streamablehttp_client(endpoint, headers={"X-User-Id": user}) as (read, write, _),
+            ClientSession(read, write) as mcp,
+        ):
+            await mcp.initialize()
+            assert {t.name for t in (await mcp.list_tools()).tools} == {"peek", "poke"}
+            peeked = await mcp.call_tool("peek", {"name": "web"})
+            assert not peeked.isError and peeked.content[0].text == "web looks fine"  # type: ignore[union-attr]
+            poked = await mcp.call_tool("poke", {"name": "web"})
+            assert poked.isError and "not run" in poked.content[0].text  # type: ignore[union-attr]
+    assert seen == [{"tool": "peek", "name": "web"}]
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT job_id, ordinal, tool, arguments::text AS arguments, tool_class, answered_from "
+            "FROM kagent_fork.replay_call WHERE twin = $1 ORDER BY id",
+            agent,
+        )
+        await conn.execute("DELETE FROM kagent_fork.replay_lease WHERE twin = $1", agent)
+    assert [tuple(r) for r in rows] == [
+        (holder.job_id, 2, "peek", '{"name": "web"}', "reads", "live"),
+        (holder.job_id, 2, "poke", '{"name": "web"}', "acts", "refused"),
+    ]
