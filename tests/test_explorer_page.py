@@ -18,9 +18,11 @@ from playwright.async_api import Browser, ConsoleMessage, Dialog, Page, async_pl
 
 from service.app import create_app
 from service.config import Settings
+from service.kagent.store.agents import agent_row_id
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support import kagent_reads
-from tests.support.a2a_agent import NAMESPACE, SLOW, V1, Seen, running_agents
+from tests.support.a2a_agent import FORGETFUL, NAMESPACE, SLOW, V1, Seen, running_agents
+from tests.support.classified_tools import classified_servers
 from tests.support.live_server import live_server
 from tests.test_frameworks import loaded
 
@@ -198,7 +200,8 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
     await tab.fill("#whatif-agent", f"{NAMESPACE}/{V1}")
     await turns.nth(1).get_by_role("button", name="What-if").click()
     await expect(tab.locator("#status")).to_contain_text("What-if completed", timeout=30_000)
-    assert "runs its tools for real" in dialogs[-1] and "turn 2" in dialogs[-1]
+    assert "Tools: replay. Nothing that acts runs" in dialogs[-1] and "turn 2" in dialogs[-1]
+    assert f"{NAMESPACE}/{V1}: its tools are not known (kagent's agent table has no row" in dialogs[-1]
     await expect(turns.nth(1).locator(".turn-result")).to_contain_text("Regenerated answer")
     await expect(sessions).to_have_count(3)  # the list knows the what-if's fork without a reload
     await expect(tab.locator("#sessions")).to_contain_text(f"What-if: {NAMESPACE}/{V1} answers turn 2")
@@ -224,11 +227,13 @@ async def test_a_whatif_asks_first_and_says_running_until_the_job_ends(
     await tab.locator("#sessions li").first.click()
     turns = tab.locator("#turns > li.turn")
     await expect(turns).to_have_count(2)
-    # refused at the warning: nothing is started
+    # refused at the warning (asked once the dry run showed the agent's tools): nothing is started
+    await tab.fill("#whatif-agent", f"{NAMESPACE}/{V1}")
     tab.remove_listener("dialog", accept)
-    tab.once("dialog", lambda dialog: dialog.dismiss())
-    await turns.nth(1).get_by_role("button", name="What-if").click()
-    await tab.wait_for_timeout(500)
+    async with tab.expect_event("dialog") as asked:
+        await turns.nth(1).get_by_role("button", name="What-if").click()
+    await (await asked.value).dismiss()
+    await expect(tab.locator("#status")).to_have_text("What-if not started")
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM kagent_fork.whatif_job WHERE user_id = $1", user) == 0
     await expect(tab.locator("#sessions li")).to_have_count(1)
@@ -334,7 +339,7 @@ async def test_readable_on_a_phone(browser: Browser, page_url: str, pool: asyncp
 def test_page_files_are_in_the_package() -> None:
     ui = ROOT / "service" / "doors" / "ui"
     files = {p.name for p in ui.iterdir()}
-    assert {"index.html", "app.js", "experiments.js", "style.css"} <= files
+    assert {"index.html", "app.js", "experiments.js", "tools.js", "style.css"} <= files
     html = (ui / "index.html").read_text()
     assert "http" not in html.replace("https://", "").lower() or "http-equiv" in html  # no CDN, nothing from elsewhere
     for script in ui.glob("*.js"):
@@ -380,7 +385,7 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
         await form.get_by_role("button", name="Start the experiment").click()
         grid = tab.locator("#experiment table.experiment")
         await expect(grid).to_be_visible(timeout=15_000)
-        assert "run their tools for real" in dialogs[-1]
+        assert "Tools: replay. Nothing that acts runs" in dialogs[-1]
         rows = grid.locator("tbody tr")
         await expect(rows).to_have_count(3)
         await expect(grid.locator("thead th[data-col=b0]")).to_contain_text(f"{NAMESPACE}/{V1}")
@@ -720,3 +725,52 @@ async def test_the_whatif_field_and_a_whole_copy_in_the_tree_say_what_they_mean(
             assert "no longer shows" not in await tree.inner_text()
         finally:
             await context.close()
+
+
+async def test_the_experiment_form_shows_each_agents_tools_and_asks_for_live(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 34: the form's dry run shows the agents' tools by class before anything starts; an agent that could
+    act is refused under the default policy (nothing written), and starts once live is chosen."""
+    tab, problems = page
+    dialogs: list[str] = []
+    tab.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    user = new_user()
+    await seed(pool, dialect="v1", turns=3, user_id=user, name="Which tools may run?")
+    ref = f"{NAMESPACE}/{FORGETFUL}"
+    with classified_servers() as servers:
+        config = {"http_tools": [{"params": {"url": servers.http_url}, "require_approval": ["delete_pod"]}]}
+        await pool.execute(
+            "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', "
+            "$2::json) ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, deleted_at = NULL",
+            agent_row_id(ref), json.dumps(config),
+        )  # fmt: skip
+        try:
+            await open_as(tab, page_url, user)
+            await tab.locator("#sessions li").first.click()
+            turn = tab.locator("#turns > li.turn").nth(1)
+            await turn.get_by_role("button", name="Experiment").click()
+            form = turn.locator(".experiment-form")
+            await expect(form.locator(".exp-tools")).to_have_value("replay")  # the safe policy by default
+            await form.locator(".exp-agents").fill(ref)
+            before = await table_fingerprint(pool)
+            await form.get_by_role("button", name="Start the experiment").click()
+            await expect(form.locator(".exp-refusal")).to_contain_text(f"Not started: tools: the agent {ref} (")
+            arms = form.locator(".exp-arms")
+            await expect(arms).to_contain_text(
+                f"{ref}: asks delete_pod; reads get_pods, k8s_get_events; acts count_widgets, restart_everything, "
+                "scale_deployment"
+            )
+            assert dialogs == []  # refused before any question
+            assert await table_fingerprint(pool) == before
+            # live, chosen: the classes are in the question, then it starts
+            await form.locator(".exp-tools").select_option("live")
+            await form.get_by_role("button", name="Start the experiment").click()
+            grid = tab.locator("#experiment table.experiment")
+            await expect(grid).to_be_visible(timeout=15_000)
+            assert "run their tools for real" in dialogs[-1] and "acts count_widgets" in dialogs[-1]
+            await expect(tab.locator("#experiment .exp-policy")).to_contain_text("Tools: live, every tool ran for real")
+            await expect(tab.locator("#status")).to_have_text("Experiment completed", timeout=30_000)
+        finally:
+            await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(ref))
+    assert problems == []

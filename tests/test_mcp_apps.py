@@ -386,6 +386,7 @@ async def test_an_experiment_from_a_turn_fills_its_grid(
     await expect(app.locator("#question")).to_have_value(conv.turns[1].user_text)
     await app.locator("#question").fill("Ask it differently: how many pods run?")
     await app.locator("#turns").fill("all")
+    await expect(app.locator("#tools")).to_have_value("replay")  # nothing that acts runs, unless live is chosen
 
     # An agent the service refuses: its message, nothing written.
     await app.locator("#agents").fill("Not An Agent")

@@ -260,7 +260,8 @@ async def test_every_tool_says_truthfully_what_it_does_and_the_server_names_itse
     assert listed["rewind_session"].annotations.destructiveHint  # type: ignore[union-attr]
     assert not listed["fork_session"].annotations.destructiveHint  # type: ignore[union-attr]
     props = listed["start_whatif"].inputSchema["properties"]
-    assert {"turns", "message_text"} <= set(props)
+    assert {"turns", "message_text", "tools", "reads", "dry_run"} <= set(props)
+    assert {"tools", "reads", "dry_run"} <= set(listed["start_experiment"].inputSchema["properties"])
 
 
 async def test_an_experiment_is_cancelled_by_its_tool(live_url: str, pool: asyncpg.Pool) -> None:

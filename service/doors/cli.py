@@ -181,6 +181,23 @@ def turn_arguments(command: argparse.ArgumentParser, before_help: str, *, requir
     turn.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task")
 
 
+def tool_arguments(command: argparse.ArgumentParser) -> None:
+    """What the agents' tools do (docs/whatif.md, "What an arm's tools do"), and the dry run that shows them."""
+    command.add_argument(
+        "--tools", choices=["replay", "live"],
+        help="replay (the default: nothing that acts runs; refused when an agent could act and is not a replay "
+        "twin) or live (every tool runs for real)",
+    )  # fmt: skip
+    command.add_argument(
+        "--reads", choices=["live", "recorded"], help="with replay: a new read-only call runs live, or is refused"
+    )
+    command.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print each agent's tools by class and what would be refused; start nothing",
+    )
+
+
 def _show_fork(data: dict[str, Any]) -> str:
     if data.get("dry_run"):
         return (
@@ -339,6 +356,9 @@ def _show_job(j: dict[str, Any]) -> str:
     ]
     if j.get("question"):
         lines.append(f"  asked: {_quoted(j['question'], 200)}")
+    lines.append(f"  tools: {_policy(j.get('tool_policy'))}")
+    if j.get("tools"):
+        lines.append(_show_arm(j["tools"]))
     if j["error"]:
         lines.append(f"  error: {j['error']}")
     if j["result"]:
@@ -346,6 +366,31 @@ def _show_job(j: dict[str, Any]) -> str:
         answer = _quoted(r["last_agent_text"], 200)
         lines.append(f"  {_tools(r['tool_calls'])}, {_n(r['total_tokens'], 'token')}; answer: {answer}")
     return "\n".join(lines)
+
+
+def _policy(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "every tool live (started before tool policies)"
+    return "every tool live" if p["mode"] == "live" else f"replay (reads {p['reads']})"
+
+
+def _show_arm(a: dict[str, Any]) -> str:
+    if not a["known"] and not a["acts"]:
+        return f"  {a['agent_ref']}: tools not known: {a['note']}"
+    classes = [f"{cls} {', '.join(t['name'] for t in a[cls])}" for cls in ("asks", "reads", "acts") if a[cls]] or [
+        "no tools"
+    ]
+    return f"  {a['agent_ref']}{' (replay twin)' if a['twin'] else ''}: {'; '.join(classes)}"
+
+
+def _show_plan(d: dict[str, Any]) -> str:
+    """A what-if's or an experiment's dry run: what it would start, each agent's tools by class."""
+    head = (
+        f"Dry run: {_n(d['branches'], 'branch', 'branches')} x {_n(d['turns'], 'turn')}, about "
+        f"{_n(d['estimated_context_tokens'], 'token')} of context; "
+    )
+    head += f"refused: {d['refused']}" if d["refused"] else f"would start, tools: {_policy(d['tools'])}"
+    return "\n".join([head, *(_show_arm(a) for a in d["arms"])])
 
 
 def _show_jobs(jobs: list[dict[str, Any]]) -> str:
@@ -492,12 +537,17 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
     from service.agents import whatif
 
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
-            "agent_ref": args.agent, "name": args.name}  # fmt: skip
+            "agent_ref": args.agent, "name": args.name, "tools": args.tools, "reads": args.reads,
+            "dry_run": args.dry_run or None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
     # This process runs the job: without --wait it returns once the agent has the turn (the job is then
     # followed by the service's replicas, which take over a job whose runner stopped).
     runner = whatif.Runner(svc=svc)
     answer, _ = await whatif.start(svc, runner, caller, args.session_id, req)
+    if isinstance(answer, whatif.DryRun):
+        await runner.stop()
+        plan = msgspec.to_builtins(answer)
+        return plan, _show_plan(plan)
     assert isinstance(answer, whatif.Started)
     job_id = answer.job.id
     while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
@@ -524,10 +574,15 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
             "agents": args.agent or None, "turns": turns,
             "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
-            "on_approval": args.on_approval, "name": args.name}  # fmt: skip
+            "on_approval": args.on_approval, "name": args.name, "tools": args.tools, "reads": args.reads,
+            "dry_run": args.dry_run or None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
     runner = whatif.Runner(svc=svc)
     answer, _ = await experiments.start(svc, runner, caller, args.session_id, req)
+    if isinstance(answer, experiments.DryRun):
+        await runner.stop()
+        plan = msgspec.to_builtins(answer)
+        return plan, _show_plan(plan)
     assert isinstance(answer, experiments.Started)
     experiment_id = answer.experiment.id
     while runner.jobs:
@@ -798,6 +853,7 @@ def parser() -> argparse.ArgumentParser:
     turn_arguments(w, "rewind_before_invocation_id: the turn to regenerate (or --before-task)", required=True)
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
+    tool_arguments(w)
     w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
     w.epilog = f"{LEFT_TO_A_SERVER.format(first='the agent has the turn', what='the job', them='it')}\n\n{EXIT_HELP}"
     operator("job", "show a what-if job", metavar="job_id")
@@ -819,6 +875,7 @@ def parser() -> argparse.ArgumentParser:
         "--on-approval", choices=["stop", "reject"], default="stop", help="when an agent asks to approve a tool"
     )
     e.add_argument("--name", help="the forks' name")
+    tool_arguments(e)
     e.add_argument("--wait", action="store_true", help="wait until every branch ended, then print the table")
     alone = LEFT_TO_A_SERVER.format(first="every agent has its first turn", what="the branches", them="them")
     e.epilog = f"{alone}\n\n{EXIT_HELP}"

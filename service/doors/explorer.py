@@ -19,6 +19,7 @@ FILES = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "experiments.js": "text/javascript",
+    "tools.js": "text/javascript",
     "style.css": "text/css",
 }
 

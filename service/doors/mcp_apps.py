@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from mcp.server.fastmcp import Context, FastMCP
@@ -275,6 +275,10 @@ async def app_start_experiment(
     rewind_before_task_id: ByTask = None,
     turns: Annotated[int | str, Field(description='How many turns to replay, or "all".')] = 1,
     message_text: Annotated[str | None, Field(description="The first question, edited.")] = None,
+    tools: Annotated[
+        Literal["replay", "live"] | None,
+        Field(description='What the agents\' tools do: "replay" (default: nothing that acts runs) or "live".'),
+    ] = None,
 ) -> CallToolResult:
     """Start an experiment (start_experiment's operation)."""
 
@@ -282,6 +286,8 @@ async def app_start_experiment(
         fields = _named(rewind_before_invocation_id, rewind_before_task_id)
         fields["agents"] = agents
         fields["turns"] = turns
+        if tools is not None:
+            fields["tools"] = tools
         if message_text:
             fields["message"] = {"text": message_text}
         req = msgspec.convert(fields, experiments.ExperimentRequest)

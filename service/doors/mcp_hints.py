@@ -14,7 +14,8 @@ _ADDS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHin
 _HIDES = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False)
 # An undo brings back what a rewind hid; a second undo of it changes nothing.
 _RESTORES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
-# A replay sends questions to kagent agents, which run their tools for real (they may act on a cluster).
+# A replay sends questions to kagent agents: their read-only tools run live, and with tools "live" every tool
+# runs for real (they may act on a cluster).
 _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
 # A cancel ends running branches for good and asks their agents to stop; a second cancel changes nothing.
 _CANCELS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=True)

@@ -67,6 +67,22 @@ TaskId = Annotated[
 ]
 JobId = Annotated[str, Field(description="A what-if job id (start_whatif answers it: `job.id`).")]
 DryRun = Annotated[bool, Field(description="true: answer what would happen, write nothing.")]
+ToolsArg = Annotated[
+    Literal["replay", "live"] | None,
+    Field(
+        description='What the agents\' tools do: "replay" (default: nothing that acts runs; refused when an agent '
+        'could act and is not a replay twin) or "live" (every tool runs for real; only when meant).'
+    ),
+]
+ReadsArg = Annotated[
+    Literal["live", "recorded"] | None,
+    Field(
+        description='With "replay": a read-only tool call the source did not make runs "live" (default) or is refused.'
+    ),
+]
+DryRunReplay = Annotated[
+    bool, Field(description="true: answer each agent's tools by class and the refusal it would get; start nothing.")
+]
 
 
 def worded(exc: pydantic.ValidationError) -> str:
@@ -306,17 +322,24 @@ async def start_whatif(
     message_text: Annotated[
         str | None, Field(description="Ask the first re-asked turn with this text instead of the user's own.")
     ] = None,
+    tools: ToolsArg = None,
+    reads: ReadsArg = None,
+    dry_run: DryRunReplay = False,
 ) -> CallToolResult:
     """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
     (namespace/name; default: the session's own) and send that turn's user message to it over A2A (`turns`:
-    the later ones too; `message_text`: the first one asked differently), as POST .../whatif does. The agent
-    runs its tools for real. Answers the job (follow it with whatif_status) and the fork."""
+    the later ones too; `message_text`: the first one asked differently), as POST .../whatif does. `tools`:
+    "replay" (the default: nothing that acts runs; refused when the agent could call a tool that acts without
+    an approval and is not a replay twin, naming the tools) or "live" (every tool runs for real). `dry_run`
+    answers the agent's tools by class and the refusal it would get, nothing started. Answers the job (follow
+    it with whatif_status) and the fork."""
 
     async def op(svc: Services, caller: Caller) -> object:
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
                   "rewind_before_task_id": rewind_before_task_id, "agent_ref": agent_ref, "name": name,
                   "max_context_tokens": max_context_tokens, "turns": turns,
-                  "message": {"text": message_text} if message_text is not None else None}  # fmt: skip
+                  "message": {"text": message_text} if message_text is not None else None,
+                  "tools": tools, "reads": reads, "dry_run": dry_run or None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
         started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -366,6 +389,9 @@ async def start_experiment(
     max_context_tokens: Annotated[
         int | None, Field(description="Refuse when every branch's turns' contexts add up to more (default 200,000).")
     ] = None,
+    tools: ToolsArg = None,
+    reads: ReadsArg = None,
+    dry_run: DryRunReplay = False,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
     writes no invocation id, `rewind_before_task_id`) on several agents at once and compare them with the
@@ -374,15 +400,19 @@ async def start_experiment(
     in order: `turns` of them (a number, or "all"). `message_text` asks the first question differently.
     `repeats` (1-5) runs each agent that many times, to tell an agent's difference from chance.
     `on_approval`: "stop" ends a branch when its agent asks to approve a tool; "reject" refuses the tool as
-    kagent's Reject button does and goes on (nothing is ever approved). Agents run their tools for real,
-    and every turn costs model tokens (the call is refused over `max_context_tokens`). Answers the
-    experiment at once (status "running"); follow it with experiment_status."""
+    kagent's Reject button does and goes on (nothing is ever approved). `tools`: "replay" (the default:
+    nothing that acts runs; refused when an agent could call a tool that acts without an approval and is not a
+    replay twin, naming it and the tools) or "live" (every tool runs for real). Every turn costs model tokens
+    (the call is refused over `max_context_tokens`). `dry_run` answers each agent's tools by class and the
+    refusal it would get, nothing started. Answers the experiment at once (status "running"); follow it with
+    experiment_status."""
 
     async def op(svc: Services, caller: Caller) -> object:
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
                   "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
-                  "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
+                  "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
+                  "tools": tools, "reads": reads, "dry_run": dry_run or None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
         started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started

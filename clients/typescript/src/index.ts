@@ -707,6 +707,64 @@ export async function getForkTree(sessionId: string, options: ClientOptions = {}
   return call<TreeNode>(options, "GET", sessionPath(sessionId, "tree"), undefined, {}, [sessionId]);
 }
 
+// --- what the agents' tools do -------------------------------------------------------------------------
+
+/** What a replay's agents may do with their tools: "replay" (nothing that acts runs) or "live" (every tool). */
+export interface ToolPolicy {
+  mode: "replay" | "live";
+  /** With "replay": a read-only call the source did not make runs "live" (default) or is refused ("recorded"). */
+  reads?: "live" | "recorded";
+}
+
+/** One thing an agent can do: a tool (`*`: every tool of a server no one could list), where, and why its class. */
+export interface ArmTool {
+  name: string;
+  why: string;
+  server: string | null;
+}
+
+/** An agent's tools by class: asks (needs an approval), reads (read-only), acts (everything else). */
+export interface ArmTools {
+  agent_ref: string;
+  /** kagent's agent table holds its configuration. */
+  known: boolean;
+  /** Every MCP server of it is kagent-fork's replay endpoint. */
+  twin: boolean;
+  asks: ArmTool[];
+  reads: ArmTool[];
+  acts: ArmTool[];
+  note: string | null;
+}
+
+/** What a what-if or an experiment would do (`dryRun: true`): nothing is written. */
+export interface ReplayDryRun {
+  dry_run: true;
+  branches: number;
+  turns: number;
+  estimated_context_tokens: number;
+  /** The policy it would run with; null when it would be refused. */
+  tools: Required<ToolPolicy> | null;
+  arms: ArmTools[];
+  /** The refusal it would get (the cost gate's, the tools'); null when it would start. */
+  refused: string | null;
+}
+
+/** The options a what-if and an experiment share about tools. */
+export interface ToolOptions {
+  /**
+   * What the agents' tools do: "replay" (the default: nothing that acts runs; a 422 names an agent that could
+   * act and is not a replay twin), "live" (every tool runs for real), or `{ mode, reads }`.
+   */
+  tools?: "replay" | "live" | ToolPolicy;
+  /** With "replay": "live" (default) or "recorded" (a read the source did not make is refused). */
+  reads?: "live" | "recorded";
+}
+
+function toolFields(body: Record<string, unknown>, options: ToolOptions): void {
+  if (options.tools !== undefined) body.tools = options.tools;
+  if (options.reads !== undefined) body.reads = options.reads;
+}
+
 // --- what-if jobs ------------------------------------------------------------------------------
 
 /** What the agent wrote into the what-if's fork since the job began. */
@@ -743,6 +801,10 @@ export interface WhatifJob {
   experiment_id: string | null;
   /** What the job really asked first: the source turn's question, or the edited one. */
   question: string | null;
+  /** What its agent's tools do (null: a job from before tool policies, which ran every tool live). */
+  tool_policy: Required<ToolPolicy> | null;
+  /** What its agent could do, its tools by class, as the start found them. */
+  tools: ArmTools | null;
 }
 
 /** A what-if as it starts: the job (running) and its fork, as `forkSession` answers it. */
@@ -751,7 +813,7 @@ export interface WhatifStarted {
   session: ForkedSession;
 }
 
-export interface WhatifOptions extends ClientOptions {
+export interface WhatifOptions extends ClientOptions, ToolOptions {
   /** namespace/name of the kagent agent to answer (default: the source's own agent). */
   agentRef?: string;
   /** The fork's name. */
@@ -771,7 +833,7 @@ export interface WhatifOptions extends ClientOptions {
 /**
  * "What would another agent have answered here?": fork before `rewindBeforeInvocationId` and re-ask that
  * turn (and with `turns`, the ones after it) over A2A. `data.job` is running; follow it with `getWhatif`.
- * The agent runs its tools for real.
+ * What the agent's tools do is `options.tools` (by default nothing that acts runs; `dryRunWhatif` shows them).
  */
 export async function startWhatif(
   sessionId: string,
@@ -786,8 +848,28 @@ export async function startWhatif(
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.messageText !== undefined) body.message = { text: options.messageText };
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  toolFields(body, options);
   const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   return call<WhatifStarted>(options, "POST", sessionPath(sessionId, "whatif"), body, extra, [
+    sessionId,
+    rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? "",
+  ]);
+}
+
+/** What `startWhatif` would do, nothing written: the agent's tools by class and the refusal it would get. */
+export async function dryRunWhatif(
+  sessionId: string,
+  rewindBeforeInvocationId: string | null,
+  options: WhatifOptions = {},
+): Promise<BaseResponse<ReplayDryRun>> {
+  const body: Record<string, unknown> = { dry_run: true };
+  if (rewindBeforeInvocationId !== null) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.rewindBeforeTaskId !== undefined) body.rewind_before_task_id = options.rewindBeforeTaskId;
+  if (options.agentRef !== undefined) body.agent_ref = options.agentRef;
+  if (options.turns !== undefined) body.turns = options.turns;
+  if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  toolFields(body, options);
+  return call<ReplayDryRun>(options, "POST", sessionPath(sessionId, "whatif"), body, {}, [
     sessionId,
     rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? "",
   ]);
@@ -879,9 +961,13 @@ export interface Experiment {
   on_approval: "stop" | "reject";
   repeats: number;
   by_agent: { agent_ref: string; totals: Record<string, { mean: number; min: number; max: number }> }[] | null;
+  /** What the agents' tools do (null: an experiment from before tool policies, every tool ran live). */
+  tool_policy: Required<ToolPolicy> | null;
+  /** Each agent's tools by class, as the start found them. */
+  arms: ArmTools[] | null;
 }
 
-export interface ExperimentOptions extends ClientOptions {
+export interface ExperimentOptions extends ClientOptions, ToolOptions {
   /** namespace/name of 1 to 8 agents (default: the session's own agent). */
   agents?: string[];
   /** How many turns to replay from the boundary on, or "all" (default 1). */
@@ -901,8 +987,8 @@ export interface ExperimentOptions extends ClientOptions {
 
 /**
  * Replay the conversation from the turn `rewindBeforeInvocationId` on several agents at once. `data` is
- * the experiment as it starts (status "running"); follow it with `getExperiment`. Agents run their tools
- * for real.
+ * the experiment as it starts (status "running"); follow it with `getExperiment`. What the agents' tools do
+ * is `options.tools` (by default nothing that acts runs; `dryRunExperiment` shows them first).
  */
 export async function startExperiment(
   sessionId: string,
@@ -919,6 +1005,7 @@ export async function startExperiment(
   if (options.onApproval !== undefined) body.on_approval = options.onApproval;
   if (options.name !== undefined) body.name = options.name;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  toolFields(body, options);
   const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   const answer = await call<{ experiment: Experiment }>(
     options,
@@ -930,6 +1017,26 @@ export async function startExperiment(
   );
   if (answer.data === undefined) return answer.error !== undefined ? failure(answer.error) : { message: answer.message };
   return { message: answer.message, data: answer.data.experiment };
+}
+
+/** What `startExperiment` would do, nothing written: each agent's tools by class, the refusal it would get. */
+export async function dryRunExperiment(
+  sessionId: string,
+  rewindBeforeInvocationId: string | null,
+  options: ExperimentOptions = {},
+): Promise<BaseResponse<ReplayDryRun>> {
+  const body: Record<string, unknown> = { dry_run: true };
+  if (rewindBeforeInvocationId !== null) body.rewind_before_invocation_id = rewindBeforeInvocationId;
+  if (options.rewindBeforeTaskId !== undefined) body.rewind_before_task_id = options.rewindBeforeTaskId;
+  if (options.agents !== undefined) body.agents = options.agents;
+  if (options.turns !== undefined) body.turns = options.turns;
+  if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  toolFields(body, options);
+  return call<ReplayDryRun>(options, "POST", sessionPath(sessionId, "experiments"), body, {}, [
+    sessionId,
+    rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? "",
+  ]);
 }
 
 /** An experiment in its source's list (`getExperiment` for its grid). */
@@ -944,6 +1051,7 @@ export interface ExperimentListed {
   on_approval: "stop" | "reject";
   created_at: string;
   finished_at: string | null;
+  tool_policy: Required<ToolPolicy> | null;
 }
 
 export interface ExperimentReadOptions extends ClientOptions {

@@ -9,6 +9,8 @@ import { test } from "node:test";
 import {
   type BaseResponse,
   cancelExperiment,
+  dryRunExperiment,
+  dryRunWhatif,
   cancelWhatif,
   type Experiment,
   forkSession,
@@ -164,6 +166,10 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
   assert.equal(started.session.name, "what if Madrid");
   assert.equal(started.session.fork.rewind_before_invocation_id, second);
   assert.equal(started.job.experiment_id, null);
+  // What its tools do: replay by default; the demo's scripted agent has no row in kagent's agent table
+  assert.deepEqual(started.job.tool_policy, { mode: "replay", reads: "live" });
+  assert.equal(started.job.tools?.agent_ref, "kagent/scripted-agent");
+  assert.equal(started.job.tools?.known, false);
 
   // A retry with the same key answers the same job; another body under that key is refused.
   const again = await startWhatif(V1, second, {
@@ -200,6 +206,7 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
   failed(await startWhatif(V1, second, { maxContextTokens: 1 }), /max_context_tokens|context/);
   failed(await startWhatif(V1, second, { messageText: "" }), /text|message/);
   failed(await startWhatif("no-such-session", second), "Session not found");
+  failed(await startWhatif(V1, second, { tools: { mode: "live", reads: "recorded" } }), /applies to tools/);
   failed(await listWhatifs("no-such-session"), "Session not found");
   failed(await getWhatif(""), /required/);
   failed(await cancelWhatif(""), /required/);
@@ -253,6 +260,7 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   assert.deepEqual(mine && { ...mine, created_at: "", finished_at: "" }, {
     id: started.id, status: "completed", rewind_before_invocation_id: second, rewind_before_task_id: null,
     turns_requested: 2, turns: 2, repeats: 1, on_approval: "stop", created_at: "", finished_at: "",
+    tool_policy: { mode: "replay", reads: "live" },
   });
   assert.equal(typeof mine?.finished_at, "string");
   failed(await listExperiments(source, { userId: "alice@example.com" }), "Session not found");
@@ -285,4 +293,23 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   assert.equal(cancelled.status, "cancelled");
   assert.ok(cancelled.branches.every((b) => b.status !== "running"), JSON.stringify(cancelled.branches));
   assert.equal(ok(await getExperiment(running.id)).status, "cancelled");
+});
+
+test("dryRunExperiment, dryRunWhatif: each agent's tools by class and the refusal it would get, nothing written", async () => {
+  const second = inv(ok(await listInvocations(V1))[1]);
+  const before = ok(await listExperiments(V1)).length;
+  const plan = ok(await dryRunExperiment(V1, second, {
+    agents: ["kagent/scripted-agent", "kagent/k8s-agent"], repeats: 2, tools: "live",
+  }));
+  assert.equal(plan.dry_run, true);
+  assert.equal(plan.branches, 4);
+  assert.equal(plan.refused, null);
+  assert.deepEqual(plan.tools, { mode: "live", reads: "live" });
+  assert.deepEqual(plan.arms.map((a) => [a.agent_ref, a.known, a.acts.length]), [
+    ["kagent/scripted-agent", false, 0], ["kagent/k8s-agent", false, 0],
+  ]);
+  const capped = ok(await dryRunWhatif(V1, second, { agentRef: "kagent/scripted-agent", maxContextTokens: 1 }));
+  assert.match(capped.refused ?? "", /over the limit of 1/);
+  assert.equal(capped.tools, null);
+  assert.equal(ok(await listExperiments(V1)).length, before);
 });

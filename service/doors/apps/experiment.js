@@ -43,6 +43,7 @@ const ExperimentView = (() => {
         agents: $("agents").value.split(",").map((a) => a.trim()).filter(Boolean),
         turns: /^\d+$/.test(turns) ? Number(turns) : turns,
         message_text: turn && edited !== (turn.user_text || "") ? edited : null,
+        tools: $("tools").value,
       });
       $("form").hidden = true;
       follow(answer.experiment.id);

@@ -318,24 +318,39 @@ async function rewindAt(turn, number) {
   say(`Rewound before turn ${number}`);
 }
 
-function whatifWarning(agent, number) {
+function whatifWarning(agent, number, tools, plan) {
   return `What-if: ${agent} will answer turn ${number} again, in a new fork of this session.\n\n`
-    + "The agent runs its tools for real: against the real cluster, with that agent's real credentials. "
-    + "A tool that changes something changes it. Start the what-if?";
+    + `${toolsWarning(tools, plan, "The agent's tools")}\n\nStart the what-if?`;
 }
 
 async function whatifAt(turn, number) {
   notice(null);
   const agent = $("whatif-agent").value.trim();
   const shown = agent || "this session's own agent";
-  if (!window.confirm(whatifWarning(shown, number))) return;
   const body = boundaryOf(turn);
   if (agent) body.agent_ref = agent;
+  body.tools = TOOL_POLICIES[$("whatif-tools").value].tools;
+  // The dry run first: the agent's tools by class, and the refusal it would get, before anything starts.
+  const dry = await act("Checking the agent's tools", () => api("POST", `/api/sessions/${enc(current())}/whatif`,
+    { ...body, dry_run: true }));
+  if (!dry) return;
+  const plan = dry.data;
+  if (plan.refused) {
+    besideTurn(turn, el("b", { class: "error", text: `Not started: ${plan.refused}` }),
+      ...plan.arms.map((a) => el("div", { class: "muted arm-tools", text: armWords(a) })));
+    say(`Starting a what-if failed: ${plan.refused}`, true);
+    return;
+  }
+  if (!window.confirm(whatifWarning(shown, number, body.tools, plan))) {
+    say("What-if not started");
+    return;
+  }
   const answer = await act("Starting a what-if", () => api("POST", `/api/sessions/${enc(current())}/whatif`, body));
   if (!answer) return;
   const { job, session } = answer.data;
   await loadSessions();
-  const box = besideTurn(turn, el("b", { text: `What-if: ${job.agent_ref} is answering turn ${number} in the fork “${session.name}”...` }));
+  const box = besideTurn(turn, el("b", { text: `What-if: ${job.agent_ref} is answering turn ${number} in the fork “${session.name}”...` }),
+    el("div", { class: "muted arm-tools", text: `Tools: ${policyWords(job.tool_policy)}. ${armWords(job.tools)}` }));
   followJob(job.id, number, box);
 }
 

@@ -40,6 +40,8 @@ function experimentAt(turn, number) {
   const onApproval = el("select", { class: "exp-approval" },
     choice("stop", "stop the branch there (answer it in the fork)", true),
     choice("reject", "reject it as kagent's Reject button does, and go on"));
+  const tools = policyChoices("exp-tools");
+  const found = el("div", { class: "muted exp-arms" });
   const refusal = el("div", { class: "error exp-refusal" });
   const form = el("form", { class: "experiment-form" },
     el("b", { text: `Experiment from turn ${number}: the same questions, re-asked turn by turn, on each agent` }),
@@ -48,6 +50,8 @@ function experimentAt(turn, number) {
     el("label", {}, `Ask turn ${number} differently (empty: the source's own question)`, message),
     el("label", {}, "Repeats of each agent", repeats),
     el("label", {}, "When an agent asks to approve a tool", onApproval),
+    el("label", {}, "What the agents' tools do", tools),
+    found,
     refusal,
     el("span", { class: "actions" },
       el("button", { type: "submit", class: "primary", text: "Start the experiment" }),
@@ -55,27 +59,45 @@ function experimentAt(turn, number) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const body = { ...boundaryOf(turn), turns: turns.value === "all" ? "all" : Number(turns.value),
-      repeats: Number(repeats.value), on_approval: onApproval.value };
+      repeats: Number(repeats.value), on_approval: onApproval.value, tools: TOOL_POLICIES[tools.value].tools };
     const names = agents.value.split(/[\s,]+/).filter(Boolean);
     if (names.length) body.agents = names;
     if (message.value.trim()) body.message = { text: message.value };
-    startExperiment(body, number, refusal);
+    startExperiment(body, number, refusal, found);
   });
   const box = besideTurn(turn, form);
 }
 
-function experimentWarning(body, number) {
+function experimentWarning(body, number, plan) {
   const who = body.agents ? body.agents.join(", ") : "this session's own agent";
   return `Experiment: ${who} will answer turn ${number}${body.turns === 1 ? "" : " and the turns after it"} again, `
     + `each in a new fork of this session${body.repeats > 1 ? `, ${body.repeats} times each` : ""}.\n\n`
-    + "The agents run their tools for real: against the real cluster, with their real credentials. "
-    + "A tool that changes something changes it. Start the experiment?";
+    + `${toolsWarning(body.tools, plan, "The agents")}\n\nStart the experiment?`;
 }
 
-async function startExperiment(body, number, refusal) {
+async function startExperiment(body, number, refusal, found) {
   refusal.textContent = "";
-  if (!window.confirm(experimentWarning(body, number))) return;
+  found.replaceChildren();
+  // The dry run first: each agent's tools by class, shown in the form, and the refusal it would get.
   let failure = "";
+  const dry = await act("Checking the agents' tools", () => api("POST", `/api/sessions/${enc(current())}/experiments`,
+    { ...body, dry_run: true }).catch((error) => { failure = error.message; throw error; }));
+  if (!dry) {
+    refusal.textContent = `Not started: ${failure}`;
+    return;
+  }
+  const plan = dry.data;
+  found.replaceChildren(el("div", { text: "What each agent can do (asks: needs an approval; reads: read-only; acts: changes something):" }),
+    ...plan.arms.map((a) => el("div", { class: "arm-tools", text: armWords(a) })));
+  if (plan.refused) {
+    refusal.textContent = `Not started: ${plan.refused}`;
+    say(`Starting the experiment failed: ${plan.refused}`, true);
+    return;
+  }
+  if (!window.confirm(experimentWarning(body, number, plan))) {
+    say("Experiment not started");
+    return;
+  }
   const answer = await act("Starting the experiment", () => api("POST", `/api/sessions/${enc(current())}/experiments`, body)
     .catch((error) => { failure = error.message; throw error; }));
   if (!answer) {
@@ -208,6 +230,8 @@ function experimentGrid(x) {
       el("b", { text: `Experiment ${x.status}: ` }),
       `from ${turnLabel(from)}, ${span}, ${plural(x.branches.length, "branch", "branches")}, on approval: ${x.on_approval}, started ${when(x.created_at)}`),
     x.message ? el("p", { class: "muted", text: `The first question asked differently: ${quoted(x.message.text, 200)}` }) : null,
+    el("p", { class: "muted exp-policy", text: `Tools: ${policyWords(x.tool_policy)}` },
+      ...(x.arms || []).map((a) => el("div", { class: "arm-tools", text: armWords(a) }))),
     x.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelExperiment(x.id), text: "Cancel the experiment" }) : null,
     el("div", { class: "grid-scroll" }, el("table", { class: "compare experiment" },
       el("thead", {}, el("tr", {}, el("th", {}), ...columns.map(([col, c]) => columnHead(c, col, x.repeats)))),

@@ -1,0 +1,40 @@
+// kagent-fork explorer, the agents' tools: the policy a what-if or an experiment is started with, and each
+// agent's tools by class (asks, reads, acts) in words, as a dry run, a job and an experiment answer them
+// (docs/whatif.md, "What an arm's tools do"). A classic script loaded after app.js, sharing its helpers.
+"use strict";
+
+// What the agents' tools do (docs/whatif.md, "What an arm's tools do"): the page's choice as the body's `tools`.
+const TOOL_POLICIES = {
+  replay: { tools: "replay", text: "replay: nothing that acts runs (read-only tools run live)" },
+  recorded: { tools: { mode: "replay", reads: "recorded" }, text: "replay, reads from the recording only (replay twins)" },
+  live: { tools: "live", text: "live: every tool runs for real" },
+};
+
+function policyChoices(cls) {
+  return el("select", { class: cls }, ...Object.entries(TOOL_POLICIES).map(([value, p]) => {
+    const option = el("option", { value, text: p.text });
+    if (value === "replay") option.selected = true;
+    return option;
+  }));
+}
+
+function policyWords(p) {
+  if (!p) return "every tool ran live (started before tool policies)";
+  return p.mode === "live" ? "live, every tool ran for real" : `replay, nothing that acts ran (reads ${p.reads === "live" ? "live" : "from the recording"})`;
+}
+
+// An arm's tools by class, in words (a dry run's `arms`, a job's `tools`).
+function armWords(arm) {
+  if (!arm.known && !arm.acts.length) return `${arm.agent_ref}: its tools are not known (${arm.note})`;
+  const parts = ["asks", "reads", "acts"].filter((c) => arm[c].length)
+    .map((c) => `${c} ${arm[c].map((t) => t.name).join(", ")}`);
+  return `${arm.agent_ref}${arm.twin ? " (replay twin)" : ""}: ${parts.join("; ") || "no tools"}`;
+}
+
+function toolsWarning(tools, plan, who) {
+  const classes = plan.arms.map((a) => `  ${armWords(a)}`).join("\n");
+  const what = tools === "live"
+    ? `${who} run their tools for real: against the real cluster, with their real credentials. A tool that changes something changes it.`
+    : "Tools: replay. Nothing that acts runs; read-only tools run live, as you, against today's world; a tool that asks for an approval waits (kagent-fork never approves).";
+  return `${what}\n\nWhat each can do (asks: needs an approval; reads: read-only; acts: changes something):\n${classes}`;
+}
