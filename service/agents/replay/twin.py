@@ -104,7 +104,7 @@ def _recorded_result(response: object) -> CallToolResult:
 class Answered:
     result: CallToolResult
     answered_from: AnsweredFrom
-    tool_class: ToolClass | None  # None: answered from the recording before any class was needed
+    tool_class: ToolClass
 
 
 async def holder_of(svc: Services, incoming: Incoming) -> Holder | None:
@@ -141,7 +141,7 @@ async def call(svc: Services, incoming: Incoming, tool: str, arguments: dict[str
     async with svc.connection() as conn:
         await svc.store.replay.insert_call(
             conn, holder, twin=incoming.agent, server=incoming.server, tool=tool, arguments=canonical(arguments),
-            tool_class=answered.tool_class or "reads", answered_from=answered.answered_from,
+            tool_class=answered.tool_class, answered_from=answered.answered_from,
         )  # fmt: skip
     return answered.result
 
@@ -163,7 +163,7 @@ async def _answer(
     if tool_class == "reads" and reads == "live":
         try:
             result = await real_server.call_tool(where.server, tool, arguments)
-        except real_server.Unreachable as exc:
+        except real_server.Unreachable as exc:  # kept as refused: the arm asked, and nothing ran
             return Answered(result=refusal(f"not run: {exc}"), answered_from="refused", tool_class=tool_class)
         return Answered(result=result, answered_from="live", tool_class=tool_class)
     why = (
