@@ -9,6 +9,7 @@ import json
 import secrets
 
 import asyncpg
+import pytest
 import yaml
 
 from service.agents.replay.lease import server_key, stands_in_for, twin_of
@@ -23,7 +24,7 @@ MCP_SERVER_FIELDS = {"apiGroup", "kind", "name", "namespace", "toolNames", "requ
 
 
 async def test_replay_twin_prints_an_agent_like_the_source_whose_servers_are_the_replay_endpoint(
-    database_url: str, pool: asyncpg.Pool
+    database_url: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = f"k8s-{secrets.token_hex(3)}"
     source = f"kagent/{name}"
@@ -80,6 +81,16 @@ async def test_replay_twin_prints_an_agent_like_the_source_whose_servers_are_the
     kubectl = next(t for t in tools if "toolNames" in t)
     assert kubectl["toolNames"] == ["k8s_get_resources", "k8s_delete_resource"]
     assert kubectl["requireApproval"] == ["k8s_delete_resource"]
+
+    # without --endpoint: REPLAY_MCP_URL, the base the service counts twins by
+    monkeypatch.setenv("REPLAY_MCP_URL", "http://fork.example:9000/replay/mcp")
+    again = cli(database_url, "--json", "replay-twin", source, "--name", "my-twin", "--model-config", "gpt")
+    assert again.returncode == 0, again.stderr
+    printed = json.loads(again.stdout)
+    urls = [d["spec"]["url"] for d in printed["manifests"] if d["kind"] == "RemoteMCPServer"]
+    assert urls and all(u.startswith(f"http://fork.example:9000/replay/mcp/{source}/") for u in urls)
+    (named,) = [d for d in printed["manifests"] if d["kind"] == "Agent"]
+    assert named["metadata"]["name"] == "my-twin" and named["spec"]["declarative"]["modelConfig"] == "gpt"
 
     # kagent renders that Agent into a config whose servers are all the replay endpoint's: a replay twin
     twin_config = {"http_tools": [{"params": {"url": s["spec"]["url"]}} for s in servers]}

@@ -661,7 +661,7 @@ async def _replay_twin(svc: Services, caller: Caller, args: argparse.Namespace) 
     source = checked_agent_ref(args.session_id, "agent")
     async with svc.connection() as conn:
         row = await svc.store.agents.get(conn, source)
-    endpoint = args.endpoint or os.environ.get("REPLAY_MCP_URL") or DEFAULT_REPLAY_ENDPOINT
+    endpoint = args.endpoint or svc.settings.replay_mcp_url or DEFAULT_REPLAY_ENDPOINT
     docs, notes = twin_manifests(source, row, endpoint=endpoint, name=args.name, model_config=args.model_config)
     return {"manifests": docs, "notes": notes}, yaml_text(docs, notes).rstrip("\n")
 
