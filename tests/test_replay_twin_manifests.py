@@ -100,3 +100,17 @@ async def test_replay_twin_prints_an_agent_like_the_source_whose_servers_are_the
 def test_replay_twin_refuses_an_unknown_agent(database_url: str) -> None:
     done = cli(database_url, "replay-twin", "kagent/nobody-here")
     assert done.returncode != 0 and "not found" in done.stderr and done.stdout == ""
+
+
+def test_deploy_sets_replay_mcp_url_to_the_services_replay_endpoint_the_cli_defaults_to() -> None:
+    from pathlib import Path
+
+    from service.doors.cli import DEFAULT_REPLAY_ENDPOINT
+
+    docs = list(yaml.safe_load_all((Path(__file__).parents[1] / "deploy" / "deployment.yaml").read_text()))
+    (deployment,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["REPLAY_MCP_URL"] == DEFAULT_REPLAY_ENDPOINT
+    port = container["ports"][0]["containerPort"]
+    assert f"http://kagent-fork.kagent.svc:{port}/replay/mcp" == DEFAULT_REPLAY_ENDPOINT
