@@ -171,6 +171,8 @@ async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refus
         {"recorded": 0, "live": 0, "refused": 1, "refused_calls": [intent]},
     ]
     assert branch["totals"]["tool_policy"] == {"recorded": 1, "live": 1, "refused": 1, "refused_calls": [intent]}
+    job = await api(twin, http, "GET", f"/api/whatif/{branch['job_id']}", user)
+    assert job["replayed"] == branch["totals"]["tool_policy"]  # the branch as a what-if job says the same
     assert done["source"]["totals"]["tool_policy"] is None
     assert all(x["tool_policy"] is None for x in done["source"]["turns"])
     table = await http.get(f"{twin.service}/api/experiments/{done['id']}?format=markdown", headers={"X-User-Id": user})

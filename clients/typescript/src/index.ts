@@ -805,6 +805,8 @@ export interface WhatifJob {
   tool_policy: Required<ToolPolicy> | null;
   /** What its agent could do, its tools by class, as the start found them. */
   tools: ArmTools | null;
+  /** On a replay twin, its tool calls over every turn by where they were answered from (null: no twin). */
+  replayed?: ReplayedCalls | null;
 }
 
 /** A what-if as it starts: the job (running) and its fork, as `forkSession` answers it. */

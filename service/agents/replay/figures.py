@@ -12,6 +12,7 @@ from service.errors import ServiceError
 from service.kagent import dialects, frameworks
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
+from service.kagent.store.replay import ReplayCall
 from service.kagent.store.tasks import TaskRow
 from service.operations import plan, summary
 from service.services import Services
@@ -38,6 +39,16 @@ class Replayed(msgspec.Struct, frozen=True, kw_only=True):
     live: int
     refused: int
     refused_calls: list[RefusedCall]
+
+
+def replayed(calls: list[ReplayCall]) -> Replayed:
+    """The calls by where their answers came from, the refused ones named (in the order they came)."""
+    refused = [c for c in calls if c.answered_from == "refused"]
+    return Replayed(
+        recorded=sum(c.answered_from == "recorded" for c in calls), live=sum(c.answered_from == "live" for c in calls),
+        refused=len(refused), refused_calls=[RefusedCall(tool=c.tool, arguments=msgspec.json.decode(c.arguments))
+                                             for c in refused],
+    )  # fmt: skip
 
 
 class TurnFigures(msgspec.Struct, frozen=True, kw_only=True):

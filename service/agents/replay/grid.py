@@ -16,10 +16,10 @@ import msgspec
 
 from service.agents import a2a_client
 from service.agents.replay.figures import (
-    RefusedCall,
     Replayed,
     TurnFigures,
     question_of,
+    replayed,
     sent_parts,
     task_text,
     turn_figures,
@@ -131,16 +131,6 @@ def listed(row: ExperimentRow) -> Listed:
         turns=row.turns, repeats=row.repeats,
         on_approval=row.on_approval, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, tool_policy=_policy(row.tool_policy),
-    )  # fmt: skip
-
-
-def replayed(calls: list[ReplayCall]) -> Replayed:
-    """The calls by where their answers came from, the refused ones named (in the order they came)."""
-    refused = [c for c in calls if c.answered_from == "refused"]
-    return Replayed(
-        recorded=sum(c.answered_from == "recorded" for c in calls), live=sum(c.answered_from == "live" for c in calls),
-        refused=len(refused), refused_calls=[RefusedCall(tool=c.tool, arguments=msgspec.json.decode(c.arguments))
-                                             for c in refused],
     )  # fmt: skip
 
 
