@@ -215,24 +215,25 @@ def system_prompt(request: dict[str, Any]) -> str:
     return str(request["messages"][0].get("content"))
 
 
+@pytest.mark.parametrize("people", [1, 2], ids=["one user", "two users"])
 async def test_two_branches_of_one_twin_at_once_each_get_their_own_sources_recording(
-    adk: Runtime,
-    twin: Runtime,
-    http: httpx.AsyncClient,
-    pool: asyncpg.Pool,
+    adk: Runtime, twin: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool, people: int
 ) -> None:
-    user, t = new_user(), tag()
+    """One user's two branches take turns on the twin (its lease); two users' run side by side, each call told
+    apart by the caller the twin forwards."""
+    t = tag()
+    users = [new_user() for _ in range(people)] * (3 - people)
     model, tools = adk.model.model, adk.tools.calls
     questions = [f"S1 {t}: status of web?", f"S2 {t}: status of web?"]
     sources = []
-    for question in questions:  # the same call in both; the real server answers it differently each time
+    for question, user in zip(questions, users, strict=True):  # the same call; the real server answers anew
         model.on(question, call("status", name=f"web-{t}"), say("Done."))
         sources.append(await conversation(adk, http, user, [question]))
     answers = [tool_messages(model.requests_for(q)[1]) for q in questions]
     assert answers[0] != answers[1] and all(len(a) == 1 for a in answers), answers
     assert len([c for c in tools.of("status") if c.args == {"name": f"web-{t}"}]) == 2
 
-    done = await asyncio.gather(*(replay_on_twin(twin, http, s, user) for s in sources))
+    done = await asyncio.gather(*(replay_on_twin(twin, http, s, u) for s, u in zip(sources, users, strict=True)))
     for question, answer, experiment in zip(questions, answers, done, strict=True):
         replayed = model.requests_for(question)[2:]
         assert len(replayed) == 2, [tool_messages(r) for r in replayed]
