@@ -36,6 +36,7 @@ async def table_fingerprint(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
         "fork": "SELECT * FROM kagent_fork.fork",
         "idempotency": "SELECT * FROM kagent_fork.idempotency",
         "rewind": "SELECT * FROM kagent_fork.rewind",
+        "discard": "SELECT * FROM kagent_fork.discard",
         # kagent 0.10.x's BYO framework state (LangGraph checkpoints, CrewAI memory and flow state).
         "lg_checkpoint": "SELECT * FROM lg_checkpoint",
         "lg_checkpoint_write": "SELECT * FROM lg_checkpoint_write",
@@ -52,7 +53,7 @@ async def table_fingerprint(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
 
 async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tuple[int, str]]:
     """Row count and checksum of every row requests by these users may write (its sessions, their events and
-    tasks, its forks, rewinds, keys, what-if jobs and experiments): to prove a request wrote nothing where
+    tasks, its forks, rewinds, keys, what-if jobs, experiments and discards): to prove a request wrote nothing where
     other tests' agents may still be saving their own tasks meanwhile (they lift updated_at)."""
     owned = "user_id = ANY($1) OR session_id IN (SELECT id FROM session WHERE user_id = ANY($1))"
     tables = {
@@ -64,6 +65,7 @@ async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tu
         "rewind": "SELECT * FROM kagent_fork.rewind WHERE user_id = ANY($1)",
         "whatif_job": "SELECT * FROM kagent_fork.whatif_job WHERE user_id = ANY($1)",
         "experiment": "SELECT * FROM kagent_fork.experiment WHERE user_id = ANY($1)",
+        "discard": "SELECT * FROM kagent_fork.discard WHERE user_id = ANY($1)",
     }
     out = {}
     async with pool.acquire() as conn:
@@ -192,3 +194,29 @@ def named_connections(url: str, application_name: str) -> str:
     """The database URL with an application_name, so that a test can tell (and kill) the service's own backends.
     The embedded server's URL has a query already (its socket's host)."""
     return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+async def ended_experiment(
+    pool: asyncpg.Pool, source: Conversation, forks: list[Conversation]
+) -> tuple[str, list[str]]:
+    """An ended experiment of `source`'s owner whose branches' forks are the sessions `forks` (rows as the replay
+    engine writes them, without agents), the branches in the order of `forks`: (its id, its branches' job ids)."""
+    import uuid
+
+    experiment_id, jobs = str(uuid.uuid4()), [str(uuid.uuid4()) for _ in forks]
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO kagent_fork.experiment (id, user_id, source_session_id, source_user_id, "
+            "rewind_before_invocation_id, turns_requested, turns, on_approval, repeats, status, finished_at) "
+            "VALUES ($1, $2, $3, $2, $4, '1', 1, 'stop', $5, 'completed', NOW())",
+            experiment_id, source.user_id, source.session_id, source.invocation_ids[0], len(forks),
+        )  # fmt: skip
+        await conn.executemany(
+            "INSERT INTO kagent_fork.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id, "
+            "rewind_before_invocation_id, agent_ref, dialect, message, status, runner, experiment_id, repeat, "
+            "created_at, finished_at) VALUES ($1, $2, $3, $2, $4, $5, 'kagent/k8s-agent', 'v1', '{}', 'completed', "
+            "'gone', $6, $7, NOW() + $7::int * interval '1 millisecond', NOW())",
+            [(job, source.user_id, source.session_id, fork.session_id, source.invocation_ids[0], experiment_id, i + 1)
+             for i, (job, fork) in enumerate(zip(jobs, forks, strict=True))],
+        )  # fmt: skip
+    return experiment_id, jobs

@@ -172,6 +172,8 @@ async def test_no_state_changing_request_can_be_sent_as_a_form(client: Any, conv
         f"/api/sessions/{sid}/rewinds/r-1/undo?user_id={user}",
         f"/api/whatif/j-1/cancel?user_id={user}",
         f"/api/experiments/e-1/cancel?user_id={user}",
+        f"/api/experiments/e-1/discard?user_id={user}",
+        f"/api/experiments/e-1/discard/undo?user_id={user}",
         f"/api/sessions/{sid}/whatif?user_id={user}",
         f"/api/sessions/{sid}/experiments?user_id={user}",
     ]

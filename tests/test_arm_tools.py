@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -21,7 +22,7 @@ from service.errors import Unprocessable
 from service.identity import Caller
 from service.kagent.store.agents import AgentConfig, McpServerConfig, McpServerParams, agent_row_id
 from service.services import Services
-from tests.support.classified_tools import HTTP_TOOLS, ClassifiedServers, classified_servers
+from tests.support.classified_tools import HTTP_TOOLS, ClassifiedServers, classified_servers, slow_server
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +212,36 @@ async def test_what_no_one_can_list_acts(services: Services, pool: asyncpg.Pool)
     # an agent kagent's table does not hold: nothing is known, and the answer says so
     assert not arms[other].known and names(arms[other]) == {"asks": [], "reads": [], "acts": []}
     assert arms[other].note is not None and "no row" in arms[other].note
+
+
+async def test_every_server_is_asked_at_once_and_a_silent_one_is_not_waited_for(
+    services: Services, pool: asyncpg.Pool
+) -> None:
+    """Three arms on three servers that each take 0.5 s a request are classed in about the time of one (they are
+    asked at once, the configurations read first: POOL_STRICT would refuse a held connection); a server slower
+    than the bound (min(10 s, WHATIF_TIMEOUT_SECONDS)) makes its tools act, with the reason."""
+    tag = uuid.uuid4().hex[:8]
+    refs = [f"ns-{tag}/slow-{i}" for i in range(3)]
+    with slow_server(0.5) as a, slow_server(0.5) as b, slow_server(0.5) as c, slow_server(4.0) as silent:
+        for ref, url in zip(refs, [a, b, c], strict=True):
+            await put_agent(pool, ref, {"http_tools": [{"params": {"url": url}}]})
+        started = time.monotonic()
+        arms = await tools.arms(services, Caller(user_id="carol@example.com"), refs)
+        took = time.monotonic() - started
+        assert all(names(arm)["reads"] == ["get_pods", "k8s_get_events"] for arm in arms.values())
+        # a session is a few requests (initialize, initialized, tools/list): one server's worth, not three
+        assert took < 4.0, took
+        one = time.monotonic()
+        await tools.arms(services, Caller(user_id="carol@example.com"), refs[:1])
+        alone = time.monotonic() - one
+        assert took < alone * 2, (took, alone)
+        await put_agent(pool, f"ns-{tag}/silent", {"http_tools": [{"params": {"url": silent}}]})
+        bounded = dataclasses.replace(
+            services, settings=dataclasses.replace(services.settings, whatif_timeout_seconds=2)
+        )
+        started = time.monotonic()
+        quiet = await tools.arm_tools(bounded, Caller(user_id="carol@example.com"), f"ns-{tag}/silent")
+        assert time.monotonic() - started < 3.5
+    assert [(t.name, t.why) for t in quiet.acts] == [
+        ("*", "the server did not answer: it did not list its tools in time")
+    ]

@@ -15,7 +15,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.helpers import new_user, seed
+from tests.helpers import ended_experiment, new_user, seed
+from tests.support import kagent_reads
 from tests.support.a2a_agent import NAMESPACE, SLOW, V1, Seen, running_agents
 from tests.support.conversations import create_share
 
@@ -249,7 +250,7 @@ async def test_a_read_command_does_not_import_the_server(database_url: str, pool
     assert conv.turns[2].user_text[:40] in probe(database_url, tmp_path, "invocations", conv.session_id, *user)[2]
     # a job and an experiment are read through the what-if and experiment modules (not found here: the path is
     # the same; tests/test_cli.py's experiment test reads real ones)
-    for args in (["job", "no-such-job"], ["grid", "no-such-experiment"]):
+    for args in (["job", "no-such-job"], ["grid", "no-such-experiment"], ["discard", "no-such-experiment"]):
         code, loaded, output = probe(database_url, tmp_path, *args, *user)
         assert code == 3 and "not found" in output and loaded == [], (args, loaded, output)
     # the probe sees an import: the fork command imports the operations, never the server; the server does
@@ -393,3 +394,38 @@ def test_an_experiment_on_the_demo_runs_out_of_the_box(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# Experiment ") and ": completed" in done.stdout.splitlines()[0], done.stdout
     assert "kagent/scripted-agent (completed)" in done.stdout and "scripted demo agent" in done.stdout
+
+
+async def test_an_experiments_branches_are_discarded_and_brought_back(database_url: str, pool: asyncpg.Pool) -> None:
+    """Issue 36: `kagent-fork discard EXPERIMENT [--keep BRANCH]` hides the branches' forks from kagent's chat list,
+    `--undo` brings them back; again, it changes nothing; refusals say why with their exit codes."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    forks = [await seed(pool, dialect="v1", turns=1, user_id=conv.user_id) for _ in range(3)]
+    experiment_id, jobs = await ended_experiment(pool, conv, forks)
+    user = ["--user", conv.user_id]
+
+    async def visible() -> list[bool]:
+        async with pool.acquire() as conn:
+            return [await kagent_reads.get_session(conn, f.session_id, conv.user_id) is not None for f in forks]
+
+    done = cli(database_url, "discard", experiment_id, "--keep", forks[2].session_id, *user)
+    assert done.returncode == 0, done.stderr
+    assert f"Discarded 2 branch forks of experiment {experiment_id}, kept kagent/k8s-agent #3" in done.stdout
+    assert f"hidden kagent/k8s-agent #1: {forks[0].session_id}" in done.stdout
+    assert f"kagent-fork discard {experiment_id} --undo" in done.stdout
+    assert await visible() == [False, False, True]
+    again = ok_json(cli(database_url, "discard", experiment_id, "--keep", jobs[2], *user, "--json"))
+    assert again["discard"]["kept_session_id"] == forks[2].session_id and again["branches"][2]["kept"]
+    other = cli(database_url, "discard", experiment_id, *user)
+    assert other.returncode == 5 and "already discarded (keeping" in other.stderr
+    table = cli(database_url, "grid", experiment_id, *user)
+    assert "kagent/k8s-agent #1 (completed, discarded)" in table.stdout
+    assert "kagent/k8s-agent #3 (completed, kept)" in table.stdout
+    back = cli(database_url, "discard", experiment_id, "--undo", *user)
+    assert back.returncode == 0 and "Discard undone: 2 branch forks back in the chat list" in back.stdout, back.stderr
+    assert await visible() == [True, True, True]
+    assert cli(database_url, "discard", experiment_id, "--undo", *user).returncode == 0
+    assert cli(database_url, "discard", experiment_id, "--undo", "--keep", "x", *user).returncode == 2
+    assert cli(database_url, "discard", experiment_id, "--keep", "no-such", *user).returncode == 3
+    assert cli(database_url, "discard", experiment_id, "--user", new_user()).returncode == 3
+    assert await visible() == [True, True, True]

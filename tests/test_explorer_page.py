@@ -774,3 +774,78 @@ async def test_the_experiment_form_shows_each_agents_tools_and_asks_for_live(
         finally:
             await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(ref))
     assert problems == []
+
+
+async def test_the_grid_keeps_one_branch_or_discards_them_all_and_undoes_it(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 36: an experiment's branches flooded the chat list. On its grid, "Keep this branch" hides every other
+    branch's fork, "Discard the branches" hides them all, "Undo the discard" brings them back: the page's session
+    list and kagent's own listing both follow."""
+    import asyncio
+
+    import httpx
+
+    tab, problems = page
+    user = new_user()
+    conv = await seed(pool, dialect="v1", turns=2, tool_calls=True, user_id=user, name="Pick the winner")
+    async with httpx.AsyncClient(base_url=page_url, headers={"X-User-Id": user}, timeout=30) as http:
+        body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [f"{NAMESPACE}/{V1}"], "repeats": 3}
+        started = await http.post(f"/api/sessions/{conv.session_id}/experiments", json=body)
+        assert started.status_code == 202, started.text
+        experiment = started.json()["data"]["experiment"]
+        for _ in range(300):
+            if (await http.get(f"/api/experiments/{experiment['id']}")).json()["data"]["status"] != "running":
+                break
+            await asyncio.sleep(0.1)
+    forks = [b["session_id"] for b in experiment["branches"]]
+
+    async def kagent_lists() -> set[str]:
+        async with pool.acquire() as conn:
+            return {r["id"] for r in await kagent_reads.list_sessions(conn, user)}
+
+    await tab.goto(f"{page_url}/ui/#session={conv.session_id}&user={user}")
+    await expect(tab.locator("#session-title")).to_have_text("Pick the winner")
+    sessions = tab.locator("#sessions li[data-id]")
+    await expect(sessions).to_have_count(4)  # the source and its three branches
+    await tab.get_by_role("button", name="Experiments").click()
+    await tab.get_by_role("button", name="Show the grid").click()
+    grid = tab.locator("#experiment table.experiment")
+    await expect(grid.locator("thead th[data-col=b2]")).to_be_visible()
+    await expect(grid.get_by_role("button", name="Keep this branch")).to_have_count(3)
+    await expect(tab.locator("#experiment").get_by_role("button", name="Discard the branches")).to_be_visible()
+
+    # keep the second branch: the two others leave both lists, their columns say so
+    await grid.locator("thead th[data-col=b1]").get_by_role("button", name="Keep this branch").click()
+    await expect(tab.locator("#status")).to_have_text(
+        "2 branches discarded: hidden from the chat list (Undo the discard brings them back)"
+    )
+    await expect(sessions).to_have_count(2)
+    assert await kagent_lists() == {conv.session_id, forks[1]}
+    for col, fate in (("b0", "discarded"), ("b1", "kept"), ("b2", "discarded")):
+        await expect(grid.locator(f"thead th[data-col={col}]")).to_have_attribute("data-fate", fate)
+    await expect(grid.locator("thead th[data-col=b1]")).to_contain_text("kept (the others discarded)")
+    await expect(grid.locator("thead th[data-col=b0]")).to_contain_text("discarded: hidden from the chat list")
+    await expect(grid.locator("thead th[data-col=b0]").get_by_role("button", name="Open the fork")).to_have_count(0)
+    await expect(grid.get_by_role("button", name="Keep this branch")).to_have_count(0)
+    await expect(tab.locator("#experiment p.discard")).to_contain_text(
+        f"2 branches discarded: hidden from the chat list · kept: {NAMESPACE}/{V1} #2"
+    )
+    await tab.locator("#experiment").scroll_into_view_if_needed()
+    await shot(tab, "experiment-discard")
+
+    # undo: all three back; then discard them all, and undo again
+    await tab.get_by_role("button", name="Undo the discard").click()
+    await expect(tab.locator("#status")).to_have_text("Discard undone: 2 branches back in the chat list")
+    await expect(sessions).to_have_count(4)
+    assert await kagent_lists() == {conv.session_id, *forks}
+    await tab.get_by_role("button", name="Discard the branches").click()
+    await expect(tab.locator("#status")).to_contain_text("3 branches discarded")
+    await expect(sessions).to_have_count(1)
+    assert await kagent_lists() == {conv.session_id}
+    await expect(grid.locator("thead th[data-fate=discarded]")).to_have_count(3)
+    await tab.get_by_role("button", name="Undo the discard").click()
+    await expect(tab.locator("#status")).to_have_text("Discard undone: 3 branches back in the chat list")
+    await expect(sessions).to_have_count(4)
+    assert await kagent_lists() == {conv.session_id, *forks}
+    assert problems == []

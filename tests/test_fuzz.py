@@ -50,6 +50,7 @@ class Seeded:
         jobs: list[str],
         explored: Conversation,
         experiments: list[str],
+        ended: list[str],
     ) -> None:
         self.conversations = conversations
         self.shares = shares
@@ -58,6 +59,9 @@ class Seeded:
         self.jobs = jobs  # what-if jobs of the conversations' owner
         self.explored = explored  # a conversation no fuzzed rewind touches, for what-ifs
         self.experiments = experiments  # experiments of the owner, each with one of the running jobs
+        # Ended experiments of the owner, for the discard and its undo: their branches' forks name no session, so
+        # that a discard hides none of the sessions the other operations use; the first one's is discarded.
+        self.ended = ended
         self.random = random.Random(5)
 
     def conversation(self) -> Conversation:
@@ -108,8 +112,27 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             "UPDATE kagent_fork.whatif_job SET experiment_id = $1 WHERE id = $2",
             list(zip(experiments, branches, strict=True)),
         )
+        ended = [str(uuid.uuid4()) for _ in range(4)]
+        await conn.executemany(
+            "INSERT INTO kagent_fork.experiment (id, user_id, source_session_id, source_user_id, "
+            "rewind_before_invocation_id, turns_requested, turns, on_approval, repeats, status, finished_at) "
+            "VALUES ($1, $2, $3, $2, $4, '1', 1, 'stop', 1, 'completed', NOW())",
+            [(e, user, conversations[1].session_id, conversations[1].invocation_ids[0]) for e in ended],
+        )
+        await conn.executemany(
+            "INSERT INTO kagent_fork.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id, "
+            "rewind_before_invocation_id, agent_ref, dialect, message, status, runner, experiment_id) "
+            "VALUES ($1, $2, $3, $2, $4, $5, 'kagent/k8s-agent', 'v1', '{}', 'completed', 'gone', $6)",
+            [(str(uuid.uuid4()), user, conversations[1].session_id, f"no-such-fork-{e}",
+              conversations[1].invocation_ids[0], e) for e in ended],
+        )  # fmt: skip
+        await conn.execute(
+            "INSERT INTO kagent_fork.discard (id, experiment_id, user_id, session_ids, deleted_at) "
+            "VALUES ($1, $2, $3, '{}', NOW())",
+            str(uuid.uuid4()), ended[0], user,
+        )  # fmt: skip
     explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
-    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments)
+    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +179,8 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
     own = path_has(case, "/whatif") or path_has(case, "/experiments")
     conv = seeded.explored if own else seeded.conversation()
     if case.path_parameters and "experiment_id" in case.path_parameters:
-        case.path_parameters["experiment_id"] = rnd.choice(seeded.experiments)
+        discards = path_has(case, "/discard")
+        case.path_parameters["experiment_id"] = rnd.choice(seeded.ended if discards else seeded.experiments)
         conv = seeded.conversations[1]
     if case.path_parameters and "job_id" in case.path_parameters:
         case.path_parameters["job_id"] = rnd.choice(seeded.jobs)

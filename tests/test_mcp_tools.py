@@ -17,12 +17,13 @@ from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import CallToolResult
 
 from service.doors import mcp_tools
-from tests.helpers import new_user, seed, table_fingerprint
+from tests.helpers import ended_experiment, new_user, seed, table_fingerprint
+from tests.support import kagent_reads
 
 TOOLS = {
     "list_turns", "show_transcript", "fork_session", "rewind_session", "undo_rewind", "compare_sessions",
     "start_whatif", "whatif_status", "cancel_whatif", "list_whatifs", "list_rewinds", "fork_tree", "list_sessions",
-    "cancel_experiment",
+    "cancel_experiment", "discard_branches", "undo_discard",
 }  # fmt: skip
 
 
@@ -258,6 +259,9 @@ async def test_every_tool_says_truthfully_what_it_does_and_the_server_names_itse
         hint = listed[name].annotations
         assert hint is not None and hint.openWorldHint and hint.destructiveHint, name
     assert listed["rewind_session"].annotations.destructiveHint  # type: ignore[union-attr]
+    discards, undoes = listed["discard_branches"].annotations, listed["undo_discard"].annotations
+    assert discards is not None and discards.destructiveHint and discards.idempotentHint and not discards.openWorldHint
+    assert undoes is not None and not undoes.destructiveHint and undoes.idempotentHint and not undoes.readOnlyHint
     assert not listed["fork_session"].annotations.destructiveHint  # type: ignore[union-attr]
     props = listed["start_whatif"].inputSchema["properties"]
     assert {"turns", "message_text", "tools", "reads", "dry_run"} <= set(props)
@@ -269,3 +273,33 @@ async def test_an_experiment_is_cancelled_by_its_tool(live_url: str, pool: async
     async with mcp_session(live_url, {"X-User-Id": new_user()}) as mcp:
         result = await mcp.call_tool("cancel_experiment", {"experiment_id": "no-such-experiment"})
     assert result.isError and text_of(result) == "experiment no-such-experiment not found"
+
+
+async def test_an_experiments_branches_are_discarded_and_brought_back_by_their_tools(
+    live_url: str, pool: asyncpg.Pool
+) -> None:
+    """discard_branches and undo_discard act as POST /api/experiments/{id}/discard[/undo] do (issue 36)."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    forks = [await seed(pool, dialect="v1", turns=1, user_id=conv.user_id) for _ in range(2)]
+    experiment_id, jobs = await ended_experiment(pool, conv, forks)
+
+    async def visible() -> list[bool]:
+        async with pool.acquire() as conn:
+            return [await kagent_reads.get_session(conn, f.session_id, conv.user_id) is not None for f in forks]
+
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        unknown = await mcp.call_tool("discard_branches", {"experiment_id": experiment_id, "keep": "no-such"})
+        assert unknown.isError and text_of(unknown).startswith(f"experiment {experiment_id} has no branch no-such")
+        assert await visible() == [True, True]
+        grid = ok(await mcp.call_tool("discard_branches", {"experiment_id": experiment_id, "keep": jobs[1]}))
+        assert grid["discard"]["discarded_session_ids"] == [forks[0].session_id]
+        assert [(b["discarded"], b["kept"]) for b in grid["branches"]] == [(True, False), (False, True)]
+        assert await visible() == [False, True]
+        again = ok(await mcp.call_tool("discard_branches", {"experiment_id": experiment_id, "keep": jobs[1]}))
+        assert again["discard"] == grid["discard"]
+        back = ok(await mcp.call_tool("undo_discard", {"experiment_id": experiment_id}))
+        assert back["discard"]["restored_session_ids"] == [forks[0].session_id]
+        assert await visible() == [True, True]
+    async with mcp_session(live_url, {"X-User-Id": new_user()}) as mcp:
+        foreign = await mcp.call_tool("undo_discard", {"experiment_id": experiment_id})
+    assert foreign.isError and text_of(foreign) == f"experiment {experiment_id} not found"

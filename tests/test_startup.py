@@ -20,6 +20,7 @@ import msgspec
 import pytest
 import yaml
 
+from service.agents.discard import DiscardRequest
 from service.agents.experiments import ExperimentRequest
 from service.agents.whatif import WhatifRequest
 from service.config import ConfigError, Settings, from_env
@@ -135,6 +136,7 @@ def test_openapi_documents_every_route_and_request_type() -> None:
         (EmptyRequest, "EmptyRequest"),
         (ExperimentRequest, "ExperimentRequest"),
         (WhatifRequest, "WhatifRequest"),
+        (DiscardRequest, "DiscardRequest"),
     ]:
         code = msgspec.json.schema(struct)
         code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])

@@ -1,5 +1,5 @@
 """kagent-fork serve | fork | rewind | undo | invocations | tree | forks | show | rewinds | compare | whatif | whatifs |
-job | experiment | experiments | grid | cancel | index: one entry point for people and scripts.
+job | experiment | experiments | grid | cancel | discard | index: one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -654,6 +654,40 @@ async def _grid(svc: Services, caller: Caller, args: argparse.Namespace) -> tupl
     return msgspec.to_builtins(found), experiments.markdown(found)
 
 
+def _show_discard(x: dict[str, Any]) -> str:
+    d = x["discard"]
+    if d is None:
+        return f"The branches of experiment {x['id']} were never discarded."
+    names = {b["session_id"]: f"{b['agent_ref']} #{b['repeat']}" for b in x["branches"]}
+    if d["undone_at"] is not None:
+        back = d["restored_session_ids"] or []
+        lines = [f"Discard undone: {_n(len(back), 'branch fork', 'branch forks')} back in the chat list"]
+        lines += [f"  {names.get(s, '?')}: {s}" for s in back]
+        return "\n".join(lines)
+    kept = f", kept {names.get(d['kept_session_id'], '?')}: {d['kept_session_id']}" if d["kept_session_id"] else ""
+    hidden = d["discarded_session_ids"]
+    lines = [f"Discarded {_n(len(hidden), 'branch fork', 'branch forks')} of experiment {x['id']}{kept}"]
+    lines += [f"  hidden {names.get(s, '?')}: {s}" for s in hidden]
+    lines.append(f"Undo: kagent-fork discard {x['id']} --undo")
+    return "\n".join(lines)
+
+
+async def _discard(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents import discard
+
+    if args.undo:
+        if args.keep is not None:
+            from service.errors import BadRequest
+
+            raise BadRequest("--keep names the branch a discard keeps: not with --undo")
+        found, _ = await discard.undo(svc, caller, args.session_id)
+    else:
+        req = msgspec.convert({"keep": args.keep} if args.keep is not None else {}, discard.DiscardRequest)
+        found, _ = await discard.discard(svc, caller, args.session_id, req)
+    data = msgspec.to_builtins(found)
+    return data, _show_discard(data)
+
+
 async def _replay_twin(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
     from service.agents.replay.manifests import twin_manifests, yaml_text
     from service.agents.replay.terms import checked_agent_ref
@@ -674,9 +708,10 @@ COMMANDS: dict[str, Command] = {
     "rewinds": _rewinds, "compare": _compare, "show": _show, "whatif": _whatif, "experiment": _experiment,
     "job": _job, "whatifs": _whatifs, "cancel": _cancel, "experiments": _experiments, "grid": _grid,
     "replay-twin": _replay_twin,
+    "discard": _discard,
 }  # fmt: skip
-# Commands that read what-if jobs and experiments (or cancel them): the A2A client is loaded only if used.
-DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid"}
+# Commands that read what-if jobs and experiments (or cancel or discard them): the A2A client is loaded only if used.
+DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid", "discard"}
 
 
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
@@ -900,6 +935,18 @@ def parser() -> argparse.ArgumentParser:
         "--model-config",
         default="default-model-config",
         help="the ModelConfig the twin runs (kagent's table names none)",
+    )
+    d = operator(
+        "discard",
+        "clear an ended experiment's branches out of kagent's chat list, all of them or all but --keep (undoable)",
+        metavar="experiment_id",
+    )
+    d.add_argument("--keep", help="the branch to keep (the winner): its fork's session id or its job id (grid --json)")
+    d.add_argument("--undo", action="store_true", help="bring back the branch forks the discard hid")
+    d.epilog = (
+        "A discarded branch's fork is hidden as kagent hides a deleted session (nothing is erased), and comes back "
+        "with --undo; a fork the user deleted in kagent is left as it is. Refused (exit 5) while the experiment "
+        f"runs: cancel it first. Running it again changes nothing.\n\n{EXIT_HELP}"
     )
     ix = commands.add_parser(
         "index",

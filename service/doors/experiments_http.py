@@ -1,4 +1,5 @@
-"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, and a source's list."""
+"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, a source's list, and the
+discard of its branches and its undo."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from litestar import Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 
-from service.agents import experiments
+from service.agents import discard, experiments
 from service.doors.api import (
     AnyRequest,
     _authorization,
@@ -63,6 +64,28 @@ async def cancel_experiment(request: AnyRequest, experiment_id: FromPath[str]) -
     return ok(found, "Successfully cancelled experiment")
 
 
+@post("/api/experiments/{experiment_id:str}/discard", status_code=200)
+async def discard_branches(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, discard.DiscardRequest)
+    found, replayed = await discard.discard(
+        services(request), caller_of(request), checked_id(experiment_id, "experiment id"), req
+    )
+    if replayed:
+        return ok(found, "Branches already discarded", headers={"Idempotent-Replayed": "true"})
+    return ok(found, "Successfully discarded branches")
+
+
+@post("/api/experiments/{experiment_id:str}/discard/undo", status_code=200)
+async def undo_discard(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    await decode_body(request, EmptyRequest)
+    found, replayed = await discard.undo(
+        services(request), caller_of(request), checked_id(experiment_id, "experiment id")
+    )
+    if replayed:
+        return ok(found, "Discard already undone", headers={"Idempotent-Replayed": "true"})
+    return ok(found, "Successfully undid the discard")
+
+
 @get("/api/sessions/{session_id:str}/experiments")
 async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     found = await experiments.of_session(services(request), caller_of(request), checked_id(session_id))
@@ -70,4 +93,4 @@ async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Re
 
 
 def handlers() -> list[HTTPRouteHandler]:
-    return [start_experiment, experiment, cancel_experiment, list_experiments]
+    return [start_experiment, experiment, cancel_experiment, discard_branches, undo_discard, list_experiments]

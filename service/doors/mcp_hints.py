@@ -12,8 +12,11 @@ _READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint
 _ADDS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
 # A rewind hides turns of the session (undoable, but the chat the user sees changes).
 _HIDES = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False)
-# An undo brings back what a rewind hid; a second undo of it changes nothing.
+# An undo brings back what a rewind (or a discard) hid; a second undo of it changes nothing.
 _RESTORES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+# A discard hides an experiment's branch chats from the user's list (undoable, but the list changes); the same
+# discard again changes nothing.
+_DISCARDS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
 # A replay sends questions to kagent agents: their read-only tools run live, and with tools "live" every tool
 # runs for real (they may act on a cluster).
 _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
@@ -37,6 +40,8 @@ HINTS: dict[str, ToolAnnotations] = {
     "start_experiment": _RUNS_AGENTS,
     "cancel_whatif": _CANCELS,
     "cancel_experiment": _CANCELS,
+    "discard_branches": _DISCARDS,
+    "undo_discard": _RESTORES,
     # The views in kagent's chat (mcp_apps.py): the two that show, and the app-only calls their pages make.
     "show_branches": _READ,
     "show_experiment": _READ,

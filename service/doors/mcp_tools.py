@@ -21,7 +21,7 @@ from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import Field
 
 from service import __version__ as service_version
-from service.agents import experiments, whatif
+from service.agents import discard, experiments, whatif
 from service.branches import compare, lineage, transcript, turns
 from service.doors import explorer
 from service.doors.mcp_hints import hints
@@ -501,6 +501,46 @@ async def cancel_experiment(
     return await _run(ctx, op)
 
 
+ExperimentId = Annotated[str, Field(description="An experiment id (start_experiment answers it: `experiment.id`).")]
+
+
+async def discard_branches(
+    ctx: Context[Any, Any, Any],
+    experiment_id: ExperimentId,
+    keep: Annotated[
+        str | None,
+        Field(
+            description="The branch to keep (the winner): its fork's `session_id` or its `job_id`, as "
+            "experiment_status shows them; absent: discard every branch."
+        ),
+    ] = None,
+) -> CallToolResult:
+    """Clear an ended experiment's branches out of the user's kagent chat list: every branch's fork is hidden
+    as kagent hides a deleted session (nothing erased), except the one `keep` names. Undo it with undo_discard.
+    Refused while the experiment runs (cancel_experiment first). Calling it again with the same `keep` changes
+    nothing. Answers the experiment's grid, whose `discard` says which forks were hidden
+    (POST /api/experiments/{id}/discard)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        req = msgspec.convert({"keep": keep} if keep is not None else {}, discard.DiscardRequest)
+        found, _ = await discard.discard(svc, caller, checked_id(experiment_id, "experiment id"), req)
+        return found
+
+    return await _run(ctx, op)
+
+
+async def undo_discard(ctx: Context[Any, Any, Any], experiment_id: ExperimentId) -> CallToolResult:
+    """Bring back the branch forks that discard_branches hid from the user's kagent chat list (exactly those,
+    not a chat the user deleted themselves). Calling it again changes nothing. Answers the experiment's grid
+    (POST /api/experiments/{id}/discard/undo)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        found, _ = await discard.undo(svc, caller, checked_id(experiment_id, "experiment id"))
+        return found
+
+    return await _run(ctx, op)
+
+
 TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_turns,
     show_transcript,
@@ -518,6 +558,8 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     start_experiment,
     experiment_status,
     cancel_experiment,
+    discard_branches,
+    undo_discard,
 ]
 
 

@@ -36,3 +36,44 @@ SET status = coalesce($2::text, CASE WHEN (SELECT bool_and(status = 'failed') FR
 WHERE e.id = $1 AND e.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM {schema}.whatif_job WHERE experiment_id = $1 AND status = 'running')
 RETURNING e.status, e.finished_at;
+
+-- name: lock_experiment
+-- An experiment, as its creator sees it, its row locked: discards and undos of one experiment run one at a
+-- time, and never while a branch's end settles it.
+SELECT {experiment_columns} FROM {schema}.experiment WHERE id = $1 AND user_id = $2 FOR UPDATE;
+
+-- name: latest_discard
+-- The experiment's latest discard (in force, or undone), if any.
+SELECT id, experiment_id, user_id, kept_session_id, session_ids, deleted_at, created_at, undone_at, restored_ids
+FROM {schema}.discard
+WHERE experiment_id = $1
+ORDER BY created_at DESC, id
+LIMIT 1;
+
+-- name: hide_sessions
+-- Discard: hide the owner's visible sessions among $1 with one stamp $3, as kagent deletes a session (only
+-- session.deleted_at; their events and tasks stay as they are). The ones it hid.
+UPDATE session SET deleted_at = $3
+WHERE id = ANY($1::text[]) AND user_id = $2 AND deleted_at IS NULL
+RETURNING id;
+
+-- name: discard_stamp
+-- A discard's stamp: the clock (not the transaction's start), so that it is its own.
+SELECT clock_timestamp();
+
+-- name: insert_discard
+-- The record of a discard.
+INSERT INTO {schema}.discard (id, experiment_id, user_id, kept_session_id, session_ids, deleted_at, created_at)
+VALUES ($1, $2, $3, $4, $5::text[], $6, $6)
+RETURNING created_at;
+
+-- name: restore_sessions
+-- Undo: bring back the sessions a discard hid that still carry its stamp (not one deleted again since).
+UPDATE session SET deleted_at = NULL
+WHERE id = ANY($1::text[]) AND user_id = $2 AND deleted_at = $3
+RETURNING id;
+
+-- name: mark_discard_undone
+-- Undo: the discard is undone, with what it brought back.
+UPDATE {schema}.discard SET undone_at = NOW(), restored_ids = $2::text[] WHERE id = $1 AND undone_at IS NULL
+RETURNING undone_at;

@@ -5,6 +5,7 @@ every request they get, so a test sees who asked for `tools/list`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +62,25 @@ def _server(names: dict[str, str]) -> FastMCP:
 
         mcp.add_tool(_tool(name), name=name, description=f"the test's {name}", annotations=hint)
     return mcp
+
+
+class _Slow:
+    """The server's ASGI app, answering every HTTP request `delay` seconds late."""
+
+    def __init__(self, app: Any, delay: float) -> None:
+        self.app, self.delay = app, delay
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await asyncio.sleep(self.delay)
+        await self.app(scope, receive, send)
+
+
+@contextmanager
+def slow_server(delay: float) -> Iterator[str]:
+    """A streamable HTTP server of the HTTP tools that answers each request `delay` seconds late: its URL."""
+    with live_server(_Slow(_server(HTTP_TOOLS).streamable_http_app(), delay)) as base:
+        yield f"{base}/mcp"
 
 
 @dataclass(frozen=True)

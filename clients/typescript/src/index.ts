@@ -933,6 +933,10 @@ export interface ExperimentColumn {
   error: string | null;
   stopped_at: string | null;
   turns: ExperimentTurn[];
+  /** The discard in force hid this branch's fork (`discardBranches`); false for the source. */
+  discarded: boolean;
+  /** The branch the discard in force kept. */
+  kept: boolean;
   totals: {
     turns: number;
     tool_calls: number;
@@ -967,6 +971,21 @@ export interface Experiment {
   tool_policy: Required<ToolPolicy> | null;
   /** Each agent's tools by class, as the start found them. */
   arms: ArmTools[] | null;
+  /** The latest discard of its branches, in force until `undone_at`; null if they were never discarded. */
+  discard: ExperimentDiscard | null;
+}
+
+/** A discard of an experiment's branches: the forks it hid from kagent's chat list, and what its undo brought back. */
+export interface ExperimentDiscard {
+  id: string;
+  /** The kept branch's fork; null when every branch was discarded. */
+  kept_session_id: string | null;
+  /** The forks it hid (those still visible when it ran). */
+  discarded_session_ids: string[];
+  created_at: string;
+  undone_at: string | null;
+  /** The forks its undo brought back (null until undone). */
+  restored_session_ids: string[] | null;
 }
 
 export interface ExperimentOptions extends ClientOptions, ToolOptions {
@@ -1090,6 +1109,35 @@ export async function cancelExperiment(
   options: ClientOptions = {},
 ): Promise<BaseResponse<Experiment>> {
   const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/cancel` : "";
+  return call<Experiment>(options, "POST", path, {}, {}, [experimentId]);
+}
+
+export interface DiscardOptions extends ClientOptions {
+  /** The branch to keep (the winner): its fork's `session_id` or its `job_id`; absent: discard every branch. */
+  keep?: string;
+}
+
+/**
+ * Clear an ended experiment's branches out of kagent's chat list: every branch's fork is hidden as kagent hides a
+ * deleted session, except the one `keep` names (nothing is erased; `undoDiscard` brings them back). Refused while
+ * the experiment runs; the same call again changes nothing. `data` is the grid, whose `discard` says what was hidden.
+ */
+export async function discardBranches(
+  experimentId: string,
+  options: DiscardOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/discard` : "";
+  const body: Record<string, unknown> = {};
+  if (options.keep !== undefined) body.keep = options.keep;
+  return call<Experiment>(options, "POST", path, body, {}, [experimentId]);
+}
+
+/** Bring back exactly the branch forks a discard hid; the same call again changes nothing. `data` is the grid. */
+export async function undoDiscard(
+  experimentId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/discard/undo` : "";
   return call<Experiment>(options, "POST", path, {}, {}, [experimentId]);
 }
 

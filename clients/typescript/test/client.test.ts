@@ -8,15 +8,18 @@ import { test } from "node:test";
 import {
   type BaseResponse,
   compareSessions,
+  discardBranches,
   forkSession,
   getForkTree,
   getExperiment,
+  getTranscript,
   startExperiment,
   type Invocation,
   listInvocations,
   type TreeNode,
   rewindSession,
   turnActions,
+  undoDiscard,
   undoRewind,
 } from "../src/index.js";
 
@@ -261,6 +264,20 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(branch.turns.length, turns.length - 1);
   assert.equal(grid.source.turns.length, turns.length - 1);
   assert.deepEqual(branch.turns.map((t) => t.question), grid.source.turns.map((t) => t.question));
+  assert.equal(grid.discard, null);
+  assert.equal(branch.discarded, false);
+  // its branch cleared out of the chat list, and back
+  const cleared = ok(await discardBranches(started.id));
+  assert.deepEqual(cleared.discard?.discarded_session_ids, [branch.session_id]);
+  assert.equal(cleared.branches[0]?.discarded, true);
+  failed(await getTranscript(branch.session_id), /not found/);
+  const again = await discardBranches(started.id);
+  assert.equal(again.message, "Branches already discarded");
+  failed(await discardBranches(started.id, { keep: branch.session_id }), /already discarded/);
+  const back = ok(await undoDiscard(started.id));
+  assert.deepEqual(back.discard?.restored_session_ids, [branch.session_id]);
+  ok(await getTranscript(branch.session_id));
+  failed(await discardBranches(started.id, { keep: "no-such-branch" }), /has no branch no-such-branch/);
   failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
   failed(await startExperiment(V1, ""), /required/);
 });

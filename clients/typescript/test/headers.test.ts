@@ -7,6 +7,7 @@ import { test } from "node:test";
 import {
   cancelExperiment,
   cancelWhatif,
+  discardBranches,
   type FetchLike,
   forkSession,
   forwardedHeaders,
@@ -19,6 +20,7 @@ import {
   listWhatifs,
   rewindSession,
   startWhatif,
+  undoDiscard,
   undoRewind,
 } from "../src/index.js";
 
@@ -139,6 +141,9 @@ test("what-if, experiments, transcript and rewinds: paths, query, bodies and the
   await cancelWhatif("j/1", o);
   await listWhatifs("s", o);
   await cancelExperiment("x/1", o);
+  await discardBranches("x/1", { ...o, keep: "b/2" });
+  await discardBranches("x/1", o);
+  await undoDiscard("x/1", o);
   await listExperiments("s", o);
   await getExperiment("x/1", { ...o, format: "json" });
   await listRewinds("s", o);
@@ -150,6 +155,9 @@ test("what-if, experiments, transcript and rewinds: paths, query, bodies and the
       ["POST", "/whatif/j%2F1/cancel", {}],
       ["GET", "/sessions/s/whatifs", undefined],
       ["POST", "/experiments/x%2F1/cancel", {}],
+      ["POST", "/experiments/x%2F1/discard", { keep: "b/2" }],
+      ["POST", "/experiments/x%2F1/discard", {}],
+      ["POST", "/experiments/x%2F1/discard/undo", {}],
       ["GET", "/sessions/s/experiments", undefined],
       ["GET", "/experiments/x%2F1?format=json", undefined],
       ["GET", "/sessions/s/rewinds", undefined],

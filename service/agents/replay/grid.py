@@ -5,7 +5,7 @@ columns summed up. As JSON, and as a Markdown table for people.
 A branch's turn figures are computed once, when the turn ended (figures.turn_figures), and stored with
 the turn; the source column once, in the background after the start (`keep_source_column`), with the
 same reader (the branch summary's query over the turn's events). So reading a finished experiment is
-three indexed queries, whatever the size of its sessions.
+four indexed queries (the last one its discard), whatever the size of its sessions.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from service.errors import NotFound
 from service.identity import Caller
 from service.kagent import frameworks
 from service.kagent.store.base import BEGINNING, Connection
-from service.kagent.store.experiments import ExperimentRow
+from service.kagent.store.experiments import DiscardRow, ExperimentRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
 from service.kagent.store.replay import ReplayCall
 from service.kagent.store.sessions import SessionRow
@@ -64,6 +64,20 @@ class Column(msgspec.Struct, frozen=True, kw_only=True):
     stopped_at: str | None
     turns: list[TurnFigures]
     totals: Totals
+    # The discard in force (discard.py): this branch's fork hidden by it, or the one branch it kept.
+    discarded: bool = False
+    kept: bool = False
+
+
+class Discard(msgspec.Struct, frozen=True, kw_only=True):
+    """The experiment's latest discard of its branches: in force until `undone_at`."""
+
+    id: str
+    kept_session_id: str | None
+    discarded_session_ids: list[str]
+    created_at: str
+    undone_at: str | None
+    restored_session_ids: list[str] | None
 
 
 class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +106,7 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     # agent's tools by class as the start found them
     tool_policy: ToolPolicy | None = None
     arms: list[ArmTools] | None = None
+    discard: Discard | None = None
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -314,6 +329,12 @@ async def experiment(
     else:
         baseline = []
     columns = [branch_column(j, turns[j.id], calls[j.id]) for j in jobs]
+    discard = await svc.store.experiments.latest_discard(conn, row.id)
+    if discard is not None and discard.undone_at is None:
+        hidden, kept = set(discard.session_ids), discard.kept_session_id
+        columns = [
+            msgspec.structs.replace(c, discarded=c.session_id in hidden, kept=c.session_id == kept) for c in columns
+        ]
     source = Column(
         agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
         status="completed", error=None, stopped_at=None, turns=baseline, totals=totals(baseline),
@@ -327,4 +348,13 @@ async def experiment(
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
         tool_policy=_policy(row.tool_policy),
         arms=msgspec.json.decode(row.arms, type=list[ArmTools]) if row.arms else None,
+        discard=discard_json(discard) if discard is not None else None,
+    )  # fmt: skip
+
+
+def discard_json(d: DiscardRow) -> Discard:
+    return Discard(
+        id=d.id, kept_session_id=d.kept_session_id, discarded_session_ids=list(d.session_ids),
+        created_at=rfc3339(d.created_at), undone_at=rfc3339(d.undone_at) if d.undone_at else None,
+        restored_session_ids=list(d.restored_ids) if d.restored_ids is not None else None,
     )  # fmt: skip

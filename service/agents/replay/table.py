@@ -42,12 +42,16 @@ def _cell(turn: TurnFigures | None) -> str:
     return f"{answer}<br>*{turn.state or '?'}: {figures}*"
 
 
+def _discarded(c: Column) -> str:
+    """What the discard in force did to a branch: its fork hidden, or kept."""
+    return ", discarded" if c.discarded else ", kept" if c.kept else ""
+
+
 def markdown(e: Experiment) -> str:
     """The comparison as a table: one column per agent plus the source, one row per turn, then the totals."""
     columns = [("source" + (f" ({e.source.agent_ref})" if e.source.agent_ref else ""), e.source)]
     columns += [
-        (f"{c.agent_ref} #{c.repeat} ({c.status})" if e.repeats > 1 else f"{c.agent_ref} ({c.status})", c)
-        for c in e.branches
+        (f"{c.agent_ref}{f' #{c.repeat}' if e.repeats > 1 else ''} ({c.status}{_discarded(c)})", c) for c in e.branches
     ]
     lines = [
         f"# Experiment {e.id}: {e.status}",

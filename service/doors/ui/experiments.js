@@ -1,5 +1,5 @@
 // kagent-fork explorer, experiments: start one from a turn, its grid (a column per branch beside the
-// source's own turns) followed while it runs, and a session's list. A classic script loaded after app.js:
+// source's own turns) followed while it runs, its branches discarded (or one kept) and back, and a session's list. A classic script loaded after app.js:
 // it uses app.js's helpers (el, api, act, say, state, ...), which all scripts of the page share.
 "use strict";
 
@@ -152,6 +152,26 @@ async function followExperiment(id) {
   }
 }
 
+// Clear an ended experiment's branches out of the chat list (all of them, or all but `keep`, a branch's fork), or
+// bring them back: hidden as kagent hides a deleted session, so the session list is read again after either.
+async function discardBranches(id, keep) {
+  const label = keep ? "Keeping the branch, discarding the others" : "Discarding the branches";
+  const answer = await act(label, () => api("POST", `/api/experiments/${enc(id)}/discard`, keep ? { keep } : {}));
+  if (!answer) return;
+  $("experiment").replaceChildren(...experimentGrid(answer.data));
+  await loadSessions();
+  const hidden = answer.data.discard.discarded_session_ids.length;
+  say(`${plural(hidden, "branch", "branches")} discarded: hidden from the chat list (Undo the discard brings ${hidden === 1 ? "it" : "them"} back)`);
+}
+
+async function undoDiscard(id) {
+  const answer = await act("Undoing the discard", () => api("POST", `/api/experiments/${enc(id)}/discard/undo`, {}));
+  if (!answer) return;
+  $("experiment").replaceChildren(...experimentGrid(answer.data));
+  await loadSessions();
+  say(`Discard undone: ${plural((answer.data.discard.restored_session_ids || []).length, "branch", "branches")} back in the chat list`);
+}
+
 async function cancelExperiment(id) {
   const answer = await act("Cancelling the experiment", () => api("POST", `/api/experiments/${enc(id)}/cancel`, {}));
   if (!answer) return;
@@ -179,9 +199,9 @@ function intents(r) {
     el("div", { class: "warning intent", text: `wanted ${c.tool}(${JSON.stringify(c.arguments)}): not run (a replay)` }));
 }
 
-function gridCell(turn, col) {
-  if (!turn) return el("td", { "data-col": col, class: "muted", text: "(not played)" });
-  return el("td", { "data-col": col, "data-state": turn.state || "" },
+function gridCell(turn, col, fated = "") {
+  if (!turn) return el("td", { "data-col": col, "data-fate": fated, class: "muted", text: "(not played)" });
+  return el("td", { "data-col": col, "data-fate": fated, "data-state": turn.state || "" },
     el("div", { class: "msg user", text: turn.question || "(no question)" }),
     el("div", { class: "msg agent", text: turn.answer || (turn.state === "pending" || turn.state === "working" ? "…" : "(no answer)") }),
     el("div", { class: "muted", text: [...figures(turn), stateName(turn.state)].join(" · ") }),
@@ -189,20 +209,48 @@ function gridCell(turn, col) {
     ...(turn.tool_policy ? intents(turn.tool_policy) : []));
 }
 
-function columnHead(c, col, repeats) {
-  const title = col === "source" ? "Source: this session's own turns" : `${c.agent_ref}${repeats > 1 ? ` #${c.repeat}` : ""}`;
-  return el("th", { "data-col": col },
+// What a column's fork is now: discarded (hidden from the chat list), kept, or neither.
+function fate(c) {
+  return c.discarded ? "discarded" : c.kept ? "kept" : "";
+}
+
+function columnHead(c, col, x) {
+  const title = col === "source" ? "Source: this session's own turns" : `${c.agent_ref}${x.repeats > 1 ? ` #${c.repeat}` : ""}`;
+  const branch = col !== "source";
+  // A branch is kept (the others discarded) once the experiment ended and no discard is in force.
+  const choosing = branch && x.status !== "running" && !(x.discard && !x.discard.undone_at);
+  return el("th", { "data-col": col, "data-fate": fate(c) },
     el("div", { text: title }),
-    col === "source" ? null : el("div", { class: `muted status-${c.status}`, text: c.status }),
+    branch ? el("div", { class: `muted status-${c.status}`, text: c.status }) : null,
+    c.discarded ? el("div", { class: "warning", text: "discarded: hidden from the chat list" }) : null,
+    c.kept ? el("div", { class: "kept", text: "kept (the others discarded)" }) : null,
     c.agent_card ? el("div", { class: "muted", text: `card: ${c.agent_card.name} ${c.agent_card.version}` }) : null,
     c.error ? el("div", { class: "error", text: c.error }) : null,
     c.stopped_at ? el("div", { class: "warning", text: `stopped at ${turnLabel(c.stopped_at)}: it waits for an answer in the fork` }) : null,
-    col === "source" ? null : el("button", { type: "button", onclick: () => go(c.session_id), text: "Open the fork" }));
+    branch && !c.discarded ? el("button", { type: "button", onclick: () => go(c.session_id), text: "Open the fork" }) : null,
+    choosing ? el("button", { type: "button", class: "keep", onclick: () => discardBranches(x.id, c.session_id), text: "Keep this branch" }) : null);
+}
+
+// The discard's pair of buttons under the experiment's line: discard every branch (or keep one, in its column),
+// and, while a discard is in force, what it hid and its undo.
+function discardBar(x) {
+  const d = x.discard && !x.discard.undone_at ? x.discard : null;
+  if (d) {
+    const kept = x.branches.find((b) => b.kept);
+    const keptName = kept ? ` · kept: ${kept.agent_ref}${x.repeats > 1 ? ` #${kept.repeat}` : ""}` : "";
+    return el("p", { class: "discard", "data-discard": d.id },
+      el("span", { text: `${plural(d.discarded_session_ids.length, "branch", "branches")} discarded: hidden from the chat list${keptName} ` }),
+      el("button", { type: "button", onclick: () => undoDiscard(x.id), text: "Undo the discard" }));
+  }
+  if (x.status === "running" || !x.branches.length) return null;
+  return el("p", { class: "discard" },
+    el("button", { type: "button", class: "danger", onclick: () => discardBranches(x.id, null), text: "Discard the branches" }),
+    el("span", { class: "muted", text: " hides every branch's fork from the chat list (undoable); Keep this branch, in a column, keeps that one" }));
 }
 
 function totalCell(c, col) {
   const t = c.totals;
-  return el("td", { "data-col": col },
+  return el("td", { "data-col": col, "data-fate": fate(c) },
     el("b", { text: plural(t.turns, "turn") }),
     el("div", { class: "muted", text: `${plural(t.tool_calls, "tool call")}${t.rejected_tool_calls ? ` (${t.rejected_tool_calls} rejected)` : ""}, ${plural(t.model_calls, "model call")}, ${plural(t.total_tokens, "token")}, ${t.duration_seconds.toFixed(1)} s` }),
     t.tool_policy ? el("div", { class: "muted replayed", text: answered(t.tool_policy) }) : null);
@@ -223,7 +271,7 @@ function experimentGrid(x) {
   const first = turnNumber(from);
   const body = Array.from({ length: rows }, (_, i) => el("tr", {},
     el("th", { class: "turn-no", text: first ? `Turn ${first + i}` : `Turn +${i}` }),
-    ...columns.map(([col, c]) => gridCell(c.turns[i], col))));
+    ...columns.map(([col, c]) => gridCell(c.turns[i], col, fate(c)))));
   const span = x.turns_requested === "all" ? "every later turn" : plural(x.turns_requested, "turn");
   const parts = [
     el("p", { "data-status": x.status },
@@ -233,8 +281,9 @@ function experimentGrid(x) {
     el("p", { class: "muted exp-policy", text: `Tools: ${policyWords(x.tool_policy)}` },
       ...(x.arms || []).map((a) => el("div", { class: "arm-tools", text: armWords(a) }))),
     x.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelExperiment(x.id), text: "Cancel the experiment" }) : null,
+    discardBar(x),
     el("div", { class: "grid-scroll" }, el("table", { class: "compare experiment" },
-      el("thead", {}, el("tr", {}, el("th", {}), ...columns.map(([col, c]) => columnHead(c, col, x.repeats)))),
+      el("thead", {}, el("tr", {}, el("th", {}), ...columns.map(([col, c]) => columnHead(c, col, x)))),
       el("tbody", {}, ...body),
       el("tfoot", {}, el("tr", {}, el("th", { text: "Total" }), ...columns.map(([col, c]) => totalCell(c, col)))))),
   ];

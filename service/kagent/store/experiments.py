@@ -1,5 +1,5 @@
 """Experiments: their rows (the branches are what-if jobs, store.jobs), the baseline column once computed,
-and their end."""
+their end, and the discards that hide their branches' forks and bring them back."""
 
 from __future__ import annotations
 
@@ -32,6 +32,19 @@ class ExperimentRow:
     arms: str | None = None  # JSON, each agent's tools by class, as the start found them
 
 
+@dataclass(frozen=True, kw_only=True)
+class DiscardRow:
+    id: str
+    experiment_id: str
+    user_id: str
+    kept_session_id: str | None  # None: every branch discarded
+    session_ids: list[str]  # the branch forks it hid
+    deleted_at: datetime  # the stamp it set on them
+    created_at: datetime
+    undone_at: datetime | None
+    restored_ids: list[str] | None  # the forks its undo brought back
+
+
 class Experiments:
     """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
 
@@ -50,6 +63,11 @@ class Experiments:
         row = await conn.fetchrow(self.q["get_experiment"], experiment_id, user_id)
         return None if row is None else ExperimentRow(**dict(row))
 
+    async def locked_experiment(self, conn: Connection, experiment_id: str, user_id: str) -> ExperimentRow | None:
+        """The experiment, its row locked until the transaction ends (needs one)."""
+        row = await conn.fetchrow(self.q["lock_experiment"], experiment_id, user_id)
+        return None if row is None else ExperimentRow(**dict(row))
+
     async def experiments(self, conn: Connection, session_id: str, owner: str, user_id: str) -> list[ExperimentRow]:
         rows = await conn.fetch(self.q["list_experiments"], session_id, owner, user_id)
         return [ExperimentRow(**dict(r)) for r in rows]
@@ -65,3 +83,29 @@ class Experiments:
         or ended before)."""
         row = await conn.fetchrow(self.q["experiment_settle"], experiment_id, status)
         return None if row is None else str(row["status"])
+
+    async def latest_discard(self, conn: Connection, experiment_id: str) -> DiscardRow | None:
+        row = await conn.fetchrow(self.q["latest_discard"], experiment_id)
+        return None if row is None else DiscardRow(**dict(row))
+
+    async def discard_stamp(self, conn: Connection) -> datetime:
+        value: datetime = await conn.fetchval(self.q["discard_stamp"])
+        return value
+
+    async def hide_sessions(self, conn: Connection, session_ids: list[str], owner: str, stamp: datetime) -> list[str]:
+        """Hide the owner's visible sessions among these with one stamp: the ones hidden."""
+        return [r["id"] for r in await conn.fetch(self.q["hide_sessions"], session_ids, owner, stamp)]
+
+    async def insert_discard(self, conn: Connection, d: DiscardRow) -> datetime:
+        created: datetime = await conn.fetchval(
+            self.q["insert_discard"], d.id, d.experiment_id, d.user_id, d.kept_session_id, d.session_ids, d.deleted_at
+        )
+        return created
+
+    async def restore_sessions(self, conn: Connection, d: DiscardRow) -> list[str]:
+        """Bring back the sessions the discard hid that still carry its stamp: the ones brought back."""
+        return [r["id"] for r in await conn.fetch(self.q["restore_sessions"], d.session_ids, d.user_id, d.deleted_at)]
+
+    async def mark_discard_undone(self, conn: Connection, discard_id: str, restored: list[str]) -> datetime | None:
+        value: datetime | None = await conn.fetchval(self.q["mark_discard_undone"], discard_id, restored)
+        return value
