@@ -836,6 +836,23 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+REPLAY_TWIN_HELP = (
+    "print the kagent manifests of a replay twin of an agent: the same prompt and tools, its MCP servers replaced "
+    "by kagent-fork's replay endpoint (kubectl apply -f -)"
+)
+
+
+def _replay_twin_arguments(rt: argparse.ArgumentParser) -> None:
+    rt.add_argument("--name", help="the twin's name (default: <agent's name>-replay)")
+    rt.add_argument(
+        "--endpoint",
+        help=f"the replay endpoint as the twin reaches it (default: REPLAY_MCP_URL, else {DEFAULT_REPLAY_ENDPOINT})",
+    )
+    rt.add_argument(
+        "--model-config", default="default-model-config", help="the twin's ModelConfig (kagent's table names none)"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     formatter = _HelpFormatter
     p = argparse.ArgumentParser(prog="kagent-fork", description=__doc__, epilog=EXIT_HELP, formatter_class=formatter)
@@ -918,24 +935,7 @@ def parser() -> argparse.ArgumentParser:
     operator(
         "grid", "show an experiment: its branches beside the source's own turns (Markdown)", metavar="experiment_id"
     )
-    rt = operator(
-        "replay-twin",
-        "print the kagent manifests of a replay twin of an agent: the same prompt and tools, its MCP servers "
-        "replaced by kagent-fork's replay endpoint (kubectl apply -f -)",
-        metavar="agent",
-    )
-    rt.add_argument("--name", help="the twin's name (default: <agent's name>-replay)")
-    rt.add_argument(
-        "--endpoint",
-        help="the replay endpoint as the twin reaches it (default: REPLAY_MCP_URL, else "
-        + DEFAULT_REPLAY_ENDPOINT
-        + ")",
-    )
-    rt.add_argument(
-        "--model-config",
-        default="default-model-config",
-        help="the ModelConfig the twin runs (kagent's table names none)",
-    )
+    _replay_twin_arguments(operator("replay-twin", REPLAY_TWIN_HELP, metavar="agent"))
     d = operator(
         "discard",
         "clear an ended experiment's branches out of kagent's chat list, all of them or all but --keep (undoable)",
