@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
@@ -18,6 +19,8 @@ from mcp.shared.exceptions import McpError
 from mcp.types import ToolAnnotations
 
 from service.agents.replay.lease import server_key, stands_in_for, twin_of
+from service.agents.replay.recordings import canonical, recorded
+from service.agents.replay.twin import recorded_result
 from service.config import Settings
 from service.kagent.store import Store
 from service.kagent.store.agents import agent_row_id, decode_config
@@ -234,3 +237,25 @@ async def test_an_sse_server_is_stood_in_for_too_and_a_read_runs_live_on_it(
         (holder.job_id, 2, "peek", '{"name": "web"}', "reads", "live"),
         (holder.job_id, 2, "poke", '{"name": "web"}', "acts", "refused"),
     ]
+
+
+async def test_the_recording_is_the_sources_latest_result_before_or_in_the_turn_by_canonical_arguments(
+    services: Services, pool: asyncpg.Pool
+) -> None:
+    """Each turn of the seeded conversation calls k8s_get_resources with the same arguments and gets another
+    answer (RESTARTS 7, 8, 9, 10): a replay of turn k answers turn k's, whatever order the arm writes the keys in."""
+    conv = await seed(pool, dialect="v1", turns=4, tool_calls=True)
+    key = ("k8s_get_resources", canonical({"resource_type": "pod", "namespace": "default"}))
+    assert key[1] == '{"namespace":"default","resource_type":"pod"}'
+    seen = []
+    for turn in (0, 1, 3):
+        async with services.connection() as conn:
+            found = await recorded(services, conn, conv.session_id, conv.user_id, conv.invocation_ids[turn])
+        assert set(found) == {key}
+        result = found[key]
+        assert isinstance(result, dict) and set(result) == {"result"}
+        seen.append(result["result"].splitlines()[1].split()[3])  # RESTARTS of the crashing pod
+    assert seen == ["7", "8", "10"]
+    # not an MCP CallToolResult (a function tool's dict): answered as its JSON text, as the events hold it
+    answer = recorded_result(found[key])
+    assert answer.isError is False and answer.content[0].text == msgspec.json.encode(found[key]).decode()  # type: ignore[union-attr]

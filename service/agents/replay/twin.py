@@ -89,7 +89,7 @@ def refusal(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], isError=True)
 
 
-def _recorded_result(response: object) -> CallToolResult:
+def recorded_result(response: object) -> CallToolResult:
     """The source's recorded result as the tool answered it (ADK keeps an MCP tool's CallToolResult as the
     function response); any other shape as its JSON text."""
     if isinstance(response, dict):
@@ -157,7 +157,7 @@ async def _answer(
     tool_class = classify(tool, where, listed, read_only_names)
     if (tool, canonical(arguments)) in recordings:
         return Answered(
-            result=_recorded_result(recordings[(tool, canonical(arguments))]), answered_from="recorded",
+            result=recorded_result(recordings[(tool, canonical(arguments))]), answered_from="recorded",
             tool_class=tool_class,
         )  # fmt: skip
     if tool_class == "reads" and reads == "live":
