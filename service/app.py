@@ -17,7 +17,7 @@ from litestar.types import Receive, Scope, Send
 from service.agents import whatif
 from service.config import Settings
 from service.database import open_pool, prepare_database
-from service.doors import api, experiments_http, mcp_apps, mcp_http, mcp_tools
+from service.doors import api, experiments_http, mcp_apps, mcp_http, mcp_tools, replay_mcp
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import turn_map
 from service.kagent.store import Store
@@ -122,6 +122,17 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         await guarded_tools(scope, receive, send)  # type: ignore[arg-type]
 
+    services: list[Services] = []
+    replays = replay_mcp.session_manager(lambda: services[0])
+    guarded_replays = mcp_http.guarded(replays.handle_request, settings.max_body_bytes)
+
+    @asgi(replay_mcp.PREFIX, is_mount=True, copy_scope=True)
+    async def replay_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        # The replay endpoint's own path (namespace, name, server), as the request named it.
+        raw = bytes(scope.get("raw_path") or scope["path"].encode()).decode("utf-8", "replace").split("?")[0]
+        scope["kagent_fork.replay_path"] = raw.split(replay_mcp.PREFIX, 1)[-1]  # type: ignore[typeddict-unknown-key]
+        await guarded_replays(scope, receive, send)  # type: ignore[arg-type]
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         pool = await open_pool(settings, dsn)
@@ -129,13 +140,14 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         try:
             await prepare_database(settings, store, pool)
             app.state.services = Services(settings=settings, store=store, pool=pool, locks=locks)
+            services.append(app.state.services)
             runner = app.state.whatif_runner = whatif.Runner(svc=app.state.services)
             runners.append(runner)
             # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
             await runner.sweep()
             runner.start_sweeping()
             try:
-                async with tools.session_manager.run():
+                async with tools.session_manager.run(), replays.run():
                     yield
             finally:
                 await runner.stop()
@@ -145,7 +157,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             await close_pool(locks)
 
     app = Litestar(
-        route_handlers=[*api.handlers(), *experiments_http.handlers(), mcp_endpoint],
+        route_handlers=[*api.handlers(), *experiments_http.handlers(), mcp_endpoint, replay_endpoint],
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,

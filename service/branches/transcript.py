@@ -269,10 +269,18 @@ async def reading(
 
 
 async def open_reading(
-    svc: Services, conn: Connection, visible: SessionRow, *, before: str | None = None, before_task: str | None = None
+    svc: Services,
+    conn: Connection,
+    visible: SessionRow,
+    *,
+    before: str | None = None,
+    before_task: str | None = None,
+    cut_chars: int = CUT_CHARS,
 ) -> Reading:
     """The transcript of `visible` (a session the caller may see), on `conn`'s transaction, which must stay
-    open while its turns are read (one Reading at a time on a connection: its rows come through a cursor)."""
+    open while its turns are read (one Reading at a time on a connection: its rows come through a cursor).
+    `cut_chars`: tool arguments and responses longer than that are cut (the replay endpoint's recordings,
+    answered exactly as the events hold them, ask for them whole)."""
     framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id)
     # Read where the agent's runtime wrote the rows (as a fork reads them), told as the session it is.
     runtime = await frameworks.runtime_session(svc.store, conn, visible, framework)
@@ -297,7 +305,7 @@ async def open_reading(
         users = await frameworks.runtime_users(svc.store, conn, sid, owner)
         tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, users), tasks_until or until)
         return Reading(session=source, framework=framework, tasks=tasks)
-    events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=CUT_CHARS)
+    events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=cut_chars)
     if framework == "openai-agents":
         paired, notes = await _paired_tasks(svc, conn, source, tasks_until)
         return Reading(session=source, framework=framework, events=events, paired=paired, notes=notes)

@@ -689,10 +689,26 @@ async def _discard(svc: Services, caller: Caller, args: argparse.Namespace) -> t
     return data, _show_discard(data)
 
 
+async def _replay_twin(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents.replay.manifests import twin_manifests, yaml_text
+    from service.agents.replay.terms import checked_agent_ref
+
+    source = checked_agent_ref(args.session_id, "agent")
+    async with svc.connection() as conn:
+        row = await svc.store.agents.get(conn, source)
+    endpoint = args.endpoint or svc.settings.replay_mcp_url or DEFAULT_REPLAY_ENDPOINT
+    docs, notes = twin_manifests(source, row, endpoint=endpoint, name=args.name, model_config=args.model_config)
+    return {"manifests": docs, "notes": notes}, yaml_text(docs, notes).rstrip("\n")
+
+
+# Where kagent-fork serves its replay endpoint in deploy/ (the Service kagent-fork.kagent, port 8083).
+DEFAULT_REPLAY_ENDPOINT = "http://kagent-fork.kagent.svc:8083/replay/mcp"
+
 COMMANDS: dict[str, Command] = {
     "fork": _fork, "rewind": _rewind, "undo": _undo, "invocations": _invocations, "forks": _forks, "tree": _tree,
     "rewinds": _rewinds, "compare": _compare, "show": _show, "whatif": _whatif, "experiment": _experiment,
     "job": _job, "whatifs": _whatifs, "cancel": _cancel, "experiments": _experiments, "grid": _grid,
+    "replay-twin": _replay_twin,
     "discard": _discard,
 }  # fmt: skip
 # Commands that read what-if jobs and experiments (or cancel or discard them): the A2A client is loaded only if used.
@@ -821,6 +837,23 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+REPLAY_TWIN_HELP = (
+    "print the kagent manifests of a replay twin of an agent: the same prompt and tools, its MCP servers replaced "
+    "by kagent-fork's replay endpoint (kubectl apply -f -)"
+)
+
+
+def _replay_twin_arguments(rt: argparse.ArgumentParser) -> None:
+    rt.add_argument("--name", help="the twin's name (default: <agent's name>-replay)")
+    rt.add_argument(
+        "--endpoint",
+        help=f"the replay endpoint as the twin reaches it (default: REPLAY_MCP_URL, else {DEFAULT_REPLAY_ENDPOINT})",
+    )
+    rt.add_argument(
+        "--model-config", default="default-model-config", help="the twin's ModelConfig (kagent's table names none)"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     formatter = _HelpFormatter
     p = argparse.ArgumentParser(prog="kagent-fork", description=__doc__, epilog=EXIT_HELP, formatter_class=formatter)
@@ -903,6 +936,7 @@ def parser() -> argparse.ArgumentParser:
     operator(
         "grid", "show an experiment: its branches beside the source's own turns (Markdown)", metavar="experiment_id"
     )
+    _replay_twin_arguments(operator("replay-twin", REPLAY_TWIN_HELP, metavar="agent"))
     d = operator(
         "discard",
         "clear an ended experiment's branches out of kagent's chat list, all of them or all but --keep (undoable)",

@@ -16,12 +16,19 @@ import msgspec
 import uvicorn
 
 
-@contextmanager
-def live_server(app: Any, *, limit_concurrency: int | None = None) -> Iterator[str]:
-    """Serve `app` (lifespan included) until the block ends; yields its base URL."""
+def bound_socket() -> socket.socket:
+    """A socket bound to a free port of 127.0.0.1, for live_server."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@contextmanager
+def live_server(app: Any, *, limit_concurrency: int | None = None, sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve `app` (lifespan included) until the block ends; yields its base URL. `sock`: a socket bound
+    beforehand (bound_socket), for an app that must know its own URL when it is made."""
+    sock = sock or bound_socket()
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,

@@ -3,7 +3,9 @@ kagent RemoteMCPServer gives an agent. It keeps every call with the headers it c
 
 Tools: ``lookup(query)`` answers at once and says it only reads (``readOnlyHint``: a replay's arm may run it
 live); ``delete_pod(name)`` is the one a test's agent config marks as requiring approval (kagent's
-``require_approval``), so the runtime asks before calling it.
+``require_approval``), so the runtime asks before calling it; ``scale(name, replicas)`` acts and asks nobody;
+``status(name)`` reads, and its answer counts the calls so far (two calls with the same arguments answer
+differently, as a live cluster would).
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def tools_app(calls: ToolCalls) -> Any:
         """Delete a pod by name."""
         calls.calls.append(ToolCall("delete_pod", {"name": name}, _headers(ctx)))
         return f"pod {name} deleted"
+
+    @mcp.tool()
+    def scale(name: str, replicas: int, ctx: Context) -> str:  # type: ignore[type-arg]
+        """Scale a deployment."""
+        calls.calls.append(ToolCall("scale", {"name": name, "replicas": replicas}, _headers(ctx)))
+        return f"deployment {name} scaled to {replicas}"
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def status(name: str, ctx: Context) -> str:  # type: ignore[type-arg]
+        """The status of a deployment."""
+        calls.calls.append(ToolCall("status", {"name": name}, _headers(ctx)))
+        return f"{name} is at revision {len(calls.of('status'))}"
 
     return mcp.streamable_http_app()
 

@@ -806,6 +806,8 @@ export interface WhatifJob {
   tool_policy: Required<ToolPolicy> | null;
   /** What its agent could do, its tools by class, as the start found them. */
   tools: ArmTools | null;
+  /** On a replay twin, its tool calls over every turn by where they were answered from (null: no twin). */
+  replayed?: ReplayedCalls | null;
 }
 
 /** A what-if as it starts: the job (running) and its fork, as `forkSession` answers it. */
@@ -895,6 +897,15 @@ export async function listWhatifs(sessionId: string, options: ClientOptions = {}
 
 // --- experiments ---------------------------------------------------------------------------------
 
+/** A replay twin's tool calls by where kagent-fork's replay endpoint answered them from (docs/replay-twins.md):
+ * the source's recording, the real server (a read, live as the caller), or nowhere (refused: the arm's intent). */
+export interface ReplayedCalls {
+  recorded: number;
+  live: number;
+  refused: number;
+  refused_calls: { tool: string; arguments: unknown }[];
+}
+
 /** One turn of an experiment's column (kagent-fork's TurnFigures). */
 export interface ExperimentTurn {
   question: string | null;
@@ -914,6 +925,8 @@ export interface ExperimentTurn {
   output_tokens: number | null;
   /** Each model call's [input, output] tokens, in event order: what the price is computed from. */
   model_usage: [number, number][] | null;
+  /** On a replay twin, where the turn's tool calls were answered from; null for the source and other agents. */
+  tool_policy?: ReplayedCalls | null;
 }
 
 /** A column of the grid: the source, or one branch (an agent and a repeat). */
@@ -945,6 +958,8 @@ export interface ExperimentColumn {
     cost_usd: number | null;
     /** The model priced, as the agent's configuration in kagent's agent table names it. */
     model: string | null;
+    /** On a replay twin, the column's tool calls by where their answers came from (null: no twin). */
+    tool_policy?: ReplayedCalls | null;
   };
 }
 

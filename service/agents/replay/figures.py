@@ -13,6 +13,7 @@ from service.errors import ServiceError
 from service.kagent import dialects, frameworks
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
+from service.kagent.store.replay import ReplayCall
 from service.kagent.store.tasks import TaskRow
 from service.operations import continuation, plan, summary
 from service.services import Services
@@ -24,8 +25,36 @@ class JobResult(msgspec.Struct, frozen=True, kw_only=True):
     total_tokens: int
 
 
+class RefusedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call a replay twin's endpoint did not run: the arm's intent."""
+
+    tool: str
+    arguments: object
+
+
+class Replayed(msgspec.Struct, frozen=True, kw_only=True):
+    """A replay twin's tool calls (docs/replay-twins.md), by where their answers came from: the source's
+    recording, the real server (a read, live), or nowhere (refused: `refused_calls` say what the arm wanted)."""
+
+    recorded: int
+    live: int
+    refused: int
+    refused_calls: list[RefusedCall]
+
+
+def replayed(calls: list[ReplayCall]) -> Replayed:
+    """The calls by where their answers came from, the refused ones named (in the order they came)."""
+    refused = [c for c in calls if c.answered_from == "refused"]
+    return Replayed(
+        recorded=sum(c.answered_from == "recorded" for c in calls), live=sum(c.answered_from == "live" for c in calls),
+        refused=len(refused), refused_calls=[RefusedCall(tool=c.tool, arguments=msgspec.json.decode(c.arguments))
+                                             for c in refused],
+    )  # fmt: skip
+
+
 class TurnFigures(msgspec.Struct, frozen=True, kw_only=True):
-    """One turn of a column: what was asked (and sent), what the agent answered and what it cost."""
+    """One turn of a column: what was asked (and sent), what the agent answered and what it cost, and, on a
+    replay twin, what its tool calls were answered from (`tool_policy`; null elsewhere)."""
 
     question: str | None
     sent: list[object] | None  # the message's parts exactly as sent over A2A (None: the source's own turn)
@@ -41,6 +70,7 @@ class TurnFigures(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
     model_usage: list[tuple[int, int]] | None = None
+    tool_policy: Replayed | None = None
 
 
 def sent_parts(message_json: str) -> list[object]:

@@ -5,8 +5,8 @@ columns summed up. As JSON, and as a Markdown table for people.
 A branch's turn figures are computed once, when the turn ended (figures.turn_figures), and stored with
 the turn; the source column once, in the background after the start (`keep_source_column`), with the
 same reader (the branch summary's query over the turn's events). So reading a finished experiment is
-five indexed queries (the last two its discard and the agents' configurations for the price), whatever
-the size of its sessions.
+six indexed queries (experiment, branches, turns, the replay twins' calls, its discard and the agents'
+configurations for the price), whatever the size of its sessions.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ import statistics
 import msgspec
 
 from service.agents import a2a_client
-from service.agents.replay.figures import TurnFigures, question_of, sent_parts, task_text, turn_figures
+from service.agents.replay.figures import (
+    Replayed,
+    TurnFigures,
+    question_of,
+    replayed,
+    sent_parts,
+    task_text,
+    turn_figures,
+)
 from service.agents.replay.span import turns_read_from
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.branches import turns as turn_listing
@@ -27,6 +35,7 @@ from service.kagent.store.agents import ModelConfig
 from service.kagent.store.base import BEGINNING, Connection
 from service.kagent.store.experiments import DiscardRow, ExperimentRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
+from service.kagent.store.replay import ReplayCall
 from service.kagent.store.sessions import SessionRow
 from service.operations import continuation, prices
 from service.schemas import rfc3339
@@ -50,6 +59,8 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int | None
     cost_usd: float | None  # None: unknown (no model, an unknown provider or price, tokens not counted)
     model: str | None  # the model priced, as the agent's configuration in kagent's `agent` table names it
+    # a replay twin's tool calls over the column's turns (null: the branch's agent is no twin; the source)
+    tool_policy: Replayed | None = None
 
 
 class Column(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +160,16 @@ def listed(row: ExperimentRow) -> Listed:
     )  # fmt: skip
 
 
+def _sum(parts: list[Replayed | None]) -> Replayed | None:
+    found = [p for p in parts if p is not None]
+    if not found:
+        return None
+    return Replayed(
+        recorded=sum(p.recorded for p in found), live=sum(p.live for p in found), refused=sum(p.refused for p in found),
+        refused_calls=[c for p in found for c in p.refused_calls],
+    )  # fmt: skip
+
+
 def totals(turns: list[TurnFigures], model: ModelConfig | None = None) -> Totals:
     """A column's totals over its turns that ended, priced with `model` (the column's agent's)."""
     done = [t for t in turns if t.state not in ("pending", "working")]
@@ -165,6 +186,7 @@ def totals(turns: list[TurnFigures], model: ModelConfig | None = None) -> Totals
         input_tokens=sum(i for i, _ in calls) if calls is not None else None,
         output_tokens=sum(o for _, o in calls) if calls is not None else None,
         cost_usd=prices.cost_usd(prices.priced_model(model), calls), model=model.model or None if model else None,
+        tool_policy=_sum([t.tool_policy for t in turns]),
     )  # fmt: skip
 
 
@@ -186,8 +208,23 @@ class Card(msgspec.Struct, frozen=True, kw_only=True):
     skills_sha256: str
 
 
-def branch_column(job: WhatifJob, turns: list[JobTurn], model: ModelConfig | None = None) -> Column:
+def _is_twin(job: WhatifJob) -> bool:
+    return job.arm_tools is not None and msgspec.json.decode(job.arm_tools, type=ArmTools).twin
+
+
+def branch_column(
+    job: WhatifJob, turns: list[JobTurn], model: ModelConfig | None = None, calls: list[ReplayCall] | None = None
+) -> Column:
+    """A branch's column, priced with its agent's model; on a replay twin each turn (sent) says what its tool calls
+    were answered from."""
     figures = [msgspec.json.decode(t.figures, type=TurnFigures) if t.figures else _unfinished(t) for t in turns]
+    if calls is not None and _is_twin(job):
+        figures = [
+            f if f.state == "pending" else msgspec.structs.replace(
+                f, tool_policy=replayed([c for c in calls if c.ordinal == t.ordinal])
+            )
+            for f, t in zip(figures, turns, strict=True)
+        ]  # fmt: skip
     if job.status != "running":  # a turn that never ran (after a failure or a cancel) is not shown
         figures = [f for f in figures if f.state not in ("pending",)]
     return Column(
@@ -315,6 +352,9 @@ async def experiment(
         raise NotFound(f"experiment {experiment_id} not found")
     jobs = await svc.store.experiments.branches(conn, row.id)
     turns = await svc.store.jobs.whatif_turns_of_jobs(conn, [j.id for j in jobs])
+    calls: dict[str, list[ReplayCall]] = {j.id: [] for j in jobs}
+    for c in await svc.store.replay.calls_of_jobs(conn, [j.id for j in jobs]):
+        calls[c.job_id].append(c)
     if row.source_turns is not None:
         baseline = msgspec.json.decode(row.source_turns, type=list[TurnFigures])
     elif live:
@@ -323,7 +363,7 @@ async def experiment(
     else:
         baseline = []
     models = await _models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs)])
-    columns = [branch_column(j, turns[j.id], models.get(j.agent_ref or "")) for j in jobs]
+    columns = [branch_column(j, turns[j.id], models.get(j.agent_ref or ""), calls[j.id]) for j in jobs]
     discard = await svc.store.experiments.latest_discard(conn, row.id)
     if discard is not None and discard.undone_at is None:
         hidden, kept = set(discard.session_ids), discard.kept_session_id

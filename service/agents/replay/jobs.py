@@ -12,13 +12,14 @@ import msgspec
 
 from service.agents import a2a_client
 from service.agents.replay.answerers import agent, headers
-from service.agents.replay.figures import JobResult, question_of, sent_parts
+from service.agents.replay.figures import JobResult, Replayed, question_of, replayed, sent_parts
 from service.agents.replay.runner import close_turns
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import Conflict, NotFound
 from service.identity import Caller, visible_session
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
+from service.kagent.store.replay import ReplayCall
 from service.observability import EXPERIMENTS, WHATIF_DURATION, WHATIF_JOBS
 from service.schemas import ForkedSession, rfc3339
 from service.services import Services
@@ -47,6 +48,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     # what its agent's tools do (null: a job from before tool policies, which ran every tool live) and could do
     tool_policy: ToolPolicy | None = None
     tools: ArmTools | None = None
+    # on a replay twin, its tool calls over every turn by where they were answered from (docs/replay-twins.md)
+    replayed: Replayed | None = None
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,7 +59,10 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
     session: ForkedSession
 
 
-def job_json(job: WhatifJob) -> Job:
+def job_json(job: WhatifJob, calls: list[ReplayCall] | None = None) -> Job:
+    """A job as the API shows it; `calls`: the replay endpoint's calls of its turns, shown when its agent is a
+    replay twin."""
+    arm = msgspec.json.decode(job.arm_tools, type=ArmTools) if job.arm_tools else None
     return Job(
         id=job.id, status=job.status, session_id=job.session_id, parent_session_id=job.parent_session_id,
         rewind_before_invocation_id=job.rewind_before_invocation_id, rewind_before_task_id=job.rewind_before_task_id,
@@ -67,23 +73,25 @@ def job_json(job: WhatifJob) -> Job:
         turns_done=job.turns_done, turns_total=job.turns_total, stopped_at=job.stopped_at,
         experiment_id=job.experiment_id, question=question_of(sent_parts(job.message)),
         tool_policy=msgspec.json.decode(job.tool_policy, type=ToolPolicy) if job.tool_policy else None,
-        tools=msgspec.json.decode(job.arm_tools, type=ArmTools) if job.arm_tools else None,
+        tools=arm, replayed=replayed(calls) if calls is not None and arm is not None and arm.twin else None,
     )  # fmt: skip
 
 
 async def get(svc: Services, caller: Caller, job_id: str) -> Job:
     async with svc.connection() as conn:
         job = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
+        calls = await svc.store.replay.calls_of_jobs(conn, [job_id]) if job is not None else []
     if job is None:
         raise NotFound(f"what-if job {job_id} not found")
-    return job_json(job)
+    return job_json(job, calls)
 
 
 async def of_session(svc: Services, caller: Caller, session_id: str) -> list[Job]:
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         jobs = await svc.store.jobs.whatif_jobs(conn, source.id, source.user_id, caller.user_id)
-    return [job_json(j) for j in jobs]
+        calls = await svc.store.replay.calls_of_jobs(conn, [j.id for j in jobs])
+    return [job_json(j, [c for c in calls if c.job_id == j.id]) for j in jobs]
 
 
 async def _mark_cancelled(svc: Services, conn: Connection, job: WhatifJob) -> bool:

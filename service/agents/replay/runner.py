@@ -24,6 +24,7 @@ from typing import TypeVar
 import msgspec
 
 from service.agents import a2a_client
+from service.agents.replay import lease
 from service.agents.replay.answerers import agent, headers
 from service.agents.replay.figures import JobResult, TurnFigures, question_of, sent_parts, task_answer, turn_figures
 from service.agents.replay.player import ENDED, WAITING, NotOurs, Player, Stop, Turn, task_state
@@ -170,7 +171,8 @@ class Runner:
             if row.ended_at is not None:
                 continue
             turn = Turn.of(row)
-            async with _Slot(self, job):
+            # A twin's calls are this turn's while it holds the twin's lease (lease.py); then a slot.
+            async with lease.held(self, job, row.ordinal), _Slot(self, job):
                 state = await player.turn(turn)
             TURNS.labels(state).inc()
             await self._end_turn(job, turn, state)

@@ -1,11 +1,28 @@
 """An experiment's grid as a Markdown table for people: a column per branch plus the source, a row per turn,
-the totals underneath (the price last, with the model priced), then why a branch failed or stopped, and with
-repeats the spread per agent."""
+the totals underneath (the price last, with the model priced), then why a branch failed or stopped, what a replay
+twin's arm wanted and was not run (its intent), and with repeats the spread per agent."""
 
 from __future__ import annotations
 
-from service.agents.replay.figures import TurnFigures
+import msgspec
+
+from service.agents.replay.figures import Replayed, TurnFigures
 from service.agents.replay.grid import FIGURES, Column, Experiment, Totals
+
+
+def _answered(r: Replayed | None) -> str:
+    """A replay twin's tool calls by where their answers came from (docs/replay-twins.md)."""
+    return "" if r is None else f"{r.recorded} recorded, {r.live} live, {r.refused} refused"
+
+
+def _intents(name: str, c: Column) -> list[str]:
+    """The calls a twin's endpoint refused, turn by turn: what the arm wanted to do."""
+    out = []
+    for i, turn in enumerate(c.turns):
+        for call in turn.tool_policy.refused_calls if turn.tool_policy else []:
+            arguments = msgspec.json.encode(call.arguments).decode().replace("`", "'")
+            out.append(f"- {name}, turn {i + 1}: wanted `{call.tool}({arguments[:200]})`, not run (a replay)")
+    return out
 
 
 def _cell(turn: TurnFigures | None) -> str:
@@ -20,6 +37,8 @@ def _cell(turn: TurnFigures | None) -> str:
         f"{tools} tool calls{rejected} · {turn.model_calls} model calls · {turn.total_tokens} tokens"
         f" · {turn.duration_seconds:.1f} s"
     )
+    if turn.tool_policy is not None:
+        figures += f" · tools: {_answered(turn.tool_policy)}"
     return f"{answer}<br>*{turn.state or '?'}: {figures}*"
 
 
@@ -65,6 +84,13 @@ def markdown(e: Experiment) -> str:
     for name in FIGURES:
         lines.append(f"| **{name}** | " + " | ".join(str(getattr(c.totals, name)) for _, c in columns) + " |")
     lines.append("| **cost (USD)** | " + " | ".join(_cost(c.totals) for _, c in columns) + " |")
+    if any(c.totals.tool_policy is not None for _, c in columns):
+        lines.append(
+            "| **tool calls answered** | " + " | ".join(_answered(c.totals.tool_policy) for _, c in columns) + " |"
+        )
+    intents = [line for name, c in columns[1:] for line in _intents(name, c)]
+    if intents:
+        lines += ["", "What the replay twins' agents wanted to run and did not (their intent):", *intents]
     failed = [c for c in e.branches if c.error]
     if failed:
         lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]

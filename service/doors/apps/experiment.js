@@ -79,7 +79,9 @@ const ExperimentView = (() => {
     if (!turn) return el("td", { class: "muted" }, "…");
     if (!turn.answer && /working|submitted/i.test(turn.state || "")) return el("td", { class: "muted" }, "answering…");
     return el("td", {}, el("div", {}, short(turn.answer, 300) || "(no answer)"),
-      el("div", { class: "muted" }, turn.total_tokens + " tokens · " + (turn.state || "")));
+      el("div", { class: "muted" }, turn.total_tokens + " tokens · " + (turn.state || "")),
+      turn.tool_policy ? el("div", { class: "muted" }, "tools: " + turn.tool_policy.recorded + " recorded, " +
+        turn.tool_policy.live + " live, " + turn.tool_policy.refused + " refused") : null);
   }
 
   function render(grid) {

@@ -188,12 +188,25 @@ function figures(f) {
   return parts;
 }
 
+// A replay twin's tool calls by where the replay endpoint answered them from (docs/replay-twins.md), and the calls
+// it refused: what the arm wanted to run (its intent).
+function answered(r) {
+  return `tools: ${r.recorded} recorded, ${r.live} live, ${r.refused} refused`;
+}
+
+function intents(r) {
+  return r.refused_calls.map((c) =>
+    el("div", { class: "warning intent", text: `wanted ${c.tool}(${JSON.stringify(c.arguments)}): not run (a replay)` }));
+}
+
 function gridCell(turn, col, fated = "") {
   if (!turn) return el("td", { "data-col": col, "data-fate": fated, class: "muted", text: "(not played)" });
   return el("td", { "data-col": col, "data-fate": fated, "data-state": turn.state || "" },
     el("div", { class: "msg user", text: turn.question || "(no question)" }),
     el("div", { class: "msg agent", text: turn.answer || (turn.state === "pending" || turn.state === "working" ? "…" : "(no answer)") }),
-    el("div", { class: "muted", text: [...figures(turn), stateName(turn.state)].join(" · ") }));
+    el("div", { class: "muted", text: [...figures(turn), stateName(turn.state)].join(" · ") }),
+    turn.tool_policy ? el("div", { class: "muted replayed", text: answered(turn.tool_policy) }) : null,
+    ...(turn.tool_policy ? intents(turn.tool_policy) : []));
 }
 
 // What a column's fork is now: discarded (hidden from the chat list), kept, or neither.
@@ -240,7 +253,8 @@ function totalCell(c, col) {
   return el("td", { "data-col": col, "data-fate": fate(c) },
     el("b", { text: plural(t.turns, "turn") }),
     el("div", { class: "muted", text: `${plural(t.tool_calls, "tool call")}${t.rejected_tool_calls ? ` (${t.rejected_tool_calls} rejected)` : ""}, ${plural(t.model_calls, "model call")}, ${plural(t.total_tokens, "token")}, ${t.duration_seconds.toFixed(1)} s` }),
-    el("div", { class: "muted cost", title: costNote(t), text: costText(t) }));
+    el("div", { class: "muted cost", title: costNote(t), text: costText(t) }),
+    t.tool_policy ? el("div", { class: "muted replayed", text: answered(t.tool_policy) }) : null);
 }
 
 // A column's price: in US dollars, or "unknown" (no model, or a model or price the table does not know).

@@ -1,6 +1,7 @@
 """The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
-(agents, sessions, events, tasks, lineage and idempotency, rewinds, jobs, experiments, the turn map, and the database
-itself); the only code that sees asyncpg rows. Imports nothing of the service above kagent's data.
+(agents, sessions, events, tasks, lineage and idempotency, rewinds, jobs, experiments, the replay endpoint's
+calls, the turn map, and the database itself); the only code that sees asyncpg rows. Imports nothing of the
+service above kagent's data.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from service.kagent.store.experiments import Experiments
 from service.kagent.store.jobs import Jobs
 from service.kagent.store.langgraph import LangGraph
 from service.kagent.store.lineage import LineageStore
+from service.kagent.store.replay import Replay
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
 from service.kagent.store.tasks import Tasks
@@ -32,6 +34,7 @@ _PARTS = (
     "jobs",
     "langgraph",
     "lineage",
+    "replay",
     "rewinds",
     "sessions",
     "tasks",
@@ -68,6 +71,7 @@ class Store:
         self.crewai = CrewAI(self.queries)
         self.langgraph = LangGraph(self.queries)
         self.experiments = Experiments(self.queries)
+        self.replay = Replay(self.queries)
         self.turn_maps = TurnMaps(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).

@@ -1,0 +1,78 @@
+"""The replay endpoint's door: `/replay/mcp/{namespace}/{name}/{server}` serves MCP (streamable HTTP, stateless)
+standing in for one MCP server of the agent namespace/name, for that agent's replay twins
+(docs/replay-twins.md). It lists the real server's tools as they are and answers each call as
+`agents/replay/twin.py` decides, as the caller the forwarded headers name."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import McpError
+from mcp.types import INVALID_PARAMS, CallToolResult, ErrorData, Tool
+
+from service.agents.replay import lease, real_server, twin
+from service.errors import ServiceError
+from service.identity import resolve_caller, scope_headers
+from service.services import Services
+
+log = logging.getLogger("kagent_fork")
+PREFIX = "/replay/mcp"
+
+
+def _incoming(svc: Services, server: Server[Any, Any]) -> twin.Incoming:
+    """The request being answered: the agent and server its path names, the caller, the forwarded headers."""
+    request = server.request_context.request
+    scope: dict[str, Any] = getattr(request, "scope", {})
+    found = lease.twin_of(PREFIX + str(scope.get("kagent_fork.replay_path", "")))
+    if found is None:
+        message = f"not a replay endpoint: {PREFIX}/<namespace>/<name>/<server>"
+        raise McpError(ErrorData(code=INVALID_PARAMS, message=message))
+    headers = scope_headers(scope)
+    query: dict[str, list[str]] = {}
+    try:
+        caller = resolve_caller(svc.settings, headers, query)
+    except ServiceError as exc:
+        raise McpError(ErrorData(code=INVALID_PARAMS, message=exc.message)) from None
+    agent, key = found
+    return twin.Incoming(
+        agent=agent, server=key, user_id=caller.user_id, headers={k: v[0] for k, v in headers.items() if v}
+    )
+
+
+def replay_server(services: Callable[[], Services]) -> Server[Any, Any]:
+    server: Server[Any, Any] = Server("kagent-fork replay")
+
+    @server.list_tools()  # type: ignore[untyped-decorator,no-untyped-call]
+    async def list_tools() -> list[Tool]:
+        svc = services()
+        incoming = _incoming(svc, server)
+        try:
+            where = await twin.target(svc, incoming)
+            return await real_server.list_tools(where.server)
+        except ServiceError as exc:
+            raise McpError(ErrorData(code=INVALID_PARAMS, message=exc.message)) from None
+        except real_server.Unreachable as exc:
+            raise McpError(ErrorData(code=INVALID_PARAMS, message=str(exc))) from None
+
+    @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]
+    async def call_tool(name: str, arguments: dict[str, Any]) -> CallToolResult:
+        svc = services()
+        incoming = _incoming(svc, server)
+        try:
+            return await twin.call(svc, incoming, name, arguments)
+        except ServiceError as exc:
+            return twin.refusal(f"not run: {exc.message}")
+
+    return server
+
+
+def session_manager(services: Callable[[], Services]) -> StreamableHTTPSessionManager:
+    return StreamableHTTPSessionManager(
+        replay_server(services), json_response=True, stateless=True,
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )  # fmt: skip
