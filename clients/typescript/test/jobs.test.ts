@@ -169,7 +169,7 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
   // What its tools do: replay by default; the demo's scripted agent has no row in kagent's agent table
   assert.deepEqual(started.job.tool_policy, { mode: "replay", reads: "live" });
   assert.equal(started.job.tools?.agent_ref, "kagent/scripted-agent");
-  assert.equal(started.job.tools?.known, false);
+  assert.equal(started.job.tools?.known, true); // the demo writes its agents' rows in kagent's agent table
 
   // A retry with the same key answers the same job; another body under that key is refused.
   const again = await startWhatif(V1, second, {
@@ -306,7 +306,7 @@ test("dryRunExperiment, dryRunWhatif: each agent's tools by class and the refusa
   assert.equal(plan.refused, null);
   assert.deepEqual(plan.tools, { mode: "live", reads: "live" });
   assert.deepEqual(plan.arms.map((a) => [a.agent_ref, a.known, a.acts.length]), [
-    ["kagent/scripted-agent", false, 0], ["kagent/k8s-agent", false, 0],
+    ["kagent/scripted-agent", true, 0], ["kagent/k8s-agent", true, 0],
   ]);
   const capped = ok(await dryRunWhatif(V1, second, { agentRef: "kagent/scripted-agent", maxContextTokens: 1 }));
   assert.match(capped.refused ?? "", /over the limit of 1/);
