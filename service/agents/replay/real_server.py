@@ -1,7 +1,8 @@
 """The real MCP server a replay twin stands in for, asked as the caller: its tools (`tools/list`, for the twin to
 list the same ones) and, for an unrecorded read-only call, the call itself. Streamable HTTP or SSE, as the
 source agent's config says (kagent's `http_tools` and `sse_tools`); the headers are the server's own (its
-`params.headers`) and the caller's that the twin forwarded (docs/replay-twins.md)."""
+`params.headers`) and the caller's that the twin forwarded (docs/replay-twins.md). The one MCP client of the
+service: the arms' tools are listed through it too (tools.list_tools)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ async def list_tools(server: RealServer) -> list[Tool]:
                 if not cursor:
                     return tools
     except Exception as exc:  # any failure of a server we do not own is "it did not answer"
-        raise Unreachable(f"{server.url} did not list its tools: {type(exc).__name__}: {exc}") from None
+        raise Unreachable(f"{server.url} did not list its tools: {type(exc).__name__}: {exc}") from exc
 
 
 async def call_tool(server: RealServer, tool: str, arguments: dict[str, object]) -> CallToolResult:
@@ -70,4 +71,4 @@ async def call_tool(server: RealServer, tool: str, arguments: dict[str, object])
         async with _session(server) as session:
             return await session.call_tool(tool, arguments)
     except Exception as exc:
-        raise Unreachable(f"{server.url} did not answer {tool}: {type(exc).__name__}: {exc}") from None
+        raise Unreachable(f"{server.url} did not answer {tool}: {type(exc).__name__}: {exc}") from exc

@@ -150,32 +150,18 @@ def _reason(exc: BaseException) -> str:
 async def list_tools(url: str, transport: Literal["http", "sse"], headers: dict[str, str], seconds: float) -> Listed:
     """The server's tools/list (every page), over streamable HTTP or SSE, within `seconds`."""
     import anyio
-    from mcp import ClientSession
-    from mcp.client.sse import sse_client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
-    found: list[tuple[str, bool | None]] = []
+    # The service's one MCP client, loaded when a server is asked (a CLI read never loads the MCP SDK).
+    from service.agents.replay import real_server
+
     try:
         with anyio.fail_after(seconds):
-            async with create_mcp_http_client(headers=headers) as http:
-                streams = (
-                    streamable_http_client(url, http_client=http)
-                    if transport == "http"
-                    else sse_client(url, headers=headers, timeout=seconds, sse_read_timeout=seconds)
-                )
-                async with streams as opened, ClientSession(opened[0], opened[1]) as session:
-                    await session.initialize()
-                    cursor: str | None = None
-                    while True:
-                        page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
-                        found += [(t.name, t.annotations.readOnlyHint if t.annotations else None) for t in page.tools]
-                        cursor = page.nextCursor
-                        if not cursor:
-                            break
-    except Exception as exc:  # a server that does not answer: its tools all act, with the reason
+            listed = await real_server.list_tools(real_server.RealServer(url=url, transport=transport, headers=headers))
+    except real_server.Unreachable as exc:  # a server that does not answer: its tools all act, with the reason
+        return Listed(tools=[], error=_reason(exc.__cause__ or exc))
+    except TimeoutError as exc:
         return Listed(tools=[], error=_reason(exc))
-    return Listed(tools=found)
+    return Listed(tools=[(t.name, t.annotations.readOnlyHint if t.annotations else None) for t in listed])
 
 
 def server_headers(server: McpServerConfig, caller: Caller, authorization: str | None) -> dict[str, str]:
