@@ -64,6 +64,7 @@ async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tu
         "rewind": "SELECT * FROM kagent_fork.rewind WHERE user_id = ANY($1)",
         "whatif_job": "SELECT * FROM kagent_fork.whatif_job WHERE user_id = ANY($1)",
         "experiment": "SELECT * FROM kagent_fork.experiment WHERE user_id = ANY($1)",
+        "judgment": "SELECT * FROM kagent_fork.judgment WHERE user_id = ANY($1)",
     }
     out = {}
     async with pool.acquire() as conn:

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 import yaml
 
-from service.agents.experiments import ExperimentRequest
+from service.agents.experiments import ExperimentRequest, JudgeRequest
 from service.agents.whatif import WhatifRequest
 from service.config import ConfigError, Settings, from_env
 from service.database import open_pool, prepare_database
@@ -84,7 +84,8 @@ async def test_migrations_run_once_even_from_two_replicas(server_url: str) -> No
         versions = await asyncio.gather(*(migrate(c, "kagent_fork_replicas") for c in conns))
         assert versions[0] == versions[1] >= 1
         rows = await conns[0].fetchval("SELECT count(*) FROM kagent_fork_replicas.schema_version")
-        assert rows == versions[0]
+        # one row a migration file (the numbers may have gaps while parallel work lands: 0016 before 0014)
+        assert rows == len(list((ROOT / "sql" / "migrations").glob("*.sql")))
         kagent_columns = await conns[0].fetchval(
             "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'task'"
         )
@@ -133,6 +134,7 @@ def test_openapi_documents_every_route_and_request_type() -> None:
         (EmptyRequest, "EmptyRequest"),
         (ExperimentRequest, "ExperimentRequest"),
         (WhatifRequest, "WhatifRequest"),
+        (JudgeRequest, "JudgeRequest"),
     ]:
         code = msgspec.json.schema(struct)
         code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])

@@ -1,4 +1,4 @@
-"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, and a source's list."""
+"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, judge, and a source's list."""
 
 from __future__ import annotations
 
@@ -61,6 +61,16 @@ async def cancel_experiment(request: AnyRequest, experiment_id: FromPath[str]) -
     return ok(found, "Successfully cancelled experiment")
 
 
+@post("/api/experiments/{experiment_id:str}/judge", status_code=202)
+async def judge_experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, experiments.JudgeRequest)
+    found = await experiments.judge_experiment(
+        services(request), request.app.state.whatif_runner, caller_of(request),
+        checked_id(experiment_id, "experiment id"), req, _authorization(request),
+    )  # fmt: skip
+    return ok(found, "Judging experiment", status=202, headers={"Location": f"/api/experiments/{found.id}"})
+
+
 @get("/api/sessions/{session_id:str}/experiments")
 async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     found = await experiments.of_session(services(request), caller_of(request), checked_id(session_id))
@@ -68,4 +78,4 @@ async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Re
 
 
 def handlers() -> list[HTTPRouteHandler]:
-    return [start_experiment, experiment, cancel_experiment, list_experiments]
+    return [start_experiment, experiment, cancel_experiment, judge_experiment, list_experiments]

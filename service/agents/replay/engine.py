@@ -5,8 +5,8 @@ road, each step in its room, each room entered once:
    (answerers), the request's own words (terms: the agents' names, the repeats; the token limit's type);
 2. once per Idempotency-Key (`once`, here: the key's lock, a stored answer replayed), then
 3. the turn it starts from and what is re-asked (span.start_turn, span.span_of, in a snapshot of its own);
-4. what it may cost (gate.gate);
-5. who answers (answerers.cast: the agents and repeats, their cards asked for at once);
+4. what it may cost (gate.gate: the branches' turns and the judge's calls);
+5. who answers (answerers.cast: the agents and repeats, their cards and the judge's asked for at once);
 6. the branches written (branches.write: the forks with their jobs, and the answer);
 7. the jobs launched (runner), and an experiment's baseline column computed in the background (grid).
 
@@ -55,7 +55,8 @@ async def start(
         plan, cards = await answerers.cast(svc, replay, found, hdrs)
         written = await branches.write(
             svc, runner, caller,
-            [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, card=cards[ref], repeat=repeat)
+            [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, card=cards[ref], repeat=repeat,
+                             judge_card=cards.get(replay.judge.agent) if replay.judge else None)
              for ref, repeat in plan],
             boundary, kept,
         )  # fmt: skip

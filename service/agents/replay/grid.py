@@ -15,6 +15,7 @@ import statistics
 import msgspec
 
 from service.agents import a2a_client
+from service.agents.replay import judged
 from service.agents.replay.figures import TurnFigures, question_of, sent_parts, task_text, turn_figures
 from service.agents.replay.span import turns_read_from
 from service.branches import turns as turn_listing
@@ -76,6 +77,9 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     on_approval: str
     repeats: int
     by_agent: list[AgentSummary] | None
+    judgment: judged.Judgment | None = None  # the latest judgment (its verdict), None: never judged
+    earlier_judgments: list[judged.Earlier] = msgspec.field(default_factory=list)
+    votes: judged.Votes | None = None  # people's blind votes, apart from the judge's
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -271,11 +275,32 @@ async def experiment(
         agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
         status="completed", error=None, stopped_at=None, turns=baseline, totals=totals(baseline),
     )  # fmt: skip
+    found = await svc.store.judgments.of_experiment(conn, row.id)
+    latest = found[-1] if found else None
+    calls = await svc.store.judgments.calls(conn, latest.id) if latest else []
+    sides = {c.job_id: _side(c, row.repeats) for c in columns}
+    status = row.status
+    if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):
+        status = "judging"
     return Experiment(
-        id=row.id, status=row.status, source_session_id=row.source_session_id,
+        id=row.id, status=status, source_session_id=row.source_session_id,
         rewind_before_invocation_id=row.rewind_before_invocation_id, rewind_before_task_id=row.rewind_before_task_id,
         turns_requested=_requested(row.turns_requested),
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
+        judgment=judged.judgment(latest, calls, sides, _side(source, 1)) if latest else None,
+        earlier_judgments=judged.earlier(found[:-1]),
+        votes=judged.votes(await svc.store.judgments.votes(conn, row.id), sides, _side(source, 1)),
     )  # fmt: skip
+
+
+def cost_of(t: Totals) -> float | None:
+    """A column's money, None when unknown (never a guess): the one place the verdict reads it."""
+    value = getattr(t, "cost_usd", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _side(c: Column, repeats: int) -> judged.Side:
+    label = "source" if c.job_id is None else (f"{c.agent_ref} #{c.repeat}" if repeats > 1 else str(c.agent_ref))
+    return judged.Side(label=label, agent_ref=c.agent_ref, tokens=c.totals.total_tokens, cost_usd=cost_of(c.totals))

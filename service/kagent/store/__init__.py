@@ -15,6 +15,7 @@ from service.kagent.store.database import Database
 from service.kagent.store.events import Events
 from service.kagent.store.experiments import Experiments
 from service.kagent.store.jobs import Jobs
+from service.kagent.store.judgments import Judgments
 from service.kagent.store.langgraph import LangGraph
 from service.kagent.store.lineage import LineageStore
 from service.kagent.store.rewinds import Rewinds
@@ -30,6 +31,7 @@ _PARTS = (
     "events",
     "experiments",
     "jobs",
+    "judgments",
     "langgraph",
     "lineage",
     "rewinds",
@@ -68,6 +70,7 @@ class Store:
         self.crewai = CrewAI(self.queries)
         self.langgraph = LangGraph(self.queries)
         self.experiments = Experiments(self.queries)
+        self.judgments = Judgments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).
