@@ -6,6 +6,7 @@ an independent computation; cancel, takeover after a stopped replica, the cost g
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import re
@@ -341,3 +342,41 @@ async def _judge_holding(client: Any, eid: str, user: str, seen: Seen, pool: asy
             return
         assert time.monotonic() < deadline, r.text
         await asyncio.sleep(0.05)
+
+
+async def test_mcp_starts_a_judged_experiment_reads_its_verdict_and_judges_it_again(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    from service.app import create_app
+    from tests.support.live_server import live_server
+    from tests.test_mcp_tools import mcp_session, text_of
+
+    a2a_url, _ = agents
+    conv = await seed(pool, dialect="v1", turns=2)
+    with live_server(create_app(whatif_settings(settings, a2a_url), database_url)) as url:
+        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
+            started = await mcp.call_tool(
+                "start_experiment",
+                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+                 "agents": [ref(MARKER_AGENT)], "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
+            )  # fmt: skip
+            assert not started.isError, text_of(started)
+            eid = json.loads(text_of(started))["experiment"]["id"]
+            deadline = time.monotonic() + 60
+            while True:
+                status = json.loads(text_of(await mcp.call_tool("experiment_status", {"experiment_id": eid})))
+                if status["status"] not in OVER:
+                    break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1")
+            table = await mcp.call_tool("experiment_status", {"experiment_id": eid, "format": "markdown"})
+            assert "## Verdict (completed)" in text_of(table) and status["judgment"]["lines"][0] in text_of(table)
+            again = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": ref(BIASED_JUDGE)})
+            assert not again.isError, text_of(again)
+            assert json.loads(text_of(again))["judgment"]["judge_agent_ref"] == ref(BIASED_JUDGE)
+            refused = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": "nope"})
+            assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)

@@ -16,6 +16,9 @@ _HIDES = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHin
 _RESTORES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 # A replay sends questions to kagent agents, which run their tools for real (they may act on a cluster).
 _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
+# A judgment asks a kagent agent (its model, for real, and whatever tools it holds) about the branches: it
+# changes no session, adds a judgment each call, and reaches outside the service.
+_JUDGES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=True)
 # A cancel ends running branches for good and asks their agents to stop; a second cancel changes nothing.
 _CANCELS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=True)
 
@@ -36,6 +39,7 @@ HINTS: dict[str, ToolAnnotations] = {
     "start_experiment": _RUNS_AGENTS,
     "cancel_whatif": _CANCELS,
     "cancel_experiment": _CANCELS,
+    "judge_experiment": _JUDGES,
     # The views in kagent's chat (mcp_apps.py): the two that show, and the app-only calls their pages make.
     "show_branches": _READ,
     "show_experiment": _READ,

@@ -366,6 +366,10 @@ async def start_experiment(
     max_context_tokens: Annotated[
         int | None, Field(description="Refuse when every branch's turns' contexts add up to more (default 200,000).")
     ] = None,
+    judge_agent: Annotated[
+        str | None, Field(description='A kagent agent ("namespace/name") to judge the branches blind once they end.')
+    ] = None,
+    judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
     writes no invocation id, `rewind_before_task_id`) on several agents at once and compare them with the
@@ -375,14 +379,18 @@ async def start_experiment(
     `repeats` (1-5) runs each agent that many times, to tell an agent's difference from chance.
     `on_approval`: "stop" ends a branch when its agent asks to approve a tool; "reject" refuses the tool as
     kagent's Reject button does and goes on (nothing is ever approved). Agents run their tools for real,
-    and every turn costs model tokens (the call is refused over `max_context_tokens`). Answers the
-    experiment at once (status "running"); follow it with experiment_status."""
+    and every turn costs model tokens (the call is refused over `max_context_tokens`). `judge_agent`: a
+    kagent agent that then judges each branch against the source blind, both orders asked (its calls are
+    counted in the limit). Answers the experiment at once (status "running"); follow it with
+    experiment_status."""
 
     async def op(svc: Services, caller: Caller) -> object:
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
                   "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
-                  "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens}  # fmt: skip
+                  "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
+                  "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
+                  if judge_agent else None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
         started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -444,10 +452,12 @@ async def experiment_status(
         Literal["json", "markdown"], Field(description='"json": the data; "markdown": a table to show a person.')
     ] = "json",
 ) -> CallToolResult:
-    """An experiment started with start_experiment: its status (running until every branch ended) and the
-    grid: the source's own turns and, for each agent's branch, each turn's question, answer, tool calls,
-    model calls, tokens, duration and state, with totals. `format`: "json" (the data) or "markdown" (a
-    table to show a person)."""
+    """An experiment started with start_experiment: its status (running until every branch ended, then
+    judging while its judge runs) and the grid: the source's own turns and, for each agent's branch, each
+    turn's question, answer, tool calls, model calls, tokens, duration and state, with totals; and, once
+    judged, the verdict (`judgment.lines`: one line per agent against the source and per two agents, with a
+    win rate and its 95 % interval; `judgment.pairs`: what the judge said in each order). `format`: "json"
+    (the data) or "markdown" (a table to show a person, the verdict under it)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         if format not in ("json", "markdown"):
@@ -462,11 +472,36 @@ async def cancel_experiment(
     ctx: Context[Any, Any, Any],
     experiment_id: Annotated[str, Field(description="An experiment id (start_experiment answers it: `id`).")],
 ) -> CallToolResult:
-    """Cancel a running experiment: every running branch ends and its agent is asked to cancel its task; the
-    forks stay. Answers the experiment's grid (POST /api/experiments/{id}/cancel)."""
+    """Cancel a running experiment: every running branch ends and its agent is asked to cancel its task (and a
+    judgment that waits or runs ends, its judge asked to cancel); the forks stay. Answers the experiment's grid
+    (POST /api/experiments/{id}/cancel)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await experiments.cancel(svc, caller, checked_id(experiment_id, "experiment id"))
+
+    return await _run(ctx, op)
+
+
+async def judge_experiment(
+    ctx: Context[Any, Any, Any],
+    experiment_id: Annotated[str, Field(description="An experiment that ended (start_experiment answers its id).")],
+    agent: Annotated[str, Field(description='The judging kagent agent, "namespace/name".')],
+    criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
+    max_context_tokens: Annotated[
+        int | None, Field(description="Refuse when the judge's calls send more (default 200,000).")
+    ] = None,
+) -> CallToolResult:
+    """Judge an experiment that ended (again, with another judge or criteria; every judgment is kept): the
+    kagent agent `agent` compares each branch's continuation with the source's, and each two agents', blind,
+    each pair asked twice with A and B swapped; its model is asked for real. Answers at once (status
+    "judging"); follow it with experiment_status (POST /api/experiments/{id}/judge)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        fields = {"agent": agent, "criteria": criteria, "max_context_tokens": max_context_tokens}
+        req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.JudgeRequest)
+        return await experiments.judge_experiment(
+            svc, runner_of(ctx)(), caller, checked_id(experiment_id, "experiment id"), req
+        )
 
     return await _run(ctx, op)
 
@@ -488,6 +523,7 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     start_experiment,
     experiment_status,
     cancel_experiment,
+    judge_experiment,
 ]
 
 
