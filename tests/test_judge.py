@@ -380,3 +380,47 @@ async def test_mcp_starts_a_judged_experiment_reads_its_verdict_and_judges_it_ag
             assert json.loads(text_of(again))["judgment"]["judge_agent_ref"] == ref(BIASED_JUDGE)
             refused = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": "nope"})
             assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
+
+
+def test_the_cli_judges_an_experiment_and_judges_it_again(
+    database_url: str,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import new_user
+    from tests.support.conversations import build_conversation, insert_conversation
+
+    async def seeded() -> Any:
+        conv = build_conversation(user_id=new_user(), dialect="v1", turns=2)
+        conn = await asyncpg.connect(database_url)
+        try:
+            await insert_conversation(conn, conv, schema_version_ok=False)
+        finally:
+            await conn.close()
+        return conv
+
+    a2a_url, _ = agents
+    conv = asyncio.run(seeded())
+    env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": a2a_url}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service", *args, "--user", conv.user_id], env=env, capture_output=True,
+            text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    done = run("experiment", conv.session_id, "--before", conv.invocation_ids[1], "--agent", ref(MARKER_AGENT),
+               "--judge", ref(JUDGE), "--criteria", "Be strict.", "--wait", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["status"] == "completed" and found["judgment"]["status"] == "completed", found["judgment"]
+    assert found["judgment"]["criteria"] == "Be strict."
+    assert found["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1")
+    again = run("judge", found["id"], "--agent", ref(BIASED_JUDGE), "--wait")
+    assert again.returncode == 0, again.stderr
+    assert f"## Verdict (completed): judged blind by {ref(BIASED_JUDGE)}, 2 of 2 calls" in again.stdout
+    assert f"Earlier judgments: {ref(JUDGE)} (completed" in again.stdout
+    assert "within chance" in again.stdout

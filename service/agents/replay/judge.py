@@ -22,8 +22,6 @@ from datetime import datetime
 from typing import Annotated, Protocol, TypeVar
 
 import msgspec
-from a2a.types import a2a_pb2 as a2a
-from google.protobuf import json_format
 from msgspec import Meta
 
 from service.agents import a2a_client
@@ -139,14 +137,6 @@ async def texts(
     return before, blind.turns_text(source[first : first + row.turns]), branches
 
 
-def _message(text: str, context_id: str) -> str:
-    message = a2a.Message(
-        message_id=str(uuid.uuid4()), context_id=context_id, role=a2a.ROLE_USER,
-        parts=[a2a.Part(text=text)],
-    )  # fmt: skip
-    return a2a_client.message_json(message)
-
-
 async def plan(
     svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob], judgment_id: str, criteria: str | None
 ) -> list[JudgeCall]:
@@ -158,10 +148,11 @@ async def plan(
         for swapped in (False, True):
             a, b = (sides[1], sides[0]) if swapped else sides
             context = str(uuid.uuid4())
+            text = blind.message_text(before, a, b, criteria)
             calls.append(
                 JudgeCall(
                     judgment_id=judgment_id, ordinal=len(calls), left_job=left.id if left else None, right_job=right.id,
-                    swapped=swapped, message=_message(blind.message_text(before, a, b, criteria), context),
+                    swapped=swapped, message=a2a_client.text_message_json(text, context),
                     context_id=context, sent_at=None, task_id=None, answer=None, winner=None, reason=None, error=None,
                     ended_at=None,
                 )
@@ -337,7 +328,7 @@ async def _follow(
         if state not in ENDED:
             remote = await a2a_client.get_task(judge, task_id)
             state = a2a_client.label_of(remote.status.state)
-            task, dialect = json_format.MessageToDict(remote), dialects.TaskDialect.V1
+            task, dialect = a2a_client.task_json(remote), dialects.TaskDialect.V1
         if state in ENDED and task is not None:
             if state != "completed":
                 return None, f"the judge's task ended {state}"
