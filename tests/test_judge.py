@@ -183,9 +183,27 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
     for b in done["branches"]:
         assert b["status"] == "completed"
 
-    md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers={"X-User-Id": conv.user_id})
+    hdr = {"X-User-Id": conv.user_id}
+    md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
     assert "## Verdict (completed): judged blind by kagent/judge, 6 of 6 calls" in md.text
     assert lines[0] in md.text
+
+    # a person's blind votes: counted as the judge's pairs are, shown apart from them
+    votes = f"/api/experiments/{started['id']}/votes"
+    r = await eclient.post(votes, json={"left_job_id": None, "right_job_id": other, "winner": "left"}, headers=hdr)
+    assert r.status_code == 200, r.text
+    voted = r.json()["data"]
+    assert voted["votes"]["votes"] == 1 and voted["judgment"]["lines"] == lines  # the judge's unchanged
+    assert voted["votes"]["lines"] == [
+        f"{ref(V1)}: worse than the source in 1 of 1 judged continuations (0 %, 95 % CI 0-0 %)"
+        + voted["votes"]["lines"][0].split("(0 %, 95 % CI 0-0 %)", 1)[1]
+    ]
+    for bad, status in (({"left_job_id": other, "right_job_id": marker, "winner": "left"}, 422),
+                        ({"left_job_id": None, "right_job_id": other, "winner": "A"}, 400),
+                        ({"left_job_id": None, "right_job_id": other, "winner": "tie", "who": 1}, 400)):  # fmt: skip
+        assert (await eclient.post(votes, json=bad, headers=hdr)).status_code == status, bad
+    md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
+    assert "People's blind votes (1), apart from the judge's:" in md.text
 
     # judged again, by a position-biased judge: every pair a tie (the two orders disagree); the first kept
     again = await eclient.post(

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 import yaml
 
-from service.agents.experiments import ExperimentRequest, JudgeRequest
+from service.agents.experiments import ExperimentRequest, JudgeRequest, VoteRequest
 from service.agents.whatif import WhatifRequest
 from service.config import ConfigError, Settings, from_env
 from service.database import open_pool, prepare_database
@@ -135,6 +135,7 @@ def test_openapi_documents_every_route_and_request_type() -> None:
         (ExperimentRequest, "ExperimentRequest"),
         (WhatifRequest, "WhatifRequest"),
         (JudgeRequest, "JudgeRequest"),
+        (VoteRequest, "VoteRequest"),
     ]:
         code = msgspec.json.schema(struct)
         code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])

@@ -24,12 +24,13 @@ from service.agents.replay.table import markdown
 from service.agents.replay.terms import Count, JudgeRef, MessageEdit, Replay, Tokens, TurnCount, whole_tokens
 from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller, visible_session
+from service.kagent.store.judgments import Vote
 from service.schemas import Text
 from service.services import Services
 
 __all__ = [
-    "ExperimentRequest", "JudgeRequest", "Started", "cancel", "get", "judge_experiment", "markdown", "of_session",
-    "start",
+    "ExperimentRequest", "JudgeRequest", "Started", "VoteRequest", "cancel", "get", "judge_experiment", "markdown",
+    "of_session", "start", "vote",
 ]  # fmt: skip
 Started = grid.Started
 _encoder = msgspec.json.Encoder()
@@ -144,4 +145,33 @@ async def judge_experiment(
             raise Conflict(f"experiment {experiment_id} is being judged: cancel it first, or wait") from None
     runner.launch_judgment(new, hdrs)
     async with svc.connection() as conn:
+        return await grid.experiment(svc, conn, caller, experiment_id)
+
+
+class VoteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """POST /api/experiments/{id}/votes: a person's blind vote on one pair, said after the names were hidden."""
+
+    left_job_id: Text | None  # None: the source's own continuation
+    right_job_id: Text
+    winner: Literal["left", "right", "tie"]
+
+
+async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteRequest) -> grid.Experiment:
+    """Keep a person's vote on a pair the judge would compare (its latest replaces an earlier one); 409 while
+    the experiment runs, 422 for a pair it does not have."""
+    async with svc.connection() as conn:
+        row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
+        if row is None:
+            raise NotFound(f"experiment {experiment_id} not found")
+        if row.status == "running":
+            raise Conflict(f"experiment {experiment_id} is running: vote once its branches ended")
+        pairs = {(left.id if left else None, right.id) for left, right in judge.pairs(
+            await svc.store.experiments.branches(conn, row.id))}  # fmt: skip
+        if (req.left_job_id, req.right_job_id) not in pairs:
+            raise Unprocessable("left_job_id and right_job_id must name a pair of the experiment's completed branches "
+                                "(left null: the source), as its judgment lists them")  # fmt: skip
+        await svc.store.judgments.vote(
+            conn, row.id,
+            Vote(user_id=caller.user_id, left_job=req.left_job_id or "", right_job=req.right_job_id, winner=req.winner),
+        )  # fmt: skip
         return await grid.experiment(svc, conn, caller, experiment_id)

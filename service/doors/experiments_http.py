@@ -1,4 +1,5 @@
-"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, judge, and a source's list."""
+"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, judge, a person's vote, and a
+source's list."""
 
 from __future__ import annotations
 
@@ -71,6 +72,15 @@ async def judge_experiment(request: AnyRequest, experiment_id: FromPath[str]) ->
     return ok(found, "Judging experiment", status=202, headers={"Location": f"/api/experiments/{found.id}"})
 
 
+@post("/api/experiments/{experiment_id:str}/votes", status_code=200)
+async def vote_experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, experiments.VoteRequest)
+    found = await experiments.vote(
+        services(request), caller_of(request), checked_id(experiment_id, "experiment id"), req
+    )
+    return ok(found, "Vote kept")
+
+
 @get("/api/sessions/{session_id:str}/experiments")
 async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     found = await experiments.of_session(services(request), caller_of(request), checked_id(session_id))
@@ -78,4 +88,4 @@ async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Re
 
 
 def handlers() -> list[HTTPRouteHandler]:
-    return [start_experiment, experiment, cancel_experiment, judge_experiment, list_experiments]
+    return [start_experiment, experiment, cancel_experiment, judge_experiment, vote_experiment, list_experiments]

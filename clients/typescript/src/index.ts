@@ -848,10 +848,69 @@ export interface ExperimentColumn {
   };
 }
 
+/** One agent's record against the source or another agent, as the judge (or people's votes) counted it. */
+export interface JudgeRecord {
+  agent_ref: string;
+  /** "source", or another agent. */
+  against: string;
+  wins: number;
+  ties: number;
+  losses: number;
+  /** Pairs with an invalid answer or a call without one: counted neither way. */
+  not_judged: number;
+  /** A tie counts half. */
+  win_rate: number | null;
+  /** The 95 % bootstrap interval over the judged pairs (a fixed seed). */
+  ci_low: number | null;
+  ci_high: number | null;
+  within_chance: boolean;
+  /** When within chance: about how many judged repeats would settle it. */
+  settle_with: number | null;
+  /** One line a person can act on. */
+  line: string;
+}
+
+/** One pair of continuations the judge compared, asked twice with A and B swapped. */
+export interface JudgePair {
+  /** null: the source's own continuation. */
+  left_job_id: string | null;
+  left: string;
+  right_job_id: string;
+  right: string;
+  outcome: "left" | "right" | "tie" | "invalid" | "failed" | "pending";
+  consistent: boolean | null;
+  said: {
+    a_is: "left" | "right";
+    winner: "A" | "B" | "tie" | "invalid" | null;
+    reason: string | null;
+    answer: string | null;
+    error: string | null;
+  }[];
+}
+
+/** An experiment's latest judgment: the judge, its pairs and the verdict. */
+export interface Judgment {
+  id: string;
+  judge_agent_ref: string;
+  judge_card: { name: string; version: string; skills_sha256: string } | null;
+  criteria: string | null;
+  status: "waiting" | "running" | "completed" | "failed" | "cancelled";
+  error: string | null;
+  created_at: string;
+  finished_at: string | null;
+  calls: number;
+  calls_answered: number;
+  pairs: JudgePair[];
+  against_source: JudgeRecord[];
+  between_agents: JudgeRecord[];
+  lines: string[];
+}
+
 /** An experiment: the source's own turns beside a column per branch (GET /api/experiments/{id}). */
 export interface Experiment {
   id: string;
-  status: "running" | "completed" | "failed" | "cancelled";
+  /** judging: the branches ended and the judge's calls run. */
+  status: "running" | "judging" | "completed" | "failed" | "cancelled";
   source_session_id: string;
   /** The first turn replayed; null for a turn known by its task alone (an agent that writes no invocation id). */
   rewind_before_invocation_id: string | null;
@@ -866,6 +925,18 @@ export interface Experiment {
   on_approval: "stop" | "reject";
   repeats: number;
   by_agent: { agent_ref: string; totals: Record<string, { mean: number; min: number; max: number }> }[] | null;
+  /** The latest judgment (null: never judged). */
+  judgment: Judgment | null;
+  earlier_judgments: {
+    id: string;
+    judge_agent_ref: string;
+    criteria: string | null;
+    status: string;
+    created_at: string;
+    finished_at: string | null;
+  }[];
+  /** People's blind votes, counted apart from the judge's (null: none). */
+  votes: { votes: number; against_source: JudgeRecord[]; between_agents: JudgeRecord[]; lines: string[] } | null;
 }
 
 export interface ExperimentOptions extends ClientOptions {
@@ -884,6 +955,8 @@ export interface ExperimentOptions extends ClientOptions {
   idempotencyKey?: string;
   /** Name the first replayed turn by its task instead (pass null as the invocation). */
   rewindBeforeTaskId?: string;
+  /** A kagent agent (namespace/name) that judges the branches blind once they end, and what it should weigh. */
+  judge?: { agent: string; criteria?: string };
 }
 
 /**
@@ -906,6 +979,7 @@ export async function startExperiment(
   if (options.onApproval !== undefined) body.on_approval = options.onApproval;
   if (options.name !== undefined) body.name = options.name;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  if (options.judge !== undefined) body.judge = options.judge;
   const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   const answer = await call<{ experiment: Experiment }>(
     options,
@@ -922,7 +996,7 @@ export async function startExperiment(
 /** An experiment in its source's list (`getExperiment` for its grid). */
 export interface ExperimentListed {
   id: string;
-  status: "running" | "completed" | "failed" | "cancelled";
+  status: "running" | "judging" | "completed" | "failed" | "cancelled";
   rewind_before_invocation_id: string | null;
   rewind_before_task_id: string | null;
   turns_requested: number | string;
@@ -968,6 +1042,30 @@ export async function cancelExperiment(
 ): Promise<BaseResponse<Experiment>> {
   const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/cancel` : "";
   return call<Experiment>(options, "POST", path, {}, {}, [experimentId]);
+}
+
+export interface JudgeOptions extends ClientOptions {
+  /** What the judge should weigh, beyond the default criteria. */
+  criteria?: string;
+  /** Refuse when the judge's calls send more (default WHATIF_MAX_CONTEXT_TOKENS). */
+  maxContextTokens?: number;
+}
+
+/**
+ * Judge an experiment that ended (again: every judgment is kept) by the kagent agent `agent` (namespace/name),
+ * blind, each pair asked in both orders. `data` is the experiment, status "judging"; follow it with
+ * `getExperiment` until its `judgment` ended.
+ */
+export async function judgeExperiment(
+  experimentId: string,
+  agent: string,
+  options: JudgeOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const body: Record<string, unknown> = { agent };
+  if (options.criteria !== undefined) body.criteria = options.criteria;
+  if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/judge` : "";
+  return call<Experiment>(options, "POST", path, body, {}, [experimentId, agent]);
 }
 
 /** The experiments the caller started from a session, newest first. */

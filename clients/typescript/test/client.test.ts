@@ -11,6 +11,7 @@ import {
   forkSession,
   getForkTree,
   getExperiment,
+  judgeExperiment,
   startExperiment,
   type Invocation,
   listInvocations,
@@ -263,6 +264,23 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.deepEqual(branch.turns.map((t) => t.question), grid.source.turns.map((t) => t.question));
   failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
   failed(await startExperiment(V1, ""), /required/);
+
+  // judged: the demo's scripted agent as the judge (each pair asked in both orders), the verdict read back
+  const judging = ok(await judgeExperiment(started.id, "kagent/scripted-agent", { criteria: "Be brief." }));
+  assert.equal(judging.status, "judging");
+  assert.equal(judging.judgment?.judge_agent_ref, "kagent/scripted-agent");
+  let judged = judging;
+  while (judged.status === "judging") {
+    assert.ok(Date.now() < deadline + 60_000, `never judged: ${JSON.stringify(judged.judgment)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    judged = ok(await getExperiment(started.id));
+  }
+  assert.equal(judged.judgment?.status, "completed", JSON.stringify(judged.judgment));
+  assert.equal(judged.judgment?.calls, 2);
+  assert.equal(judged.judgment?.pairs[0]?.said.length, 2);
+  assert.equal(judged.judgment?.criteria, "Be brief.");
+  failed(await judgeExperiment("no-such-experiment", "kagent/scripted-agent"), "experiment no-such-experiment not found");
+  failed(await judgeExperiment(started.id, "not-a-ref"), /judge.agent must be namespace\/name/);
 });
 
 test("compareSessions: the turns after the common part, aligned by position", async () => {

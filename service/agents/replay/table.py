@@ -82,7 +82,7 @@ def verdict_section(e: Experiment) -> list[str]:
     """The verdict under the grid: the judge, its lines, each pair's outcome and reasons; people's votes apart."""
     j = e.judgment
     if j is None:
-        return []
+        return _votes(e)
     lines = ["", f"## Verdict ({j.status}): judged blind by {j.judge_agent_ref}, {j.calls_answered} of {j.calls} calls"]
     if j.criteria:
         lines.append(f"\nCriteria added: {_one_line(j.criteria)}")
@@ -104,7 +104,11 @@ def verdict_section(e: Experiment) -> list[str]:
         lines += ["", "Earlier judgments: " + ", ".join(
             f"{x.judge_agent_ref} ({x.status}, {x.created_at})" for x in e.earlier_judgments
         )]  # fmt: skip
-    if e.votes is not None:
-        lines += ["", f"People's blind votes ({e.votes.votes}), apart from the judge's:", ""]
-        lines += [f"- {line}" for line in e.votes.lines]
-    return lines
+    return lines + _votes(e)
+
+
+def _votes(e: Experiment) -> list[str]:
+    if e.votes is None:
+        return []
+    return ["", f"People's blind votes ({e.votes.votes}), apart from the judge's:", "",
+            *[f"- {line}" for line in e.votes.lines]]  # fmt: skip
