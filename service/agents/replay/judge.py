@@ -100,15 +100,13 @@ def estimated_calls(agents: int, repeats: int) -> int:
     return 2 * (agents * repeats + agents * (agents - 1) // 2 * repeats)
 
 
-def _after(turns: list[transcript.Turn], since: datetime) -> list[transcript.Turn]:
-    return [t for t in turns if datetime.fromisoformat(t.started_at) >= since]
-
-
-async def _turns(svc: Services, conn: Connection, session_id: str, owner: str) -> list[transcript.Turn]:
+async def _turns(
+    svc: Services, conn: Connection, session_id: str, owner: str, since: datetime | None = None
+) -> list[transcript.Turn]:
     session = await svc.store.sessions.get_session(conn, session_id, owner)
     if session is None:
         return []
-    reading = await transcript.open_reading(svc, conn, session)
+    reading = await transcript.open_reading(svc, conn, session, since=since)
     return [t async for t in reading.turns()]
 
 
@@ -117,7 +115,7 @@ async def texts(
 ) -> tuple[str, str, dict[str, str]]:
     """(the conversation before the boundary, the source's continuation, each completed branch's), as the
     transcript reads them (the one reader), in one snapshot. A branch's continuation is its fork's turns since
-    its job was written (the fork's copied turns keep the source's times)."""
+    its job was written, read from then on (the fork's copied turns keep the source's times)."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         source = await _turns(svc, conn, row.source_session_id, row.source_user_id)
         keys = [
@@ -129,7 +127,7 @@ async def texts(
             raise Unprocessable("the experiment's first turn is no longer in the source's transcript")
         first = keys[0]
         branches = {
-            j.id: blind.turns_text(_after(await _turns(svc, conn, j.session_id, j.user_id), j.created_at))
+            j.id: blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
             for j in jobs
             if j.status == "completed"
         }
