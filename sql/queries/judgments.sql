@@ -16,14 +16,14 @@ SELECT {judgment_columns} FROM {schema}.judgment WHERE experiment_id = $1 ORDER 
 SELECT {judge_call_columns} FROM {schema}.judge_call WHERE judgment_id = $1 ORDER BY ordinal;
 
 -- name: insert_judge_calls
--- A judgment's calls, written once by its runner (no row: another runner wrote them, or it is not this
--- runner's any more).
+-- Calls of a judgment (the pairs whose branches completed), written once each by its runner (a call another
+-- runner wrote first is left as it is; nothing when the judgment is not this runner's any more).
 INSERT INTO {schema}.judge_call (judgment_id, ordinal, left_job, right_job, swapped, message, context_id)
 SELECT $1, c.ordinal, c.left_job, c.right_job, c.swapped, c.message, c.context_id
 FROM unnest($2::int[], $3::text[], $4::text[], $5::bool[], $6::jsonb[], $7::text[])
      AS c(ordinal, left_job, right_job, swapped, message, context_id)
 WHERE EXISTS (SELECT 1 FROM {schema}.judgment WHERE id = $1 AND status = 'running' AND runner = $8)
-  AND NOT EXISTS (SELECT 1 FROM {schema}.judge_call WHERE judgment_id = $1);
+ON CONFLICT (judgment_id, ordinal) DO NOTHING;
 
 -- name: judgment_start_waiting
 -- The waiting judgments of an experiment whose branches all ended, taken by runner $2 to run them.

@@ -18,8 +18,9 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -42,7 +43,11 @@ from service.services import Services
 
 log = logging.getLogger("kagent_fork")
 T = TypeVar("T")
-POLL_SECONDS = 0.25
+# How often a call's task is read while the judge works: kagent's row every POLL_SECONDS (a judgment's
+# latency between the judge's answer and the next call is about half of it), the judge over A2A at most every
+# ASK_SECONDS while the row is there and does not say the task ended.
+POLL_SECONDS = 0.05
+ASK_SECONDS = 1.0
 _encoder = msgspec.json.Encoder()
 OPEN = ("waiting", "running")  # a judgment that is not over
 ENDED = {"completed", "failed", "canceled", "rejected", "input-required", "auth-required"}
@@ -65,6 +70,7 @@ class NotOurs(Exception):
 class Host(Protocol):
     svc: Services
     id: str
+    wakeups: dict[str, asyncio.Event]  # a running judgment's, by its experiment: a branch of it ended
 
     @property
     def slots(self) -> asyncio.Semaphore: ...
@@ -82,17 +88,23 @@ def judgment_row(
     )  # fmt: skip
 
 
-def pairs(jobs: list[WhatifJob]) -> list[tuple[WhatifJob | None, WhatifJob]]:
-    """What is judged: (None = the source, branch) for each completed branch, then, for each two agents in the
-    order they were named, their completed branches of the same repeat."""
-    done = [j for j in jobs if j.status == "completed"]
-    out: list[tuple[WhatifJob | None, WhatifJob]] = [(None, j) for j in done]
+def pairs(jobs: list[WhatifJob], *, ready: bool = True) -> list[tuple[WhatifJob | None, WhatifJob]]:
+    """What is judged: (None = the source, branch) for each branch, then, for each two agents in the order they
+    were named, their branches of the same repeat; `ready`: only those whose branches completed. The order is
+    the same whatever has ended (a pair's calls are numbered by its place in it)."""
+    out: list[tuple[WhatifJob | None, WhatifJob]] = [(None, j) for j in jobs]
     refs = list(dict.fromkeys(j.agent_ref for j in jobs))
     for i, left in enumerate(refs):
         for right in refs[i + 1 :]:
-            for lj in (j for j in done if j.agent_ref == left):
-                out += [(lj, rj) for rj in done if rj.agent_ref == right and rj.repeat == lj.repeat]
+            for lj in (j for j in jobs if j.agent_ref == left):
+                out += [(lj, rj) for rj in jobs if rj.agent_ref == right and rj.repeat == lj.repeat]
+    if ready:
+        out = [(left, right) for left, right in out if _done(left) and _done(right)]
     return out
+
+
+def _done(job: WhatifJob | None) -> bool:
+    return job is None or job.status == "completed"
 
 
 def estimated_calls(agents: int, repeats: int) -> int:
@@ -110,47 +122,61 @@ async def _turns(
     return [t async for t in reading.turns()]
 
 
-async def texts(
-    svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob]
-) -> tuple[str, str, dict[str, str]]:
-    """(the conversation before the boundary, the source's continuation, each completed branch's), as the
-    transcript reads them (the one reader), in one snapshot. A branch's continuation is its fork's turns since
-    its job was written, read from then on (the fork's copied turns keep the source's times)."""
+@dataclass
+class Texts:
+    """What a judgment's messages are made of, read once each: the conversation before the boundary, the
+    source's continuation, each completed branch's."""
+
+    before: str | None = None
+    source: str | None = None
+    branches: dict[str, str] = field(default_factory=dict)
+
+
+async def read_texts(svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob], known: Texts) -> None:
+    """The texts `known` lacks for these branches, as the transcript reads them (the one reader), in one
+    snapshot. A branch's continuation is its fork's turns since its job was written, read from then on (the
+    fork's copied turns keep the source's times)."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        source = await _turns(svc, conn, row.source_session_id, row.source_user_id)
-        keys = [
-            i for i, t in enumerate(source)
-            if (row.rewind_before_invocation_id and t.invocation_id == row.rewind_before_invocation_id)
-            or (row.rewind_before_task_id and t.task_id == row.rewind_before_task_id)
-        ]  # fmt: skip
-        if not keys:
-            raise Unprocessable("the experiment's first turn is no longer in the source's transcript")
-        first = keys[0]
-        branches = {
-            j.id: blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
-            for j in jobs
-            if j.status == "completed"
-        }
-    before = blind.turns_text(source[:first], numbered=False)
-    return before, blind.turns_text(source[first : first + row.turns]), branches
+        if known.before is None or known.source is None:
+            source = await _turns(svc, conn, row.source_session_id, row.source_user_id)
+            keys = [
+                i for i, t in enumerate(source)
+                if (row.rewind_before_invocation_id and t.invocation_id == row.rewind_before_invocation_id)
+                or (row.rewind_before_task_id and t.task_id == row.rewind_before_task_id)
+            ]  # fmt: skip
+            if not keys:
+                raise Unprocessable("the experiment's first turn is no longer in the source's transcript")
+            known.before = blind.turns_text(source[: keys[0]], numbered=False)
+            known.source = blind.turns_text(source[keys[0] : keys[0] + row.turns])
+        for j in jobs:
+            if j.id not in known.branches:
+                known.branches[j.id] = blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
 
 
 async def plan(
-    svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob], judgment_id: str, criteria: str | None
-) -> list[JudgeCall]:
-    """The calls of a judgment: each pair twice, A and B swapped, each message in a context of its own."""
-    before, source, branches = await texts(svc, conn, row, jobs)
+    svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob], judgment_id: str, criteria: str | None,
+    *, planned: frozenset[int] = frozenset(), known: Texts | None = None,
+) -> list[JudgeCall]:  # fmt: skip
+    """The calls of the pairs whose branches completed and that are not `planned` yet: each pair twice, A and B
+    swapped (ordinals 2i and 2i + 1, i its place among every pair), each message in a context of its own."""
+    known = known if known is not None else Texts()
+    everyone = pairs(jobs, ready=False)
+    ready = [(i, left, right) for i, (left, right) in enumerate(everyone)
+             if _done(left) and _done(right) and 2 * i not in planned]  # fmt: skip
+    await read_texts(svc, conn, row, [j for _, left, right in ready for j in (left, right) if j is not None], known)
     calls: list[JudgeCall] = []
-    for left, right in pairs(jobs):
-        sides = (source if left is None else branches[left.id], branches[right.id])
+    for i, left, right in ready:
+        first = known.source if left is None else known.branches[left.id]
+        second = known.branches[right.id]
+        assert known.before is not None and first is not None
         for swapped in (False, True):
-            a, b = (sides[1], sides[0]) if swapped else sides
+            a, b = (second, first) if swapped else (first, second)
             context = str(uuid.uuid4())
-            text = blind.message_text(before, a, b, criteria)
+            text = blind.message_text(known.before, a, b, criteria)
             calls.append(
                 JudgeCall(
-                    judgment_id=judgment_id, ordinal=len(calls), left_job=left.id if left else None, right_job=right.id,
-                    swapped=swapped, message=a2a_client.text_message_json(text, context),
+                    judgment_id=judgment_id, ordinal=2 * i + swapped, left_job=left.id if left else None,
+                    right_job=right.id, swapped=swapped, message=a2a_client.text_message_json(text, context),
                     context_id=context, sent_at=None, task_id=None, answer=None, winner=None, reason=None, error=None,
                     ended_at=None,
                 )
@@ -167,49 +193,59 @@ async def _db(svc: Services, judgment: JudgmentRow, step: Callable[[Connection, 
     return await steady(svc, step, f"judgment {judgment.id}")
 
 
-async def _calls(host: Host, judgment: JudgmentRow) -> list[JudgeCall]:
-    """The judgment's calls, planned and written now when it has none (its experiment's branches ended)."""
+async def _advance(host: Host, judgment: JudgmentRow, known: Texts) -> tuple[list[JudgeCall], bool]:
+    """The judgment's calls, with those of the pairs whose branches completed since planned and written now;
+    and whether its experiment ended (no branch will end any more)."""
     svc = host.svc
-    calls = await _db(svc, judgment, lambda conn, _: svc.store.judgments.calls(conn, judgment.id))
-    if calls:
-        return calls
 
-    async def write(conn: Connection, _: bool) -> list[JudgeCall]:
+    async def step(conn: Connection, _: bool) -> tuple[list[JudgeCall], bool]:
         row = await svc.store.experiments.experiment(conn, judgment.experiment_id, judgment.user_id)
         if row is None:
-            return []
+            return [], True
         jobs = await svc.store.experiments.branches(conn, row.id)
-        planned = await plan(svc, conn, row, jobs, judgment.id, judgment.criteria)
-        await svc.store.judgments.insert_calls(conn, judgment.id, host.id, planned)
-        return await svc.store.judgments.calls(conn, judgment.id)
+        calls = await svc.store.judgments.calls(conn, judgment.id)
+        planned = frozenset(c.ordinal for c in calls)
+        began = time.perf_counter()
+        new = await plan(svc, conn, row, jobs, judgment.id, judgment.criteria, planned=planned, known=known)
+        if new:
+            await svc.store.judgments.insert_calls(conn, judgment.id, host.id, new)
+            calls = await svc.store.judgments.calls(conn, judgment.id)
+            took = round((time.perf_counter() - began) * 1000)
+            log.info("judgment %s: %d calls planned", judgment.id, len(new), extra={"duration_ms": took})
+        return calls, row.finished_at is not None
 
-    return await _db(svc, judgment, write)
+    return await _db(svc, judgment, step)
 
 
 async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
-    """Run the judgment's calls not yet ended (at most WHATIF_MAX_PARALLEL with agents at once, the runner's
-    slots), beating meanwhile; then end it."""
+    """Run the judgment: each pair's calls once its branches completed (at most WHATIF_MAX_PARALLEL with agents
+    at once, the runner's slots), woken when one of its branches ends on this runner, beating meanwhile; ended
+    once its experiment ended and every call was answered."""
     svc = host.svc
+    wake = host.wakeups.setdefault(judgment.experiment_id, asyncio.Event())
+    judge = agent(svc, judgment.judge_agent_ref, judgment.dialect, hdrs, svc.settings.whatif_timeout_seconds)
+    known, work = Texts(), dict[int, "asyncio.Future[Any]"]()
     try:
-        calls = await _calls(host, judgment)
-        judge = agent(svc, judgment.judge_agent_ref, judgment.dialect, hdrs, svc.settings.whatif_timeout_seconds)
-        work = [asyncio.ensure_future(_call(host, judgment, judge, c)) for c in calls if c.ended_at is None]
-        try:
-            while work:
-                done, pending = await asyncio.wait(
-                    work, timeout=svc.settings.whatif_heartbeat_seconds, return_when=asyncio.FIRST_EXCEPTION
-                )
-                for task in done:
-                    if (exc := task.exception()) is not None:
-                        raise exc
-                if not pending:
-                    break
-                beat = await _db(svc, judgment, lambda c, _: svc.store.judgments.heartbeat(c, judgment.id, host.id))
-                if not beat:
-                    raise NotOurs
-        finally:
-            for task in work:
-                task.cancel()
+        while True:
+            wake.clear()
+            calls, ended = await _advance(host, judgment, known)
+            for c in calls:
+                if c.ended_at is None and c.ordinal not in work:
+                    work[c.ordinal] = asyncio.ensure_future(_call(host, judgment, judge, c))
+            running = {t for t in work.values() if not t.done()}
+            if ended and not running:
+                break
+            waker: asyncio.Future[Any] = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({*running, waker}, timeout=svc.settings.whatif_heartbeat_seconds,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            finally:
+                waker.cancel()
+            for task in work.values():
+                if task.done() and (exc := task.exception()) is not None:
+                    raise exc
+            if not await _db(svc, judgment, lambda c, _: svc.store.judgments.heartbeat(c, judgment.id, host.id)):
+                raise NotOurs
         await _finish(svc, judgment, "completed", None)
     except asyncio.CancelledError:
         raise
@@ -220,6 +256,11 @@ async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
     except Exception as exc:  # a judgment must end whatever happens; the log has the rest
         log.exception("judgment %s failed", judgment.id)
         await _finish(svc, judgment, "failed", f"internal error: {type(exc).__name__}")
+    finally:
+        for task in work.values():
+            task.cancel()
+        if host.wakeups.get(judgment.experiment_id) is wake:
+            del host.wakeups[judgment.experiment_id]
 
 
 async def _finish(svc: Services, judgment: JudgmentRow, status: str, error: str | None) -> None:
@@ -313,6 +354,7 @@ async def _follow(
 ) -> tuple[str | None, str | None]:
     """Follow the judge's task until it ends: (its answer, None), or (None, why it has none). kagent's task row
     first, the judge over A2A when the row does not say it ended."""
+    asked = 0.0
     while True:
         row = await _db(svc, judgment, lambda conn, _: svc.store.tasks.task_by_id(conn, task_id, call.context_id))
         task: dialects.JSON | None = None
@@ -323,7 +365,8 @@ async def _follow(
             except (dialects.TaskFormatError, ServiceError):
                 task = None
         state = a2a_client.state_label(dialects.state(task)) if task is not None else None
-        if state not in ENDED:
+        if state not in ENDED and (task is None or time.monotonic() - asked >= ASK_SECONDS):
+            asked = time.monotonic()
             remote = await a2a_client.get_task(judge, task_id)
             state = a2a_client.label_of(remote.status.state)
             task, dialect = a2a_client.task_json(remote), dialects.TaskDialect.V1
