@@ -259,7 +259,7 @@ async def test_refusals_write_nothing(
             ({**base, "judge": {"agent": "not a ref"}}, 422, "judge.agent must be namespace/name"),
             ({**base, "judge": {"agent": ref("no-such-agent")}}, 422, "the judge kagent/no-such-agent did not answer"),
             ({**base, "judge": {"agent": ref(JUDGE), "extra": 1}}, 400, "extra"),
-            ({**base, "judge": {"agent": ref(JUDGE), "criteria": " "}}, 400, "criteria"),
+            ({**base, "judge": {"agent": ref(JUDGE), "criteria": "a\u0000b"}}, 400, "criteria must not hold a NUL"),
         ]
         for body, status, said in refusals:
             r = await start(client, conv.session_id, conv.user_id, body)

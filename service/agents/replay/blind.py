@@ -56,9 +56,10 @@ def turns_text(turns: Sequence[Turn], *, numbered: bool = True) -> str:
     return "\n\n".join(out) if out else "(nothing)"
 
 
-def tool_policy_note(left: object) -> str | None:
-    """Which tool calls of a continuation were replayed or refused, once the arms' tools have a policy (issue 34:
-    its per-turn counts on the grid's columns). The one place the judge's message will say it; None today."""
+def tool_policy_note(branch: object) -> str | None:
+    """Which tool calls of a branch's continuation were replayed or refused, once the arms' tools have a policy
+    (issue 34: its per-turn counts on the grid's columns). The one place the judge's message says it (appended to
+    the branch's continuation by judge.read_texts); None today. It must name no agent and no tool server's host."""
     return None
 
 

@@ -38,7 +38,7 @@ from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.judgments import JudgeCall, JudgmentRow
 from service.operations import plan as fork_plan
-from service.schemas import VISIBLE_NO_NUL, Text
+from service.schemas import NO_NUL, Text
 from service.services import Services
 
 log = logging.getLogger("kagent_fork")
@@ -57,7 +57,8 @@ class JudgeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """`judge` of an experiment's start, and the body of POST /api/experiments/{id}/judge."""
 
     agent: Text
-    criteria: Annotated[str, Meta(min_length=1, max_length=blind.CRITERIA_CHARS, pattern=VISIBLE_NO_NUL)] | None = None
+    # Blank criteria add nothing (the default ones stand); NUL cannot be stored.
+    criteria: Annotated[str, Meta(min_length=1, max_length=blind.CRITERIA_CHARS, pattern=NO_NUL)] | None = None
 
     def checked(self) -> None:
         checked_agent_ref(self.agent, "judge.agent")
@@ -150,7 +151,9 @@ async def read_texts(svc: Services, conn: Connection, row: ExperimentRow, jobs: 
             known.source = blind.turns_text(source[keys[0] : keys[0] + row.turns])
         for j in jobs:
             if j.id not in known.branches:
-                known.branches[j.id] = blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
+                text = blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
+                note = blind.tool_policy_note(j)
+                known.branches[j.id] = text if note is None else f"{text}\n\n{note}"
 
 
 async def plan(
