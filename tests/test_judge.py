@@ -442,3 +442,37 @@ def test_the_cli_judges_an_experiment_and_judges_it_again(
     assert f"## Verdict (completed): judged blind by {ref(BIASED_JUDGE)}, 2 of 2 calls" in again.stdout
     assert f"Earlier judgments: {ref(JUDGE)} (completed" in again.stdout
     assert "within chance" in again.stdout
+
+
+async def test_a_judge_that_does_not_answer_in_time_is_cancelled_and_its_pair_not_judged(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    import dataclasses
+
+    a2a_url, seen = agents
+    seen.judge_release.clear()
+    conv = await seed(pool, dialect="v1", turns=2)
+    config = dataclasses.replace(whatif_settings(settings, a2a_url), whatif_timeout_seconds=3)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT)],
+            "judge": {"agent": ref(SLOW_JUDGE)}}  # fmt: skip
+    try:
+        async with service(config, database_url) as client:
+            r = await start(client, conv.session_id, conv.user_id, body)
+            assert r.status_code == 202, r.text
+            done = await until_over(client, r.json()["data"]["experiment"]["id"], conv.user_id)
+    finally:
+        seen.judge_release.set()
+    j = done["judgment"]
+    assert done["status"] == "completed" and j["status"] == "completed", j
+    [pair] = j["pairs"]
+    assert pair["outcome"] == "failed" and pair["consistent"] is None
+    assert [s["error"] for s in pair["said"]] == ["the judge did not answer within 3 s (WHATIF_TIMEOUT_SECONDS)"] * 2
+    record = j["against_source"][0]
+    assert record["not_judged"] == 1 and record["win_rate"] is None
+    async with pool.acquire() as conn:
+        tasks = {r["task_id"] for r in await conn.fetch(
+            "SELECT task_id FROM kagent_fork.judge_call WHERE judgment_id = $1", j["id"])}  # fmt: skip
+    assert len(tasks) == 2 and tasks <= set(seen.cancelled)  # the judge was asked to cancel both tasks

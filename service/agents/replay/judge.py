@@ -166,7 +166,8 @@ async def plan(
     everyone = pairs(jobs, ready=False)
     ready = [(i, left, right) for i, (left, right) in enumerate(everyone)
              if _done(left) and _done(right) and 2 * i not in planned]  # fmt: skip
-    await read_texts(svc, conn, row, [j for _, left, right in ready for j in (left, right) if j is not None], known)
+    if ready:
+        await read_texts(svc, conn, row, [j for _, left, right in ready for j in (left, right) if j is not None], known)
     calls: list[JudgeCall] = []
     for i, left, right in ready:
         first = known.source if left is None else known.branches[left.id]
