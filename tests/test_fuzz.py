@@ -181,8 +181,8 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
             case.path_parameters["experiment_id"] = experiment
             if isinstance(case.body, dict) and "agent" in case.body:
                 case.body["agent"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
-            if isinstance(case.body, dict) and "right_job_id" in case.body:
-                case.body["left_job_id"], case.body["right_job_id"] = None, branch
+            if isinstance(case.body, dict) and isinstance(case.body.get("pair"), dict):
+                case.body["pair"] = {"a": None, "b": branch}
     if case.path_parameters and "job_id" in case.path_parameters:
         case.path_parameters["job_id"] = rnd.choice(seeded.jobs)
         conv = seeded.conversations[1]

@@ -152,6 +152,19 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
     assert outcomes == {
         (None, marker): ("right", True), (None, other): ("tie", True), (marker, other): ("left", True)
     }  # fmt: skip
+    v = done["verdict"]  # the contract's shape of the same judgment
+    assert v["judge"] == ref(JUDGE) and v["criteria"] == "Prefer the shorter answer when equal."
+    assert {(p["a"], p["b"]): (p["verdict"], p["order_1"], p["order_2"]) for p in v["pairs"]} == {
+        (None, marker): ("b", "B", "A"), (None, other): ("tie", "tie", "tie"), (marker, other): ("a", "A", "B")
+    }  # fmt: skip
+    first = v["by_agent"][0]
+    assert (first["agent_ref"], first["against"], first["wins"], first["ci95"]) == (
+        ref(MARKER_AGENT),
+        "source",
+        1,
+        [1.0, 1.0],
+    )
+    assert first["cost"]["usd"] is None and first["cost"]["turns"] == 2 and first["summary"] == j["lines"][0]
     lines = j["lines"]
     assert lines[0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1 judged continuations (100 %")
     assert "money unknown" in lines[0] and "x the tokens" in lines[0]
@@ -190,7 +203,7 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
 
     # a person's blind votes: counted as the judge's pairs are, shown apart from them
     votes = f"/api/experiments/{started['id']}/votes"
-    r = await eclient.post(votes, json={"left_job_id": None, "right_job_id": other, "winner": "left"}, headers=hdr)
+    r = await eclient.post(votes, json={"pair": {"a": None, "b": other}, "winner": "a"}, headers=hdr)
     assert r.status_code == 200, r.text
     voted = r.json()["data"]
     assert voted["votes"]["votes"] == 1 and voted["judgment"]["lines"] == lines  # the judge's unchanged
@@ -198,9 +211,9 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
         f"{ref(V1)}: worse than the source in 1 of 1 judged continuations (0 %, 95 % CI 0-0 %)"
         + voted["votes"]["lines"][0].split("(0 %, 95 % CI 0-0 %)", 1)[1]
     ]
-    for bad, status in (({"left_job_id": other, "right_job_id": marker, "winner": "left"}, 422),
-                        ({"left_job_id": None, "right_job_id": other, "winner": "A"}, 400),
-                        ({"left_job_id": None, "right_job_id": other, "winner": "tie", "who": 1}, 400)):  # fmt: skip
+    for bad, status in (({"pair": {"a": other, "b": marker}, "winner": "a"}, 422),
+                        ({"pair": {"a": None, "b": other}, "winner": "A"}, 400),
+                        ({"pair": {"a": None, "b": other}, "winner": "tie", "who": 1}, 400)):  # fmt: skip
         assert (await eclient.post(votes, json=bad, headers=hdr)).status_code == status, bad
     md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
     assert "People's blind votes (1), apart from the judge's:" in md.text

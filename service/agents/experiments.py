@@ -148,12 +148,18 @@ async def judge_experiment(
         return await grid.experiment(svc, conn, caller, experiment_id)
 
 
+class VotedPair(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A pair as the verdict names it: `a` a branch's job (None: the source's own continuation), `b` a branch's."""
+
+    a: Text | None
+    b: Text
+
+
 class VoteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """POST /api/experiments/{id}/votes: a person's blind vote on one pair, said after the names were hidden."""
 
-    left_job_id: Text | None  # None: the source's own continuation
-    right_job_id: Text
-    winner: Literal["left", "right", "tie"]
+    pair: VotedPair
+    winner: Literal["a", "b", "tie"]
 
 
 async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteRequest) -> grid.Experiment:
@@ -167,11 +173,11 @@ async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteReque
             raise Conflict(f"experiment {experiment_id} is running: vote once its branches ended")
         pairs = {(left.id if left else None, right.id) for left, right in judge.pairs(
             await svc.store.experiments.branches(conn, row.id))}  # fmt: skip
-        if (req.left_job_id, req.right_job_id) not in pairs:
-            raise Unprocessable("left_job_id and right_job_id must name a pair of the experiment's completed branches "
-                                "(left null: the source), as its judgment lists them")  # fmt: skip
+        if (req.pair.a, req.pair.b) not in pairs:
+            raise Unprocessable("pair must name two of the experiment's completed branches (a null: the source), as "
+                                "its verdict's pairs do")  # fmt: skip
+        winner = {"a": "left", "b": "right"}.get(req.winner, "tie")
         await svc.store.judgments.vote(
-            conn, row.id,
-            Vote(user_id=caller.user_id, left_job=req.left_job_id or "", right_job=req.right_job_id, winner=req.winner),
-        )  # fmt: skip
+            conn, row.id, Vote(user_id=caller.user_id, left_job=req.pair.a or "", right_job=req.pair.b, winner=winner)
+        )
         return await grid.experiment(svc, conn, caller, experiment_id)

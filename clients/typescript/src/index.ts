@@ -906,6 +906,41 @@ export interface Judgment {
   lines: string[];
 }
 
+/** One agent's verdict against the source or another agent, as the API contract names it. */
+export interface AgentVerdict {
+  agent_ref: string;
+  against: string;
+  wins: number;
+  ties: number;
+  losses: number;
+  invalid: number;
+  win_rate: number | null;
+  /** [low, high]: the 95 % bootstrap interval (a fixed seed). */
+  ci95: [number, number] | null;
+  /** The mean over the agent's branches; `usd` null when unknown. */
+  cost: { turns: number; tool_calls: number; total_tokens: number; duration_seconds: number; usd: number | null };
+  summary: string;
+}
+
+/** The latest judgment in the contract's shape. */
+export interface Verdict {
+  judge: string;
+  criteria: string | null;
+  status: "waiting" | "running" | "completed" | "failed" | "cancelled";
+  by_agent: AgentVerdict[];
+  pairs: {
+    /** A branch's job id; null: the source. */
+    a: string | null;
+    b: string;
+    order_1: string | null;
+    order_2: string | null;
+    verdict: "a" | "b" | "tie" | "invalid" | "failed" | "pending";
+    reasons: string[];
+  }[];
+  /** People's blind votes, counted apart. */
+  votes: AgentVerdict[];
+}
+
 /** An experiment: the source's own turns beside a column per branch (GET /api/experiments/{id}). */
 export interface Experiment {
   id: string;
@@ -937,6 +972,8 @@ export interface Experiment {
   }[];
   /** People's blind votes, counted apart from the judge's (null: none). */
   votes: { votes: number; against_source: JudgeRecord[]; between_agents: JudgeRecord[]; lines: string[] } | null;
+  /** The latest judgment as the API contract names it (null: never judged). */
+  verdict: Verdict | null;
 }
 
 export interface ExperimentOptions extends ClientOptions {
@@ -1066,6 +1103,20 @@ export async function judgeExperiment(
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
   const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/judge` : "";
   return call<Experiment>(options, "POST", path, body, {}, [experimentId, agent]);
+}
+
+/**
+ * A person's blind vote on a pair of an ended experiment (`a` null: the source's own continuation), counted apart
+ * from the judge's; `data` is the experiment.
+ */
+export async function voteExperiment(
+  experimentId: string,
+  pair: { a: string | null; b: string },
+  winner: "a" | "b" | "tie",
+  options: ClientOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/votes` : "";
+  return call<Experiment>(options, "POST", path, { pair, winner }, {}, [experimentId, pair.b]);
 }
 
 /** The experiments the caller started from a session, newest first. */

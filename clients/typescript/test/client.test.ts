@@ -12,6 +12,7 @@ import {
   getForkTree,
   getExperiment,
   judgeExperiment,
+  voteExperiment,
   startExperiment,
   type Invocation,
   listInvocations,
@@ -279,6 +280,11 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(judged.judgment?.calls, 2);
   assert.equal(judged.judgment?.pairs[0]?.said.length, 2);
   assert.equal(judged.judgment?.criteria, "Be brief.");
+  assert.equal(judged.verdict?.judge, "kagent/scripted-agent");
+  assert.equal(judged.verdict?.pairs.length, 1);
+  const voted = ok(await voteExperiment(started.id, { a: null, b: branch.job_id ?? "" }, "b"));
+  assert.equal(voted.votes?.votes, 1);
+  assert.equal(voted.verdict?.votes[0]?.wins, 1);
   failed(await judgeExperiment("no-such-experiment", "kagent/scripted-agent"), "experiment no-such-experiment not found");
   failed(await judgeExperiment(started.id, "not-a-ref"), /judge.agent must be namespace\/name/);
 });

@@ -80,6 +80,7 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     judgment: judged.Judgment | None = None  # the latest judgment (its verdict), None: never judged
     earlier_judgments: list[judged.Earlier] = msgspec.field(default_factory=list)
     votes: judged.Votes | None = None  # people's blind votes, apart from the judge's
+    verdict: judged.Verdict | None = None  # the latest judgment as the API contract names it
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -279,6 +280,8 @@ async def experiment(
     latest = found[-1] if found else None
     calls = await svc.store.judgments.calls(conn, latest.id) if latest else []
     sides = {c.job_id: _side(c, row.repeats) for c in columns}
+    judgment = judged.judgment(latest, calls, sides, _side(source, 1)) if latest else None
+    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, _side(source, 1))
     status = row.status
     if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):
         status = "judging"
@@ -289,9 +292,8 @@ async def experiment(
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
-        judgment=judged.judgment(latest, calls, sides, _side(source, 1)) if latest else None,
-        earlier_judgments=judged.earlier(found[:-1]),
-        votes=judged.votes(await svc.store.judgments.votes(conn, row.id), sides, _side(source, 1)),
+        judgment=judgment, earlier_judgments=judged.earlier(found[:-1]), votes=people,
+        verdict=judged.contract_verdict(judgment, people, sides) if judgment else None,
     )  # fmt: skip
 
 
@@ -303,4 +305,8 @@ def cost_of(t: Totals) -> float | None:
 
 def _side(c: Column, repeats: int) -> judged.Side:
     label = "source" if c.job_id is None else (f"{c.agent_ref} #{c.repeat}" if repeats > 1 else str(c.agent_ref))
-    return judged.Side(label=label, agent_ref=c.agent_ref, tokens=c.totals.total_tokens, cost_usd=cost_of(c.totals))
+    t = c.totals
+    return judged.Side(
+        label=label, agent_ref=c.agent_ref, tokens=t.total_tokens, cost_usd=cost_of(t), turns=t.turns,
+        tool_calls=t.tool_calls, duration_seconds=t.duration_seconds,
+    )  # fmt: skip

@@ -103,6 +103,9 @@ class Side:
     agent_ref: str | None
     tokens: int
     cost_usd: float | None
+    turns: int = 0
+    tool_calls: int = 0
+    duration_seconds: float = 0.0
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -200,3 +203,91 @@ def votes(found: list[Vote], sides: dict[str | None, Side], source: Side) -> Vot
     against, between = records(outcomes, sides, source)
     return Votes(votes=len(outcomes), against_source=against, between_agents=between,
                  lines=[r.line for r in [*against, *between]])  # fmt: skip
+
+
+# --- the verdict as the API contract names it ----------------------------------------------------------
+
+
+class Cost(msgspec.Struct, frozen=True, kw_only=True):
+    """What an agent's continuations cost, the mean over its branches (usd None: unknown, never a guess)."""
+
+    turns: float
+    tool_calls: float
+    total_tokens: float
+    duration_seconds: float
+    usd: float | None
+
+
+class AgentVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    agent_ref: str
+    against: str  # "source", or namespace/name
+    wins: int
+    ties: int
+    losses: int
+    invalid: int  # pairs counted neither way (an answer without the JSON, or a call without an answer)
+    win_rate: float | None
+    ci95: list[float] | None
+    cost: Cost
+    summary: str
+
+
+class PairVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    a: str | None  # a branch's job id; None: the source
+    b: str
+    order_1: str | None  # what the judge said with a shown as A: A, B, tie, invalid (None: no answer)
+    order_2: str | None  # with b shown as A
+    verdict: str  # a, b, tie, invalid, failed, pending
+    reasons: list[str]
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    judge: str
+    criteria: str | None
+    status: str
+    by_agent: list[AgentVerdict]
+    pairs: list[PairVerdict]
+    votes: list[AgentVerdict]  # people's blind votes, counted as the judge's, apart
+
+
+def _cost(ref: str, sides: dict[str | None, Side]) -> Cost:
+    mine = [s for k, s in sides.items() if k is not None and s.agent_ref == ref]
+    n = max(len(mine), 1)
+    return Cost(
+        turns=round(sum(s.turns for s in mine) / n, 3), tool_calls=round(sum(s.tool_calls for s in mine) / n, 3),
+        total_tokens=round(sum(s.tokens for s in mine) / n, 3),
+        duration_seconds=round(sum(s.duration_seconds for s in mine) / n, 3),
+        usd=_mean([s.cost_usd for s in mine]),
+    )  # fmt: skip
+
+
+def _agents(records: Sequence[Record], sides: dict[str | None, Side]) -> list[AgentVerdict]:
+    return [
+        AgentVerdict(
+            agent_ref=r.agent_ref, against=r.against, wins=r.wins, ties=r.ties, losses=r.losses, invalid=r.not_judged,
+            win_rate=r.win_rate, ci95=[r.ci_low, r.ci_high] if r.ci_low is not None and r.ci_high is not None else None,
+            cost=_cost(r.agent_ref, sides), summary=r.line,
+        )
+        for r in records
+    ]  # fmt: skip
+
+
+def contract_verdict(j: Judgment, people: Votes | None, sides: dict[str | None, Side]) -> Verdict:
+    """The judgment as the contract's `verdict`: per agent (against the source, then each other agent), per
+    pair (what the judge said in each order), and people's votes apart."""
+    pairs = []
+    for p in j.pairs:
+        said = {s.a_is: s for s in p.said}
+        pairs.append(
+            PairVerdict(
+                a=p.left_job_id, b=p.right_job_id,
+                order_1=said["left"].winner if "left" in said else None,
+                order_2=said["right"].winner if "right" in said else None,
+                verdict={"left": "a", "right": "b"}.get(p.outcome, p.outcome),
+                reasons=[s.reason or s.error or "" for s in p.said],
+            )
+        )  # fmt: skip
+    votes = [*people.against_source, *people.between_agents] if people else []
+    return Verdict(
+        judge=j.judge_agent_ref, criteria=j.criteria, status=j.status,
+        by_agent=_agents([*j.against_source, *j.between_agents], sides), pairs=pairs, votes=_agents(votes, sides),
+    )  # fmt: skip

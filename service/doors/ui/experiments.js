@@ -309,8 +309,8 @@ function voteBlind(x, index = 0) {
   const [a, b] = swapped ? [right, left] : [left, right];
   const reveal = el("p", { class: "vote-reveal" });
   const vote = async (side) => {
-    const winner = side === "tie" ? "tie" : (side === "A") === !swapped ? "left" : "right";
-    const answer = await act("Keeping your vote", () => api("POST", `/api/experiments/${enc(x.id)}/votes`, { left_job_id: left, right_job_id: right, winner }));
+    const winner = side === "tie" ? "tie" : (side === "A") === !swapped ? "a" : "b";
+    const answer = await act("Keeping your vote", () => api("POST", `/api/experiments/${enc(x.id)}/votes`, { pair: { a: left, b: right }, winner }));
     if (!answer) return;
     reveal.replaceChildren(`A was ${name(a)}; B was ${name(b)}. `,
       el("button", { type: "button", onclick: () => voteBlind(answer.data, index + 1), text: index + 1 < pairs.length ? "Next pair" : "Done" }));
