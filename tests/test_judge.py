@@ -330,6 +330,8 @@ async def test_cancel_while_judging_and_takeover_after_a_stopped_replica(
         async with service(config, database_url) as client:
             eid = (await start(client, conv.session_id, conv.user_id, body)).json()["data"]["experiment"]["id"]
             await _judge_holding(client, eid, conv.user_id, seen, pool)
+            listed = await client.get(f"/api/sessions/{conv.session_id}/experiments", headers=hdr)
+            assert [x["status"] for x in listed.json()["data"]] == ["judging"]
             held = set(seen.running)
             r = await client.post(f"/api/experiments/{eid}/cancel", json={}, headers=hdr)
             assert r.status_code == 200, r.text

@@ -76,7 +76,8 @@ async def of_session(svc: Services, caller: Caller, session_id: str) -> list[gri
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         rows = await svc.store.experiments.experiments(conn, source.id, source.user_id, caller.user_id)
-    return [grid.listed(r) for r in rows]
+        judging = await svc.store.judgments.being_judged(conn, [r.id for r in rows])
+    return [grid.listed(r, r.id in judging) for r in rows]
 
 
 async def cancel(

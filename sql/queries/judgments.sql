@@ -87,6 +87,11 @@ UPDATE {schema}.judge_call SET error = $2, ended_at = NOW()
 WHERE judgment_id = $1 AND ended_at IS NULL
 RETURNING task_id;
 
+-- name: experiments_being_judged
+-- Which of these experiments have a judgment that waits or runs.
+SELECT DISTINCT experiment_id FROM {schema}.judgment
+WHERE experiment_id = ANY($1::text[]) AND status IN ('waiting', 'running');
+
 -- name: upsert_judge_vote
 -- A person's vote on a pair (their later vote on the same pair replaces it).
 INSERT INTO {schema}.judge_vote (experiment_id, user_id, left_job, right_job, winner)

@@ -108,9 +108,11 @@ def _requested(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
-def listed(row: ExperimentRow) -> Listed:
+def listed(row: ExperimentRow, judging: bool = False) -> Listed:
+    """`judging`: its branches ended and its judgment waits or runs."""
+    status = "judging" if judging and row.status in ("completed", "failed") else row.status
     return Listed(
-        id=row.id, status=row.status, rewind_before_invocation_id=row.rewind_before_invocation_id,
+        id=row.id, status=status, rewind_before_invocation_id=row.rewind_before_invocation_id,
         rewind_before_task_id=row.rewind_before_task_id, turns_requested=_requested(row.turns_requested),
         turns=row.turns, repeats=row.repeats,
         on_approval=row.on_approval, created_at=rfc3339(row.created_at),

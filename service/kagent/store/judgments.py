@@ -110,6 +110,11 @@ class Judgments:
         rows = await conn.fetch(self.q["judge_calls_close"], judgment_id, error)
         return [r["task_id"] for r in rows if r["task_id"] is not None]
 
+    async def being_judged(self, conn: Connection, experiment_ids: list[str]) -> set[str]:
+        """Which of these experiments have a judgment that waits or runs."""
+        rows = await conn.fetch(self.q["experiments_being_judged"], experiment_ids)
+        return {r["experiment_id"] for r in rows}
+
     async def vote(self, conn: Connection, experiment_id: str, v: Vote) -> None:
         await conn.execute(self.q["upsert_judge_vote"], experiment_id, v.user_id, v.left_job, v.right_job, v.winner)
 
