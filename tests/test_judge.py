@@ -168,7 +168,9 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
     lines = j["lines"]
     assert lines[0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1 judged continuations (100 %")
     assert "money unknown" in lines[0] and "x the tokens" in lines[0]
-    assert lines[1].startswith(f"{ref(V1)}: better than the source in 0 of 1 judged continuations, 1 tied (50 %")
+    assert lines[1].startswith(
+        f"{ref(V1)}: even with the source over 1 judged continuations: 0 better, 0 worse, 1 tied (50 %"
+    )
     assert "within chance" in lines[1]
     assert lines[2].startswith(f"{ref(MARKER_AGENT)}: better than {ref(V1)} in 1 of 1")
 

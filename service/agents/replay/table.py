@@ -90,7 +90,11 @@ def verdict_section(e: Experiment) -> list[str]:
         lines.append(f"\nError: {j.error}")
     lines += ["", *[f"- {line}" for line in j.lines]] if j.lines else ["", "- no pair judged yet"]
     if j.pairs:
-        lines += ["", "| pair | outcome | A = left: said | A = right: said |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "| pair | verdict | the first shown as A: the judge said | the second shown as A |",
+            "|---|---|---|---|",
+        ]
         for p in j.pairs:
             said = {s.a_is: s for s in p.said}
             cells = [
@@ -98,7 +102,9 @@ def verdict_section(e: Experiment) -> list[str]:
                 if (s := said.get(k)) else ""
                 for k in ("left", "right")
             ]  # fmt: skip
-            who = {"left": p.left, "right": p.right}.get(p.outcome, p.outcome)
+            who = {"left": f"{p.left} better", "right": f"{p.right} better"}.get(p.outcome, p.outcome)
+            if p.outcome == "tie" and p.consistent is False:
+                who = "tie (the two orders disagreed)"
             lines.append(f"| {p.left} vs {p.right} | {who} | " + " | ".join(cells) + " |")
     if e.earlier_judgments:
         lines += ["", "Earlier judgments: " + ", ".join(

@@ -138,11 +138,15 @@ def line(subject: str, opponent: str, t: Tally, *, tokens: str | None = None, mo
         text = f"{subject}: no continuation judged against {opponent} yet{why}"
     else:
         n = t.judged
-        if t.win_rate >= 0.5:
+        if t.win_rate == 0.5:
+            head = f"even with {opponent} over {n} judged continuations: {t.wins} better, {t.losses} worse"
+            ties = f", {t.ties} tied"
+        elif t.win_rate > 0.5:
             head = f"better than {opponent} in {t.wins} of {n} judged continuations"
+            ties = f", {t.ties} tied" if t.ties else ""
         else:
             head = f"worse than {opponent} in {t.losses} of {n} judged continuations"
-        ties = f", {t.ties} tied" if t.ties else ""
+            ties = f", {t.ties} tied" if t.ties else ""
         text = f"{subject}: {head}{ties} ({_pct(t.win_rate)} %, 95 % CI {_pct(t.ci_low)}-{_pct(t.ci_high)} %)"
         if t.not_judged:
             text += f", {t.not_judged} not judged"
