@@ -87,12 +87,14 @@ def test_win_rate_and_interval_equal_an_independent_computation(outcomes: list[s
 
 def test_a_line_says_when_the_difference_is_within_chance() -> None:
     t = verdict.tally(["left"] * 5 + ["right"])
-    line = verdict.line("kagent/sonnet-agent", "the source", t, tokens="0.6x the tokens", money="money unknown")
-    assert line.startswith("kagent/sonnet-agent: better than the source in 5 of 6 judged continuations (83 %, 95 % CI")
-    assert "0.6x the tokens, money unknown" in line
-    assert t.ci_low is not None and t.ci_high is not None
-    if t.ci_low <= 0.5:
-        assert "within chance: about" in line and t.settle_with is not None and t.settle_with > 6
+    line = verdict.line("kagent/sonnet-agent", "the source", t, tokens="0.6x the tokens", money="$0.012 against $0.020")
+    # the issue's own example; its interval holds 50 %, so it says so, and how many repeats would settle it
+    assert line == (
+        "kagent/sonnet-agent: better than the source in 5 of 6 judged continuations (83 %, 95 % CI 50-100 %), "
+        "0.6x the tokens, $0.012 against $0.020; within chance: about 7 repeats would settle it"
+    )
+    assert verdict.tally(["left"] * 6).within_chance is False
+    assert "within chance" not in verdict.line("a/b", "the source", verdict.tally(["left"] * 6))
     close = verdict.tally(["left", "right", "left"])
     assert close.within_chance and "within chance: about" in verdict.line("a/b", "the source", close)
     even = verdict.tally(["left", "right"])
