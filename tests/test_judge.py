@@ -125,6 +125,21 @@ def test_the_answer_is_the_last_json_object_with_a_winner() -> None:
     assert blind.parse_answer(None)[0] == "invalid"
 
 
+def test_refused_tool_calls_are_said_without_telling_which_side_was_replayed() -> None:
+    refused = {"recorded": 2, "live": 1, "refused": 1,
+               "refused_calls": [{"tool": "delete_pod", "arguments": {"name": "web-1"}}]}  # fmt: skip
+    note = blind.tool_policy_note([{"tool_policy": None}, {"tool_policy": refused}])
+    assert note == (
+        "These tool calls were refused, not run (the results shown for them are errors): "
+        'turn 2: delete_pod with {"name":"web-1"}'
+    )
+    assert "record" not in note and "replay" not in note
+    assert (
+        blind.tool_policy_note([{"tool_policy": {"recorded": 3, "live": 0, "refused": 0, "refused_calls": []}}]) is None
+    )
+    assert blind.tool_policy_note([{"answer": "x"}]) is None  # figures from before the policy
+
+
 # -- end to end, on real a2a-sdk agents and judges ---------------------------------------------------------
 
 

@@ -56,11 +56,23 @@ def turns_text(turns: Sequence[Turn], *, numbered: bool = True) -> str:
     return "\n\n".join(out) if out else "(nothing)"
 
 
-def tool_policy_note(branch: object) -> str | None:
-    """Which tool calls of a branch's continuation were replayed or refused, once the arms' tools have a policy
-    (issue 34: its per-turn counts on the grid's columns). The one place the judge's message says it (appended to
-    the branch's continuation by judge.read_texts); None today. It must name no agent and no tool server's host."""
-    return None
+def tool_policy_note(turns: Sequence[object]) -> str | None:
+    """What a continuation's tool policy did (issue 34: a turn's figures carry `tool_policy: {recorded, live,
+    refused, refused_calls: [{tool, arguments}]}` on a replay twin), said at the end of that continuation: the
+    calls that were refused (not run: what the judge reads as their results are errors). Only the refused ones:
+    saying that a call was answered from a recording would tell the judge which side is a replay, i.e. not the
+    source's own. `turns`: the branch's turns' figures as stored (JSON objects); None when nothing was refused
+    (and before the policy exists)."""
+    said = []
+    for i, turn in enumerate(turns):
+        policy = turn.get("tool_policy") if isinstance(turn, dict) else None
+        refused = policy.get("refused_calls") if isinstance(policy, dict) else None
+        for call in refused if isinstance(refused, list) else []:
+            if isinstance(call, dict):
+                said.append(f"turn {i + 1}: {call.get('tool', '?')} with {_value(call.get('arguments'))}")
+    if not said:
+        return None
+    return "These tool calls were refused, not run (the results shown for them are errors): " + "; ".join(said)
 
 
 def message_text(before: str, a: str, b: str, criteria: str | None) -> str:

@@ -152,7 +152,10 @@ async def read_texts(svc: Services, conn: Connection, row: ExperimentRow, jobs: 
         for j in jobs:
             if j.id not in known.branches:
                 text = blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
-                note = blind.tool_policy_note(j)
+                figures = [
+                    msgspec.json.decode(t.figures) for t in await svc.store.jobs.whatif_turns(conn, j.id) if t.figures
+                ]
+                note = blind.tool_policy_note(figures)
                 known.branches[j.id] = text if note is None else f"{text}\n\n{note}"
 
 
