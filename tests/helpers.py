@@ -66,6 +66,7 @@ async def caller_fingerprint(pool: asyncpg.Pool, *user_ids: str) -> dict[str, tu
         "whatif_job": "SELECT * FROM kagent_fork.whatif_job WHERE user_id = ANY($1)",
         "experiment": "SELECT * FROM kagent_fork.experiment WHERE user_id = ANY($1)",
         "discard": "SELECT * FROM kagent_fork.discard WHERE user_id = ANY($1)",
+        "judgment": "SELECT * FROM kagent_fork.judgment WHERE user_id = ANY($1)",
     }
     out = {}
     async with pool.acquire() as conn:

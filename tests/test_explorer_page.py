@@ -871,3 +871,47 @@ async def test_the_grid_keeps_one_branch_or_discards_them_all_and_undoes_it(
     await expect(sessions).to_have_count(4)
     assert await kagent_lists() == {conv.session_id, *forks}
     assert problems == []
+
+
+async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_blind_votes(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 35: an experiment started from the page with a judge; each branch's column headed by what the judge
+    said (the reasons a click away), the verdict's lines under the grid; a person's blind vote shows A and B
+    without names until the vote, then names them, and is counted apart from the judge's."""
+    from tests.support.a2a_agent import JUDGE, MARKER_AGENT
+
+    tab, problems = page
+    user = new_user()
+    await seed(pool, dialect="v1", turns=2, user_id=user, name="Judge me")
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    await tab.locator("#turns > li.turn").nth(1).get_by_role("button", name="Experiment").click()
+    form = tab.locator(".experiment-form")
+    await form.locator(".exp-agents").fill(f"{NAMESPACE}/{MARKER_AGENT}, {NAMESPACE}/{V1}")
+    await form.locator(".exp-judge").fill(f"{NAMESPACE}/{JUDGE}")
+    await form.get_by_role("button", name="Start the experiment").click()
+    await expect(tab.locator("#experiment p[data-status=completed]")).to_have_count(1, timeout=60_000)
+    heads = tab.locator("#experiment thead .verdict")
+    await expect(heads).to_have_count(2)
+    await expect(heads.nth(0)).to_contain_text("Judge: better than the source")
+    await expect(heads.nth(1)).to_contain_text("Judge: as good as the source")
+    await heads.nth(0).locator("summary").click()
+    await expect(heads.nth(0).locator("details")).to_contain_text("the marker decides")
+    await expect(tab.locator(".verdict-lines li").first).to_contain_text(
+        f"{NAMESPACE}/{MARKER_AGENT}: better than the source in 1 of 1 judged continuations"
+    )
+    await shot(tab, "experiment-verdict")
+
+    await tab.get_by_role("button", name="Vote blind yourself").click()
+    await expect(tab.locator("#experiment h3")).to_contain_text("Blind vote: pair 1 of 3")
+    shown = await tab.locator("#experiment").inner_text()
+    assert MARKER_AGENT not in shown and f"{NAMESPACE}/" not in shown and "source" not in shown.lower()
+    await tab.get_by_role("button", name="Tie").click()
+    await expect(tab.locator(".vote-reveal")).to_contain_text("A was ")
+    await tab.get_by_role("button", name="Next pair").click()
+    await expect(tab.locator("#experiment h3")).to_contain_text("pair 2 of 3")
+    await tab.get_by_role("button", name="Stop voting").click()
+    await expect(tab.locator(".vote-lines li")).to_have_count(1, timeout=15_000)
+    await expect(tab.locator(".vote-lines li").first).to_contain_text("within chance")
+    assert problems == []

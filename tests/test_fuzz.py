@@ -51,6 +51,7 @@ class Seeded:
         explored: Conversation,
         experiments: list[str],
         ended: list[str],
+        judged: list[tuple[str, str]],
     ) -> None:
         self.conversations = conversations
         self.shares = shares
@@ -62,6 +63,7 @@ class Seeded:
         # Ended experiments of the owner, for the discard and its undo: their branches' forks name no session, so
         # that a discard hides none of the sessions the other operations use; the first one's is discarded.
         self.ended = ended
+        self.judged = judged  # (experiment, its completed branch): to judge and to vote on
         self.random = random.Random(5)
 
     def conversation(self) -> Conversation:
@@ -132,7 +134,23 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             str(uuid.uuid4()), ended[0], user,
         )  # fmt: skip
     explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
-    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended)
+    # Experiments that ended on the conversation no fuzzed rewind touches, each with one completed branch:
+    # judged and voted on (issue 35).
+    judged = [(str(uuid.uuid4()), str(uuid.uuid4())) for _ in range(2)]
+    async with pool.acquire() as conn:
+        await conn.executemany(
+            "INSERT INTO kagent_fork.experiment (id, user_id, source_session_id, source_user_id, "
+            "rewind_before_invocation_id, turns_requested, turns, on_approval, repeats, status, finished_at) "
+            "VALUES ($1, $2, $3, $2, $4, '1', 1, 'stop', 1, 'completed', NOW())",
+            [(e, user, explored.session_id, explored.invocation_ids[1]) for e, _ in judged],
+        )
+        await conn.executemany(
+            "INSERT INTO kagent_fork.whatif_job (id, user_id, parent_session_id, parent_user_id, session_id, "
+            "rewind_before_invocation_id, agent_ref, dialect, message, status, runner, experiment_id, finished_at) "
+            "VALUES ($1, $2, $3, $2, $3, $4, 'kagent/v1-agent', 'v1', '{}', 'completed', 'gone', $5, NOW())",
+            [(b, user, explored.session_id, explored.invocation_ids[1], e) for e, b in judged],
+        )
+    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged)
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +200,13 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         discards = path_has(case, "/discard")
         case.path_parameters["experiment_id"] = rnd.choice(seeded.ended if discards else seeded.experiments)
         conv = seeded.conversations[1]
+        if path_has(case, "/judge") or path_has(case, "/votes"):  # an ended experiment: judged, voted on
+            experiment, branch = rnd.choice(seeded.judged)
+            case.path_parameters["experiment_id"] = experiment
+            if isinstance(case.body, dict) and "agent" in case.body:
+                case.body["agent"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
+            if isinstance(case.body, dict) and isinstance(case.body.get("pair"), dict):
+                case.body["pair"] = {"a": None, "b": branch}
     if case.path_parameters and "job_id" in case.path_parameters:
         case.path_parameters["job_id"] = rnd.choice(seeded.jobs)
         conv = seeded.conversations[1]
@@ -214,6 +239,8 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.body["rewind_before_task_id"] = rnd.choice(conv.turns).task_id
     if isinstance(case.body, dict) and "agent_ref" in case.body:  # an agent of kagent's naming
         case.body["agent_ref"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
+    if isinstance(case.body, dict) and isinstance(case.body.get("judge"), dict):  # a judge of kagent's naming
+        case.body["judge"]["agent"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
     if isinstance(case.body, dict) and "agents" in case.body:
         case.body["agents"] = rnd.choice([["kagent/v1-agent"], ["kagent/v1-agent", "kagent/legacy-agent"], []])
     if isinstance(case.body, dict) and "repeats" in case.body:
@@ -283,7 +310,7 @@ def test_the_api_keeps_its_document(
     else:
         # the fuzzer reached the real thing, not only refusals (GET / is a redirect to the page)
         assert any(200 <= status < 300 or (path, status) == ("/", 307) for status in statuses), statuses
-        success = {"/fork": 201, "/whatif": 202, "/experiments": 202} if method.upper() == "POST" else {}
+        success = {"/fork": 201, "/whatif": 202, "/experiments": 202, "/judge": 202} if method.upper() == "POST" else {}
         expected = 307 if path == "/" else next((c for end, c in success.items() if path.endswith(end)), 200)
         assert statuses[expected] > 0, statuses
 
@@ -295,12 +322,19 @@ async def fingerprint(database_url: str) -> dict[str, tuple[int, str]]:
 
 
 async def whatifs_settled(database_url: str, seconds: float = 30) -> None:
-    """Wait until no what-if started by a fuzzed request is running (its agent may still be writing)."""
+    """Wait until no what-if or judgment started by a fuzzed request runs (its agent may still be writing)."""
     conn = await asyncpg.connect(database_url)
     try:
         for _ in range(int(seconds * 10)):
             running = await conn.fetchval(
                 "SELECT count(*) FROM kagent_fork.whatif_job WHERE status = 'running' AND runner <> 'gone'"
+            )
+            # judgments (issue 35) ask their judge, which writes its tasks: those running, and those waiting for
+            # branches a real runner runs
+            running += await conn.fetchval(
+                "SELECT count(*) FROM kagent_fork.judgment AS j WHERE j.status = 'running' OR (j.status = 'waiting' "
+                "AND EXISTS (SELECT 1 FROM kagent_fork.whatif_job AS b WHERE b.experiment_id = j.experiment_id "
+                "AND b.runner <> 'gone'))"
             )
             if not running:
                 return

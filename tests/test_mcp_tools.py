@@ -258,6 +258,8 @@ async def test_every_tool_says_truthfully_what_it_does_and_the_server_names_itse
     for name in ("start_whatif", "start_experiment", "cancel_whatif", "cancel_experiment"):
         hint = listed[name].annotations
         assert hint is not None and hint.openWorldHint and hint.destructiveHint, name
+    judging = listed["judge_experiment"].annotations  # asks a kagent agent's model: open world, changes no session
+    assert judging is not None and judging.openWorldHint and not judging.destructiveHint and not judging.readOnlyHint
     assert listed["rewind_session"].annotations.destructiveHint  # type: ignore[union-attr]
     discards, undoes = listed["discard_branches"].annotations, listed["undo_discard"].annotations
     assert discards is not None and discards.destructiveHint and discards.idempotentHint and not discards.openWorldHint

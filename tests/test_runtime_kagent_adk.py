@@ -637,3 +637,61 @@ async def test_state_set_in_hidden_turns_is_not_in_the_state_the_runtime_builds(
 def test_a_missing_runtime_environment_is_named_with_the_command_that_makes_it() -> None:
     with pytest.raises(RuntimeUnavailable, match=r"\.venv-no-such-runtime is missing: run `scripts/runtime-venv"):
         runtime_venv("no-such-runtime")
+
+
+async def test_a_kagent_adk_agent_judges_an_experiment_blind_and_the_verdict_lands(
+    adk: Runtime, adk_b: str, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    """Issue 35: kagent-adk 0.10.4 as the judge (the other agent, its scripted model answering the verdict JSON):
+    the model's request holds the blind pair, both orders are asked, and the verdict lands in the experiment."""
+    from service.agents.replay import blind
+
+    user, t = new_user(), tag()
+    q = [f"J1 {t}: which cluster?", f"J2 {t}: count pods", f"J3 {t}: the oldest?"]
+    source = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, source, user)
+    edited = f"J2 {t}, asked again: how many pods run?"
+    # The judge's model prefers the branch (the continuation asked the edited question) whichever side it is on.
+    adk.model.model.on(
+        f"{blind.CONTINUATION_A}\n[Turn 1]\nUser: {edited}", say('Compared.\n{"winner": "A", "reason": "asked better"}')
+    )
+    adk.model.model.on(
+        f"{blind.CONTINUATION_B}\n[Turn 1]\nUser: {edited}", say('{"winner": "B", "reason": "asked better"}')
+    )
+    seen_before = len(adk.model.model.requests)
+    started = await api(
+        adk, http, "POST", f"/api/sessions/{source}/experiments", user,
+        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF], "turns": "all",
+              "message": {"text": edited}, "judge": {"agent": adk_b, "criteria": "Prefer exact counts."}},
+    )  # fmt: skip
+    assert started["experiment"]["judgment"]["judge_card"] is not None
+    deadline = time.monotonic() + 180
+    while (done := await api(adk, http, "GET", f"/api/experiments/{started['experiment']['id']}", user))["status"] in (
+        "running",
+        "judging",
+    ):
+        assert time.monotonic() < deadline, done
+        await asyncio.sleep(0.2)
+    judgment = done["judgment"]
+    assert judgment["status"] == "completed", (judgment, adk.process.log_tail())
+    [pair] = judgment["pairs"]
+    assert (pair["left_job_id"], pair["outcome"], pair["consistent"]) == (None, "right", True), pair
+    assert [s["winner"] for s in pair["said"]] == ["B", "A"] and pair["said"][1]["answer"].startswith("Compared.")
+    assert judgment["lines"][0].startswith(f"{AGENT_REF}: better than the source in 1 of 1 judged continuations (100 %")
+
+    # what the judge's model was sent: the blind pair, in both orders, each in a conversation of its own
+    judged = [r for r in adk.model.model.requests[seen_before:] if INSTRUCTION_B in system_of(r)]
+    assert len(judged) == 2, [shape(r["messages"]) for r in judged]
+    branch = done["branches"][0]
+    sides = []
+    for request in judged:
+        asked = turn_of(request)
+        assert [m["role"] for m in request["messages"]] == ["system", "user"]  # nothing of the other order
+        assert asked.index(blind.CONVERSATION) < asked.index(blind.CONTINUATION_A) < asked.index(blind.CONTINUATION_B)
+        assert f"User: {q[0]}" in asked.split(blind.CONTINUATION_A)[0] and "Prefer exact counts." in asked
+        a, b = (asked.split(blind.CONTINUATION_A)[1].split(blind.CONTINUATION_B)[0],
+                asked.split(blind.CONTINUATION_B)[1].split(blind.ANSWER)[0])  # fmt: skip
+        sides.append((f"User: {edited}" in a, f"User: {edited}" in b, f"User: {q[1]}" in a, f"User: {q[1]}" in b))
+        for name in (AGENT_REF, adk_b, "adk_agent", source, branch["session_id"], listed[1]["invocation_id"]):
+            assert name not in asked, name
+    assert sorted(sides) == [(False, True, True, False), (True, False, False, True)]  # A and B swapped

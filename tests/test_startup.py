@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from service.agents.discard import DiscardRequest
-from service.agents.experiments import ExperimentRequest
+from service.agents.experiments import ExperimentRequest, JudgeRequest, VoteRequest
 from service.agents.whatif import WhatifRequest
 from service.config import ConfigError, Settings, from_env
 from service.database import open_pool, prepare_database
@@ -92,6 +92,12 @@ async def test_migrations_run_once_even_from_two_replicas(server_url: str) -> No
             "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'task'"
         )
         assert kagent_columns == 8, "kagent's tables are never altered"
+        # a migration numbered below the highest applied (parallel work landing out of order) is applied too
+        await conns[0].execute("DELETE FROM kagent_fork_replicas.schema_version WHERE version = 16")
+        await conns[0].execute("DROP TABLE kagent_fork_replicas.judge_vote")
+        assert await migrate(conns[0], "kagent_fork_replicas") == versions[0]
+        assert await conns[0].fetchval("SELECT to_regclass('kagent_fork_replicas.judge_vote') IS NOT NULL")
+        assert await conns[0].fetchval("SELECT count(*) FROM kagent_fork_replicas.schema_version") == rows
         for c in conns:
             await c.close()
     finally:
@@ -137,6 +143,8 @@ def test_openapi_documents_every_route_and_request_type() -> None:
         (ExperimentRequest, "ExperimentRequest"),
         (WhatifRequest, "WhatifRequest"),
         (DiscardRequest, "DiscardRequest"),
+        (JudgeRequest, "JudgeRequest"),
+        (VoteRequest, "VoteRequest"),
     ]:
         code = msgspec.json.schema(struct)
         code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])

@@ -115,6 +115,20 @@ def message_json(message: a2a.Message) -> str:
     return text
 
 
+def text_message_json(text: str, context_id: str) -> str:
+    """A new user message of one text part in a new context (a judge's question), as v1.0 JSON."""
+    message = a2a.Message(
+        message_id=str(uuid.uuid4()), context_id=context_id, role=a2a.ROLE_USER, parts=[a2a.Part(text=text)]
+    )
+    return message_json(message)
+
+
+def task_json(task: a2a.Task) -> JSON:
+    """A task the agent answered, as the v1.0 dialect's JSON (for dialects' readers)."""
+    value: JSON = json_format.MessageToDict(task)
+    return value
+
+
 def message_from_json(text: str) -> a2a.Message:
     message = a2a.Message()
     json_format.Parse(text, message)

@@ -4,28 +4,36 @@ An experiment is a group of what-if jobs (its branches), one per agent and repea
 replay and hands it to the replay engine (service/agents/replay/: the span read once, the cost gate over every
 branch and turn, every agent's card, then the forks one after another, the experiment row in the first fork's
 transaction and each branch's job in its own fork's); reading one is the grid (replay/grid.py, replay/table.py),
-cancelling one the replay's one cancel (replay/jobs.py).
+cancelling one the replay's one cancel (replay/jobs.py), with its judgment's (replay/judge.py); judging one
+again the judge's plan, gated and written at once.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import asyncpg
 import msgspec
 from msgspec import Meta
 
-from service.agents.replay import engine, grid, jobs
+from service.agents.replay import engine, grid, jobs, judge
+from service.agents.replay.answerers import a2a_base, headers
 from service.agents.replay.engine import DryRun
+from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.runner import Runner
 from service.agents.replay.table import markdown
-from service.agents.replay.terms import Count, MessageEdit, Replay, Tokens, TurnCount
+from service.agents.replay.terms import Count, JudgeRef, MessageEdit, Replay, Tokens, TurnCount, whole_tokens
 from service.agents.replay.tools import Reads, ToolsField
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller, visible_session
+from service.kagent.store.judgments import Vote
 from service.schemas import Text
 from service.services import Services
 
-__all__ = ["DryRun", "ExperimentRequest", "Started", "cancel", "get", "markdown", "of_session", "start"]
+__all__ = [
+    "DryRun", "ExperimentRequest", "JudgeRequest", "Started", "VoteRequest", "cancel", "get", "judge_experiment",
+    "markdown", "of_session", "start", "vote",
+]  # fmt: skip
 Started = grid.Started
 _encoder = msgspec.json.Encoder()
 
@@ -44,6 +52,7 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     tools: ToolsField | None = None  # what the agents' tools do: "replay", "live" or {mode, reads}
     reads: Reads | None = None
     dry_run: bool = False  # what it would do, each agent's tools by class; nothing written
+    judge: JudgeSpec | None = None
 
 
 async def start(
@@ -58,6 +67,7 @@ async def start(
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, on_approval=req.on_approval,
         tools=req.tools, reads=req.reads, dry_run=req.dry_run,
+        judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip
     answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
     assert isinstance(answer, Started | DryRun | msgspec.Raw)
@@ -73,18 +83,109 @@ async def of_session(svc: Services, caller: Caller, session_id: str) -> list[gri
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         rows = await svc.store.experiments.experiments(conn, source.id, source.user_id, caller.user_id)
-    return [grid.listed(r) for r in rows]
+        judging = await svc.store.judgments.being_judged(conn, [r.id for r in rows])
+    return [grid.listed(r, r.id in judging) for r in rows]
 
 
 async def cancel(
     svc: Services, caller: Caller, experiment_id: str, authorization: str | None = None
 ) -> grid.Experiment:
-    """Cancel every running branch (its A2A task too); 409 when the experiment already ended."""
+    """Cancel every running branch (its A2A task too) and its judgment while it waits or runs (the judge's
+    tasks too); 409 when the experiment ended and is not being judged."""
     async with svc.connection() as conn:
         row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
         if row is None:
             raise NotFound(f"experiment {experiment_id} not found")
         branches = await svc.store.experiments.branches(conn, row.id)
-        if not await jobs.cancel(svc, conn, caller, branches, row.id, authorization):
+        open_ = [j for j in await svc.store.judgments.of_experiment(conn, row.id) if j.status in judge.OPEN]
+        ran = await jobs.cancel(svc, conn, caller, branches, row.id, authorization)
+        judging = await judge.cancel(svc, conn, open_)
+        if not ran and not judging:
             raise Conflict(f"experiment {experiment_id} already ended ({row.status})")
+    await judge.cancel_tasks(svc, judging, headers(caller.user_id, authorization))
+    async with svc.connection() as conn:
+        return await grid.experiment(svc, conn, caller, experiment_id)
+
+
+class JudgeRequest(JudgeSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """POST /api/experiments/{id}/judge: the judge, the caller's criteria, and the gate's limit for its calls."""
+
+    max_context_tokens: Tokens | None = None
+
+
+async def judge_experiment(
+    svc: Services, runner: Runner, caller: Caller, experiment_id: str, req: JudgeRequest,
+    authorization: str | None = None,
+) -> grid.Experiment:  # fmt: skip
+    """Judge an experiment that ended (again, with another judge or criteria: each judgment is kept). Its calls
+    are planned and gated now, written with it, and run by this replica's runner."""
+    req.checked()
+    a2a_base(svc)
+    limit = whole_tokens(req.max_context_tokens, svc.settings.whatif_max_context_tokens)
+    async with svc.connection() as conn:
+        row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
+        if row is None:
+            raise NotFound(f"experiment {experiment_id} not found")
+        if row.status == "running":
+            raise Conflict(f"experiment {experiment_id} is running: it is judged once its branches ended")
+        if any(j.status in judge.OPEN for j in await svc.store.judgments.of_experiment(conn, row.id)):
+            raise Conflict(f"experiment {experiment_id} is being judged: cancel it first, or wait")
+        branches = await svc.store.experiments.branches(conn, row.id)
+    hdrs = headers(caller.user_id, authorization)
+    dialect = branches[0].dialect if branches else "v1"
+    card = await judge.judge_card(svc, req, dialect, hdrs)
+    new = judge.judgment_row(row.id, caller.user_id, req, card, dialect, "running", runner.id)
+    async with svc.connection() as conn:
+        calls = await judge.plan(svc, conn, row, branches, new.id, req.criteria)
+    tokens = judge.message_tokens(calls)
+    if tokens > limit:
+        raise Unprocessable(
+            f"the judge's {len(calls)} calls send about {tokens} tokens, over the limit of {limit}: judge fewer "
+            "branches, or raise the limit (max_context_tokens in the request; the service's default is "
+            "WHATIF_MAX_CONTEXT_TOKENS)"
+        )
+    async with svc.connection() as conn:
+        try:
+            async with conn.transaction():
+                await svc.store.judgments.insert(conn, new)
+                await svc.store.judgments.insert_calls(conn, new.id, runner.id, calls)
+        except asyncpg.UniqueViolationError:
+            raise Conflict(f"experiment {experiment_id} is being judged: cancel it first, or wait") from None
+    runner.launch_judgment(new, hdrs)
+    async with svc.connection() as conn:
+        return await grid.experiment(svc, conn, caller, experiment_id)
+
+
+class VotedPair(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A pair as the verdict names it: `a` a branch's job (None: the source's own continuation), `b` a branch's."""
+
+    a: Text | None
+    b: Text
+
+
+class VoteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """POST /api/experiments/{id}/votes: a person's blind vote on one pair, said after the names were hidden."""
+
+    pair: VotedPair
+    winner: Literal["a", "b", "tie"]
+
+
+async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteRequest) -> grid.Experiment:
+    """Keep a person's vote on a pair the judge would compare (its latest replaces an earlier one); 409 while
+    the experiment runs, 422 for a pair it does not have."""
+    async with svc.connection() as conn:
+        row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
+        if row is None:
+            raise NotFound(f"experiment {experiment_id} not found")
+        if row.status == "running":
+            raise Conflict(f"experiment {experiment_id} is running: vote once its branches ended")
+        pairs = {(left.id if left else None, right.id) for left, right in judge.pairs(
+            await svc.store.experiments.branches(conn, row.id))}  # fmt: skip
+        if (req.pair.a, req.pair.b) not in pairs:
+            raise Unprocessable("pair must name two of the experiment's completed branches (a null: the source), as "
+                                "its verdict's pairs do")  # fmt: skip
+        winner = {"a": "left", "b": "right"}.get(req.winner, "tie")
+        await svc.store.judgments.vote(
+            conn, row.id, Vote(user_id=caller.user_id, left_job=req.pair.a or "", right_job=req.pair.b, winner=winner)
+        )
         return await grid.experiment(svc, conn, caller, experiment_id)

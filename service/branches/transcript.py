@@ -276,11 +276,13 @@ async def open_reading(
     before: str | None = None,
     before_task: str | None = None,
     cut_chars: int = CUT_CHARS,
+    since: datetime | None = None,
 ) -> Reading:
     """The transcript of `visible` (a session the caller may see), on `conn`'s transaction, which must stay
     open while its turns are read (one Reading at a time on a connection: its rows come through a cursor).
     `cut_chars`: tool arguments and responses longer than that are cut (the replay endpoint's recordings,
-    answered exactly as the events hold them, ask for them whole)."""
+    answered exactly as the events hold them, ask for them whole). `since`: only the rows written from then on
+    (a judge reads a branch's own turns of its fork so)."""
     framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id)
     # Read where the agent's runtime wrote the rows (as a fork reads them), told as the session it is.
     runtime = await frameworks.runtime_session(svc.store, conn, visible, framework)
@@ -303,9 +305,9 @@ async def open_reading(
     if framework in frameworks.TASK_CHAT or not await svc.store.sessions.has_events(conn, sid, owner):
         # The tasks the turn listing lists: the owner's and those its runtime wrote under kagent's default user.
         users = await frameworks.runtime_users(svc.store, conn, sid, owner)
-        tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, users), tasks_until or until)
+        tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, users), tasks_until or until, since)
         return Reading(session=source, framework=framework, tasks=tasks)
-    events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=cut_chars)
+    events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=cut_chars, since=since)
     if framework == "openai-agents":
         paired, notes = await _paired_tasks(svc, conn, source, tasks_until)
         return Reading(session=source, framework=framework, events=events, paired=paired, notes=notes)
@@ -313,12 +315,15 @@ async def open_reading(
     return Reading(session=source, framework=framework, events=events, known=known)
 
 
-async def _before(rows: AsyncIterator[TaskRow], until: datetime | None) -> AsyncIterator[TaskRow]:
-    """The rows (oldest first) created before `until` (None: all)."""
+async def _before(
+    rows: AsyncIterator[TaskRow], until: datetime | None, since: datetime | None = None
+) -> AsyncIterator[TaskRow]:
+    """The rows (oldest first) created before `until` (None: all), from `since` on (None: from the first)."""
     async for row in rows:
         if until is not None and row.created_at >= until:
             return
-        yield row
+        if since is None or row.created_at >= since:
+            yield row
 
 
 async def _paired_tasks(

@@ -1,5 +1,5 @@
 """kagent-fork serve | fork | rewind | undo | invocations | tree | forks | show | rewinds | compare | whatif | whatifs |
-job | experiment | experiments | grid | cancel | discard | index: one entry point for people and scripts.
+job | experiment | experiments | grid | judge | cancel | discard | index: one entry point for people and scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -576,7 +576,9 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
             "agents": args.agent or None, "turns": turns,
             "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
             "on_approval": args.on_approval, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None}  # fmt: skip
+            "dry_run": args.dry_run or None,
+            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
+            if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
     runner = whatif.Runner(svc=svc)
     answer, _ = await experiments.start(svc, runner, caller, args.session_id, req)
@@ -638,6 +640,22 @@ async def _cancel(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
         found = await experiments.cancel(svc, caller, args.session_id)
     except NotFound:
         raise NotFound(f"no what-if job or experiment {args.session_id}") from None
+    return msgspec.to_builtins(found), experiments.markdown(found)
+
+
+async def _judge(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    """Judge an experiment that ended (again); this process runs the judge's calls while it waits (--wait), else
+    the judgment waits for a server's runner, as a branch does."""
+    from service.agents import experiments, whatif
+
+    body = {"agent": args.agent, "criteria": args.criteria}
+    req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.JudgeRequest)
+    runner = whatif.Runner(svc=svc)
+    found = await experiments.judge_experiment(svc, runner, caller, args.session_id, req)
+    if args.wait:
+        await asyncio.gather(*runner.jobs.values(), return_exceptions=True)
+    await runner.stop()
+    found = await experiments.get(svc, caller, found.id)
     return msgspec.to_builtins(found), experiments.markdown(found)
 
 
@@ -710,6 +728,7 @@ COMMANDS: dict[str, Command] = {
     "job": _job, "whatifs": _whatifs, "cancel": _cancel, "experiments": _experiments, "grid": _grid,
     "replay-twin": _replay_twin,
     "discard": _discard,
+    "judge": _judge,
 }  # fmt: skip
 # Commands that read what-if jobs and experiments (or cancel or discard them): the A2A client is loaded only if used.
 DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid", "discard"}
@@ -929,10 +948,20 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--name", help="the forks' name")
     tool_arguments(e)
-    e.add_argument("--wait", action="store_true", help="wait until every branch ended, then print the table")
+    e.add_argument("--judge", help="namespace/name of a kagent agent that judges the branches blind once they end")
+    e.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+    e.add_argument(
+        "--wait", action="store_true", help="wait until every branch ended (and the judge), then print the table"
+    )
     alone = LEFT_TO_A_SERVER.format(first="every agent has its first turn", what="the branches", them="them")
     e.epilog = f"{alone}\n\n{EXIT_HELP}"
     operator("experiments", "list the experiments started from a session, newest first")
+    jg = operator("judge", "judge an experiment that ended (again): blind, by a kagent agent", metavar="experiment_id")
+    jg.add_argument("--agent", required=True, help="namespace/name of the judging kagent agent")
+    jg.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+    jg.add_argument("--wait", action="store_true", help="wait until the judge answered every call")
+    jg.epilog = LEFT_TO_A_SERVER.format(first="the judgment is written", what="its calls", them="them")
+    jg.epilog += f"\n\n{EXIT_HELP}"
     operator(
         "grid", "show an experiment: its branches beside the source's own turns (Markdown)", metavar="experiment_id"
     )

@@ -1,5 +1,5 @@
-"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, a source's list, and the
-discard of its branches and its undo."""
+"""The experiment calls over HTTP: start, read (JSON or a Markdown table), cancel, judge, a person's vote, a
+source's list, and the discard of its branches and its undo."""
 
 from __future__ import annotations
 
@@ -86,6 +86,25 @@ async def undo_discard(request: AnyRequest, experiment_id: FromPath[str]) -> Res
     return ok(found, "Successfully undid the discard")
 
 
+@post("/api/experiments/{experiment_id:str}/judge", status_code=202)
+async def judge_experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, experiments.JudgeRequest)
+    found = await experiments.judge_experiment(
+        services(request), request.app.state.whatif_runner, caller_of(request),
+        checked_id(experiment_id, "experiment id"), req, _authorization(request),
+    )  # fmt: skip
+    return ok(found, "Judging experiment", status=202, headers={"Location": f"/api/experiments/{found.id}"})
+
+
+@post("/api/experiments/{experiment_id:str}/votes", status_code=200)
+async def vote_experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Response[bytes]:
+    req = await decode_body(request, experiments.VoteRequest)
+    found = await experiments.vote(
+        services(request), caller_of(request), checked_id(experiment_id, "experiment id"), req
+    )
+    return ok(found, "Vote kept")
+
+
 @get("/api/sessions/{session_id:str}/experiments")
 async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Response[bytes]:
     found = await experiments.of_session(services(request), caller_of(request), checked_id(session_id))
@@ -93,4 +112,7 @@ async def list_experiments(request: AnyRequest, session_id: FromPath[str]) -> Re
 
 
 def handlers() -> list[HTTPRouteHandler]:
-    return [start_experiment, experiment, cancel_experiment, discard_branches, undo_discard, list_experiments]
+    return [
+        start_experiment, experiment, cancel_experiment, judge_experiment, vote_experiment, discard_branches,
+        undo_discard, list_experiments,
+    ]  # fmt: skip

@@ -20,6 +20,9 @@ _DISCARDS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotent
 # A replay sends questions to kagent agents: their read-only tools run live, and with tools "live" every tool
 # runs for real (they may act on a cluster).
 _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
+# A judgment asks a kagent agent (its model, for real, and whatever tools it holds) about the branches: it
+# changes no session, adds a judgment each call, and reaches outside the service.
+_JUDGES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=True)
 # A cancel ends running branches for good and asks their agents to stop; a second cancel changes nothing.
 _CANCELS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=True)
 
@@ -42,6 +45,7 @@ HINTS: dict[str, ToolAnnotations] = {
     "cancel_experiment": _CANCELS,
     "discard_branches": _DISCARDS,
     "undo_discard": _RESTORES,
+    "judge_experiment": _JUDGES,
     # The views in kagent's chat (mcp_apps.py): the two that show, and the app-only calls their pages make.
     "show_branches": _READ,
     "show_experiment": _READ,

@@ -393,6 +393,10 @@ async def start_experiment(
     tools: ToolsArg = None,
     reads: ReadsArg = None,
     dry_run: DryRunReplay = False,
+    judge_agent: Annotated[
+        str | None, Field(description='A kagent agent ("namespace/name") to judge the branches blind once they end.')
+    ] = None,
+    judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
     writes no invocation id, `rewind_before_task_id`) on several agents at once and compare them with the
@@ -405,7 +409,9 @@ async def start_experiment(
     nothing that acts runs; refused when an agent could call a tool that acts without an approval and is not a
     replay twin, naming it and the tools) or "live" (every tool runs for real). Every turn costs model tokens
     (the call is refused over `max_context_tokens`). `dry_run` answers each agent's tools by class and the
-    refusal it would get, nothing started. Answers the experiment at once (status "running"); follow it with
+    refusal it would get, nothing started. `judge_agent`: a kagent agent that then judges each branch against
+    the source blind, both orders asked (its calls are counted in the limit). Answers the experiment at once
+    (status "running"); follow it with
     experiment_status."""
 
     async def op(svc: Services, caller: Caller) -> object:
@@ -413,7 +419,9 @@ async def start_experiment(
                   "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
-                  "tools": tools, "reads": reads, "dry_run": dry_run or None}  # fmt: skip
+                  "tools": tools, "reads": reads, "dry_run": dry_run or None,
+                  "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
+                  if judge_agent else None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
         started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -475,11 +483,13 @@ async def experiment_status(
         Literal["json", "markdown"], Field(description='"json": the data; "markdown": a table to show a person.')
     ] = "json",
 ) -> CallToolResult:
-    """An experiment started with start_experiment: its status (running until every branch ended) and the
-    grid: the source's own turns and, for each agent's branch, each turn's question, answer, tool calls,
-    model calls, tokens, duration and state, with totals and each column's price (`cost_usd`, null when its
-    model or price is unknown, and the `model` priced). `format`: "json" (the data) or "markdown" (a table to
-    show a person)."""
+    """An experiment started with start_experiment: its status (running until every branch ended, then
+    judging while its judge runs) and the grid: the source's own turns and, for each agent's branch, each
+    turn's question, answer, tool calls, model calls, tokens, duration and state, with totals and each column's
+    price (`cost_usd`, null when its model or price is unknown, and the `model` priced); and, once judged, the
+    verdict (`judgment.lines`: one line per agent against the source and per two agents, with a win rate and its
+    95 % interval; `judgment.pairs`: what the judge said in each order). `format`: "json" (the data) or
+    "markdown" (a table to show a person, the verdict under it)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         if format not in ("json", "markdown"):
@@ -494,8 +504,9 @@ async def cancel_experiment(
     ctx: Context[Any, Any, Any],
     experiment_id: Annotated[str, Field(description="An experiment id (start_experiment answers it: `id`).")],
 ) -> CallToolResult:
-    """Cancel a running experiment: every running branch ends and its agent is asked to cancel its task; the
-    forks stay. Answers the experiment's grid (POST /api/experiments/{id}/cancel)."""
+    """Cancel a running experiment: every running branch ends and its agent is asked to cancel its task (and a
+    judgment that waits or runs ends, its judge asked to cancel); the forks stay. Answers the experiment's grid
+    (POST /api/experiments/{id}/cancel)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await experiments.cancel(svc, caller, checked_id(experiment_id, "experiment id"))
@@ -543,6 +554,30 @@ async def undo_discard(ctx: Context[Any, Any, Any], experiment_id: ExperimentId)
     return await _run(ctx, op)
 
 
+async def judge_experiment(
+    ctx: Context[Any, Any, Any],
+    experiment_id: Annotated[str, Field(description="An experiment that ended (start_experiment answers its id).")],
+    agent: Annotated[str, Field(description='The judging kagent agent, "namespace/name".')],
+    criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
+    max_context_tokens: Annotated[
+        int | None, Field(description="Refuse when the judge's calls send more (default 200,000).")
+    ] = None,
+) -> CallToolResult:
+    """Judge an experiment that ended (again, with another judge or criteria; every judgment is kept): the
+    kagent agent `agent` compares each branch's continuation with the source's, and each two agents', blind,
+    each pair asked twice with A and B swapped; its model is asked for real. Answers at once (status
+    "judging"); follow it with experiment_status (POST /api/experiments/{id}/judge)."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        fields = {"agent": agent, "criteria": criteria, "max_context_tokens": max_context_tokens}
+        req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.JudgeRequest)
+        return await experiments.judge_experiment(
+            svc, runner_of(ctx)(), caller, checked_id(experiment_id, "experiment id"), req
+        )
+
+    return await _run(ctx, op)
+
+
 TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_turns,
     show_transcript,
@@ -562,6 +597,7 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     cancel_experiment,
     discard_branches,
     undo_discard,
+    judge_experiment,
 ]
 
 

@@ -62,9 +62,12 @@ async def check_kagent_schema(store: Store, conn: Connection) -> KagentSchema:
 
 
 async def migrate(conn: Connection, schema: str) -> int:
-    """Apply sql/migrations/*.sql not yet applied to the service's schema; return the version.
+    """Apply sql/migrations/*.sql not yet applied to the service's schema; return the version (the highest).
 
-    An advisory lock makes replicas that start together apply each migration once.
+    Each file whose number is not recorded is applied, also one numbered below the highest applied: parallel
+    work lands out of order (0016 after 0018 on a database that already has 0018), and every migration is
+    written to be applied on its own (IF NOT EXISTS). An advisory lock makes replicas that start together apply
+    each migration once.
     """
     files = sorted((sql_dir() / "migrations").glob("*.sql"))
     async with conn.transaction():
@@ -74,12 +77,12 @@ async def migrate(conn: Connection, schema: str) -> int:
             f"CREATE TABLE IF NOT EXISTS {schema}.schema_version (version INTEGER NOT NULL PRIMARY KEY, "
             "applied_at TIMESTAMPTZ NOT NULL DEFAULT NOW())"
         )
-        current = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {schema}.schema_version")
+        applied = {int(r["version"]) for r in await conn.fetch(f"SELECT version FROM {schema}.schema_version")}
         for path in files:
             version = int(path.name.split("_", 1)[0])
-            if version <= current:
+            if version in applied:
                 continue
             await conn.execute(path.read_text().replace("{schema}", schema))
             await conn.execute(f"INSERT INTO {schema}.schema_version (version) VALUES ($1)", version)
-            current = version
-        return int(current)
+            applied.add(version)
+        return max(applied, default=0)

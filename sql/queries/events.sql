@@ -194,7 +194,7 @@ LEFT JOIN texts USING (invocation_id)
 ORDER BY turns.first_at, turns.invocation_id;
 
 -- name: transcript_events
--- The live events before $3 (NULL: all) as a transcript reads them, in kagent's order (created_at; the
+-- The live events before $3 (NULL: all) and from $5 on (NULL: from the first) as a transcript reads them, in kagent's order (created_at; the
 -- row id breaks ties so that the order never depends on the plan), each with the key of the turn it
 -- belongs to: its invocation id (ADK), else its own; an OpenAI Agents SDK event says so (`items`) and
 -- whether it opens a turn (is_turn_input), so that the reader runs a turn from one input to the next
@@ -206,7 +206,7 @@ WITH parsed AS MATERIALIZED (
     SELECT id, created_at, {schema}.try_jsonb(data) AS doc
     FROM event
     WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
-      AND ($3::timestamptz IS NULL OR created_at < $3)
+      AND ($3::timestamptz IS NULL OR created_at < $3) AND ($5::timestamptz IS NULL OR created_at >= $5)
 ), keyed AS (
     SELECT id, created_at, doc, coalesce(doc ->> 'invocation_id', doc ->> 'invocationId') AS invocation_id
     FROM parsed

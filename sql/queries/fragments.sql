@@ -55,3 +55,13 @@ reply_sent_at, rejected_tool_calls, figures::text AS figures, ended_at
 id, user_id, source_session_id, source_user_id, source_agent_ref, rewind_before_invocation_id, turns_requested,
 turns, message::text AS message, on_approval, repeats, source_turns::text AS source_turns, status, created_at,
 finished_at, rewind_before_task_id, tool_policy::text AS tool_policy, arms::text AS arms
+
+-- fragment: judgment_columns
+-- A judgment row as the store reads it.
+id, experiment_id, user_id, judge_agent_ref, judge_card::text AS judge_card, criteria, dialect, status, runner,
+error, created_at, finished_at
+
+-- fragment: judge_call_columns
+-- A judge's call as the store reads it.
+judgment_id, ordinal, left_job, right_job, swapped, message::text AS message, context_id, sent_at, task_id,
+answer, winner, reason, error, ended_at

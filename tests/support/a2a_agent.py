@@ -17,6 +17,11 @@ Agents (namespace `kagent`):
   given the answer kagent's UI sends, run the tool (approved) or answer without it (rejected);
 - `forgetful-agent` (v1): as `v1-agent`, but `tasks/get` answers "Task not found", as kagent main's runtime
   does once it lost the caller (the task row in kagent's table is right);
+- `marker-agent` (v1): as `v1-agent`, its answers holding MARKER;
+- judges (both lines, `-legacy` for 0.10.x's): `judge` prefers the continuation holding MARKER (a tie when
+  both or neither do) and ends with the verdict JSON; `biased-judge` always answers A; `mute-judge` answers
+  without any JSON; `slow-judge` judges as `judge` once `Seen.judge_release` is set. Each records the text it
+  was sent (`Seen.judged`, with its context id);
 Every agent but `no-such-agent` serves its card at `.well-known/agent-card.json`, as kagent does.
 """
 
@@ -56,6 +61,8 @@ from tests.support.live_server import live_server
 NAMESPACE = "kagent"
 LEGACY, V1, SLOW, GARBAGE = "legacy-agent", "v1-agent", "slow-agent", "garbage-agent"
 APPROVAL_LEGACY, APPROVAL_V1, FORGETFUL = "approval-legacy", "approval-v1", "forgetful-agent"
+MARKER_AGENT, MARKER = "marker-agent", "[MARKER-7f3a]"
+JUDGE, BIASED_JUDGE, MUTE_JUDGE, SLOW_JUDGE = "judge", "biased-judge", "mute-judge", "slow-judge"
 HITL = "https://kagent.dev/extensions/hitl/v1"
 
 
@@ -73,6 +80,8 @@ class Seen:
     # the agents run on their server's own loop, in another thread.
     release: threading.Event = field(default_factory=threading.Event)
     hold_on_turn: int = 0
+    judged: list[tuple[str, str]] = field(default_factory=list)  # (context id, text) each judge was sent
+    judge_release: threading.Event = field(default_factory=threading.Event)
 
 
 class KagentTaskStore(InMemoryTaskStore):
@@ -107,8 +116,8 @@ class KagentTaskStore(InMemoryTaskStore):
 class TurnWriter(AgentExecutor):
     """One ADK turn: the user's event, a tool call and its response, the answer; written into `event`."""
 
-    def __init__(self, dsn: str, seen: Seen, *, slow: bool = False) -> None:
-        self.dsn, self.seen, self.slow = dsn, seen, slow
+    def __init__(self, dsn: str, seen: Seen, *, slow: bool = False, marker: bool = False) -> None:
+        self.dsn, self.seen, self.slow, self.marker = dsn, seen, slow, marker
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id and context.message
@@ -137,6 +146,8 @@ class TurnWriter(AgentExecutor):
             if context.task_id in self.seen.cancelled:
                 return  # cancelled: the turn ends here, as a real agent's does
         answer = f"Regenerated answer to {question!r} by {'slow' if self.slow else 'the other'} agent."
+        if self.marker:
+            answer += f" {MARKER}"
         events = _agent_events(invocation, answer)
         await self._write(context.context_id, user, events)
         meta = {"adk_invocation_id": invocation, "adk_author": "whatif_agent"}
@@ -163,6 +174,57 @@ class TurnWriter(AgentExecutor):
                 )
         finally:
             await conn.close()
+
+
+def _between(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0] if start in text else ""
+
+
+class JudgeWriter(AgentExecutor):
+    """A judge: reads the two continuations of the message's layout and answers (see the module's text)."""
+
+    def __init__(self, seen: Seen, mode: str) -> None:
+        self.seen, self.mode = seen, mode
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id and context.message
+        text = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
+        self.seen.judged.append((context.context_id, text))
+        self.seen.headers.append(dict(context.call_context.state.get("headers", {})))
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        if context.current_task is None:
+            message = a2a.Message()
+            message.CopyFrom(context.message)
+            message.task_id, message.context_id = context.task_id, context.context_id
+            await event_queue.enqueue_event(
+                new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
+            )
+        await updater.start_work()
+        if self.mode == "slow":
+            self.seen.running.add(context.task_id)
+            try:  # until released, or this task is cancelled (the others stay held)
+                for _ in range(2400):
+                    if self.seen.judge_release.is_set() or context.task_id in self.seen.cancelled:
+                        break
+                    await asyncio.sleep(0.05)
+            finally:
+                self.seen.running.discard(context.task_id)
+            if context.task_id in self.seen.cancelled:
+                return
+        a = _between(text, "=== Continuation A ===", "=== Continuation B ===")
+        b = _between(text, "=== Continuation B ===", "=== Your answer ===")
+        winner = "A" if MARKER in a and MARKER not in b else "B" if MARKER in b and MARKER not in a else "tie"
+        if self.mode == "biased":
+            winner = "A"
+        verdict = json.dumps({"winner": winner, "reason": f"{winner}: the marker decides"})
+        answer = "I cannot tell {which} one is better." if self.mode == "mute" else f"Compared both.\n{verdict}"
+        await updater.add_artifact([a2a.Part(text=answer)])
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id
+        self.seen.cancelled.append(context.task_id)
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
 class ApprovalWriter(TurnWriter):
@@ -342,7 +404,11 @@ def agents_app(dsn: str, seen: Seen) -> Starlette:
         (SLOW, "v1", TurnWriter(dsn, seen, slow=True)),
         (APPROVAL_LEGACY, "legacy", ApprovalWriter(dsn, seen, "legacy")),
         (APPROVAL_V1, "v1", ApprovalWriter(dsn, seen, "v1")), (FORGETFUL, "v1", TurnWriter(dsn, seen)),
+        (MARKER_AGENT, "v1", TurnWriter(dsn, seen, marker=True)),
+        (MARKER_AGENT + "-legacy", "legacy", TurnWriter(dsn, seen, marker=True)),
     ]  # fmt: skip
+    for name, mode in ((JUDGE, "marker"), (BIASED_JUDGE, "biased"), (MUTE_JUDGE, "mute"), (SLOW_JUDGE, "slow")):
+        agents += [(name, "v1", JudgeWriter(seen, mode)), (name + "-legacy", "legacy", JudgeWriter(seen, mode))]
     for name, dialect, executor in agents:
         skill = a2a.AgentSkill(id=f"{name}-skill", name="answer", description="answers", tags=["test"])
         card = a2a.AgentCard(name=name, description="what-if test agent", version="1.0", skills=[skill])

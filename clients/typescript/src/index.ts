@@ -963,10 +963,104 @@ export interface ExperimentColumn {
   };
 }
 
+/** One agent's record against the source or another agent, as the judge (or people's votes) counted it. */
+export interface JudgeRecord {
+  agent_ref: string;
+  /** "source", or another agent. */
+  against: string;
+  wins: number;
+  ties: number;
+  losses: number;
+  /** Pairs with an invalid answer or a call without one: counted neither way. */
+  not_judged: number;
+  /** A tie counts half. */
+  win_rate: number | null;
+  /** The 95 % bootstrap interval over the judged pairs (a fixed seed). */
+  ci_low: number | null;
+  ci_high: number | null;
+  within_chance: boolean;
+  /** When within chance: about how many judged repeats would settle it. */
+  settle_with: number | null;
+  /** One line a person can act on. */
+  line: string;
+}
+
+/** One pair of continuations the judge compared, asked twice with A and B swapped. */
+export interface JudgePair {
+  /** null: the source's own continuation. */
+  left_job_id: string | null;
+  left: string;
+  right_job_id: string;
+  right: string;
+  outcome: "left" | "right" | "tie" | "invalid" | "failed" | "pending";
+  consistent: boolean | null;
+  said: {
+    a_is: "left" | "right";
+    winner: "A" | "B" | "tie" | "invalid" | null;
+    reason: string | null;
+    answer: string | null;
+    error: string | null;
+  }[];
+}
+
+/** An experiment's latest judgment: the judge, its pairs and the verdict. */
+export interface Judgment {
+  id: string;
+  judge_agent_ref: string;
+  judge_card: { name: string; version: string; skills_sha256: string } | null;
+  criteria: string | null;
+  status: "waiting" | "running" | "completed" | "failed" | "cancelled";
+  error: string | null;
+  created_at: string;
+  finished_at: string | null;
+  calls: number;
+  calls_answered: number;
+  pairs: JudgePair[];
+  against_source: JudgeRecord[];
+  between_agents: JudgeRecord[];
+  lines: string[];
+}
+
+/** One agent's verdict against the source or another agent, as the API contract names it. */
+export interface AgentVerdict {
+  agent_ref: string;
+  against: string;
+  wins: number;
+  ties: number;
+  losses: number;
+  invalid: number;
+  win_rate: number | null;
+  /** [low, high]: the 95 % bootstrap interval (a fixed seed). */
+  ci95: [number, number] | null;
+  /** The mean over the agent's branches; `usd` null when unknown. */
+  cost: { turns: number; tool_calls: number; total_tokens: number; duration_seconds: number; usd: number | null };
+  summary: string;
+}
+
+/** The latest judgment in the contract's shape. */
+export interface Verdict {
+  judge: string;
+  criteria: string | null;
+  status: "waiting" | "running" | "completed" | "failed" | "cancelled";
+  by_agent: AgentVerdict[];
+  pairs: {
+    /** A branch's job id; null: the source. */
+    a: string | null;
+    b: string;
+    order_1: string | null;
+    order_2: string | null;
+    verdict: "a" | "b" | "tie" | "invalid" | "failed" | "pending";
+    reasons: string[];
+  }[];
+  /** People's blind votes, counted apart. */
+  votes: AgentVerdict[];
+}
+
 /** An experiment: the source's own turns beside a column per branch (GET /api/experiments/{id}). */
 export interface Experiment {
   id: string;
-  status: "running" | "completed" | "failed" | "cancelled";
+  /** judging: the branches ended and the judge's calls run. */
+  status: "running" | "judging" | "completed" | "failed" | "cancelled";
   source_session_id: string;
   /** The first turn replayed; null for a turn known by its task alone (an agent that writes no invocation id). */
   rewind_before_invocation_id: string | null;
@@ -987,6 +1081,20 @@ export interface Experiment {
   arms: ArmTools[] | null;
   /** The latest discard of its branches, in force until `undone_at`; null if they were never discarded. */
   discard: ExperimentDiscard | null;
+  /** The latest judgment (null: never judged). */
+  judgment: Judgment | null;
+  earlier_judgments: {
+    id: string;
+    judge_agent_ref: string;
+    criteria: string | null;
+    status: string;
+    created_at: string;
+    finished_at: string | null;
+  }[];
+  /** People's blind votes, counted apart from the judge's (null: none). */
+  votes: { votes: number; against_source: JudgeRecord[]; between_agents: JudgeRecord[]; lines: string[] } | null;
+  /** The latest judgment as the API contract names it (null: never judged). */
+  verdict: Verdict | null;
 }
 
 /** A discard of an experiment's branches: the forks it hid from kagent's chat list, and what its undo brought back. */
@@ -1018,6 +1126,8 @@ export interface ExperimentOptions extends ClientOptions, ToolOptions {
   idempotencyKey?: string;
   /** Name the first replayed turn by its task instead (pass null as the invocation). */
   rewindBeforeTaskId?: string;
+  /** A kagent agent (namespace/name) that judges the branches blind once they end, and what it should weigh. */
+  judge?: { agent: string; criteria?: string };
 }
 
 /**
@@ -1041,6 +1151,7 @@ export async function startExperiment(
   if (options.name !== undefined) body.name = options.name;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
   toolFields(body, options);
+  if (options.judge !== undefined) body.judge = options.judge;
   const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   const answer = await call<{ experiment: Experiment }>(
     options,
@@ -1077,7 +1188,7 @@ export async function dryRunExperiment(
 /** An experiment in its source's list (`getExperiment` for its grid). */
 export interface ExperimentListed {
   id: string;
-  status: "running" | "completed" | "failed" | "cancelled";
+  status: "running" | "judging" | "completed" | "failed" | "cancelled";
   rewind_before_invocation_id: string | null;
   rewind_before_task_id: string | null;
   turns_requested: number | string;
@@ -1153,6 +1264,44 @@ export async function undoDiscard(
 ): Promise<BaseResponse<Experiment>> {
   const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/discard/undo` : "";
   return call<Experiment>(options, "POST", path, {}, {}, [experimentId]);
+}
+
+export interface JudgeOptions extends ClientOptions {
+  /** What the judge should weigh, beyond the default criteria. */
+  criteria?: string;
+  /** Refuse when the judge's calls send more (default WHATIF_MAX_CONTEXT_TOKENS). */
+  maxContextTokens?: number;
+}
+
+/**
+ * Judge an experiment that ended (again: every judgment is kept) by the kagent agent `agent` (namespace/name),
+ * blind, each pair asked in both orders. `data` is the experiment, status "judging"; follow it with
+ * `getExperiment` until its `judgment` ended.
+ */
+export async function judgeExperiment(
+  experimentId: string,
+  agent: string,
+  options: JudgeOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const body: Record<string, unknown> = { agent };
+  if (options.criteria !== undefined) body.criteria = options.criteria;
+  if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/judge` : "";
+  return call<Experiment>(options, "POST", path, body, {}, [experimentId, agent]);
+}
+
+/**
+ * A person's blind vote on a pair of an ended experiment (`a` null: the source's own continuation), counted apart
+ * from the judge's; `data` is the experiment.
+ */
+export async function voteExperiment(
+  experimentId: string,
+  pair: { a: string | null; b: string },
+  winner: "a" | "b" | "tie",
+  options: ClientOptions = {},
+): Promise<BaseResponse<Experiment>> {
+  const path = experimentId ? `/experiments/${encodeURIComponent(experimentId)}/votes` : "";
+  return call<Experiment>(options, "POST", path, { pair, winner }, {}, [experimentId, pair.b]);
 }
 
 /** The experiments the caller started from a session, newest first. */

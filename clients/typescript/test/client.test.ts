@@ -13,6 +13,8 @@ import {
   getForkTree,
   getExperiment,
   getTranscript,
+  judgeExperiment,
+  voteExperiment,
   startExperiment,
   type Invocation,
   listInvocations,
@@ -284,6 +286,28 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   failed(await discardBranches(started.id, { keep: "no-such-branch" }), /has no branch no-such-branch/);
   failed(await getExperiment("no-such-experiment"), "experiment no-such-experiment not found");
   failed(await startExperiment(V1, ""), /required/);
+
+  // judged: the demo's scripted agent as the judge (each pair asked in both orders), the verdict read back
+  const judging = ok(await judgeExperiment(started.id, "kagent/scripted-agent", { criteria: "Be brief." }));
+  assert.equal(judging.status, "judging");
+  assert.equal(judging.judgment?.judge_agent_ref, "kagent/scripted-agent");
+  let judged = judging;
+  while (judged.status === "judging") {
+    assert.ok(Date.now() < deadline + 60_000, `never judged: ${JSON.stringify(judged.judgment)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    judged = ok(await getExperiment(started.id));
+  }
+  assert.equal(judged.judgment?.status, "completed", JSON.stringify(judged.judgment));
+  assert.equal(judged.judgment?.calls, 2);
+  assert.equal(judged.judgment?.pairs[0]?.said.length, 2);
+  assert.equal(judged.judgment?.criteria, "Be brief.");
+  assert.equal(judged.verdict?.judge, "kagent/scripted-agent");
+  assert.equal(judged.verdict?.pairs.length, 1);
+  const voted = ok(await voteExperiment(started.id, { a: null, b: branch.job_id ?? "" }, "b"));
+  assert.equal(voted.votes?.votes, 1);
+  assert.equal(voted.verdict?.votes[0]?.wins, 1);
+  failed(await judgeExperiment("no-such-experiment", "kagent/scripted-agent"), "experiment no-such-experiment not found");
+  failed(await judgeExperiment(started.id, "not-a-ref"), /judge.agent must be namespace\/name/);
 });
 
 test("compareSessions: the turns after the common part, aligned by position", async () => {

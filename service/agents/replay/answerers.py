@@ -40,8 +40,9 @@ def agent(svc: Services, agent_ref: str, dialect: str, hdrs: dict[str, str], tim
 async def cast(
     svc: Services, replay: Replay, span: Span, hdrs: dict[str, str]
 ) -> tuple[list[tuple[str, int]], dict[str, a2a_client.Card]]:
-    """(agent, repeat) of every branch, and each agent's card: a 422 when no agent is named and the source's own
-    is not namespace/name, or naming the first agent that does not answer through kagent's A2A endpoint."""
+    """(agent, repeat) of every branch, and each agent's card (and the judge's): a 422 when no agent is named and
+    the source's own is not namespace/name, or naming the first agent that does not answer through kagent's A2A
+    endpoint."""
     own = span.agent_ref
     refs = replay.agents if replay.agents is not None else ([own] if own else [])
     if not refs and replay.kind == "whatif":
@@ -55,11 +56,14 @@ async def cast(
     async def one(ref: str) -> a2a_client.Card:
         return await a2a_client.fetch_card(agent(svc, ref, span.dialect.value, hdrs, timeout))
 
-    found = await asyncio.gather(*(one(ref) for ref in refs), return_exceptions=True)
-    for ref, card in zip(refs, found, strict=True):
+    # The judge's card is asked for with the agents' (a judge that does not answer is refused as an agent is).
+    asked = [*refs, *([replay.judge.agent] if replay.judge is not None else [])]
+    found = await asyncio.gather(*(one(ref) for ref in asked), return_exceptions=True)
+    for i, (ref, card) in enumerate(zip(asked, found, strict=True)):
         if isinstance(card, a2a_client.AgentError):
-            raise Unprocessable(f"the agent {ref} did not answer through kagent's A2A endpoint: {card}")
+            who = "the judge" if i >= len(refs) else "the agent"
+            raise Unprocessable(f"{who} {ref} did not answer through kagent's A2A endpoint: {card}")
         if isinstance(card, BaseException):
             raise card
-    cards = {ref: card for ref, card in zip(refs, found, strict=True) if isinstance(card, a2a_client.Card)}
+    cards = {ref: card for ref, card in zip(asked, found, strict=True) if isinstance(card, a2a_client.Card)}
     return [(ref, repeat) for ref in refs for repeat in range(1, int(replay.repeats) + 1)], cards

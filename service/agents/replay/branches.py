@@ -1,8 +1,8 @@
 """Writing a replay's branches: for each (agent, repeat), the fork operation itself into that agent
 (`forking.fork` with `Into`), whose transaction also writes the branch's job and its turns (and, in the first
-fork's, an experiment's row; in the last fork's, the start's answer, and under an Idempotency-Key that answer
-kept for its retries). Forks are written one after another, each one transaction; a later fork that fails
-leaves the earlier branches written but failed with the reason, never started."""
+fork's, an experiment's row and its judgment, waiting; in the last fork's, the start's answer, and under an
+Idempotency-Key that answer kept for its retries). Forks are written one after another, each one transaction;
+a later fork that fails leaves the earlier branches written but failed with the reason, never started."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from datetime import datetime
 import msgspec
 
 from service.agents import a2a_client
-from service.agents.replay import grid, jobs
+from service.agents.replay import grid, jobs, judge
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import Boundary, Replay, Span
 from service.agents.replay.tools import ArmTools, ToolPolicy
@@ -85,6 +85,7 @@ class Branch:
     repeat: int
     policy: ToolPolicy  # what its agent's tools do, as the start decided (tools.decide)
     tools: ArmTools  # what its agent could do, its tools by class
+    judge_card: a2a_client.Card | None = None  # an experiment's judge's card, written with its first branch
 
 
 async def write_branch(
@@ -114,6 +115,11 @@ async def write_branch(
         raise Unprocessable(str(exc)) from None
     if experiment is not None and first:
         await svc.store.experiments.insert_experiment(conn, experiment)
+        if branch.replay.judge is not None:  # it waits until the branches all ended (Runner.finish runs it)
+            await svc.store.judgments.insert(
+                conn, judge.judgment_row(experiment.id, branch.caller.user_id, branch.replay.judge, branch.judge_card,
+                                         span.dialect.value, "waiting", runner_id),
+            )  # fmt: skip
     card = None if branch.card is None else _encoder.encode(dataclasses.asdict(branch.card)).decode()
     job = WhatifJob(
         id=str(uuid.uuid4()), user_id=branch.caller.user_id, parent_session_id=span.source.id,

@@ -5,8 +5,8 @@ road, each step in its room, each room entered once:
    (answerers), the request's own words (terms: the agents' names, the repeats; the token limit's type);
 2. once per Idempotency-Key (`once`, here: the key's lock, a stored answer replayed), then
 3. the turn it starts from and what is re-asked (span.start_turn, span.span_of, in a snapshot of its own);
-4. what it may cost (gate.gate);
-5. who answers (answerers.cast: the agents and repeats, their cards asked for at once);
+4. what it may cost (gate.gate: the branches' turns and the judge's calls);
+5. who answers (answerers.cast: the agents and repeats, their cards and the judge's asked for at once);
 6. what their tools may do (tools.arms: each agent's configuration, its servers' tools by class; tools.decide:
    the policy, or the refusal of an arm that could act);
 7. the branches written (branches.write: the forks with their jobs, and the answer);
@@ -69,7 +69,8 @@ async def start(
         written = await branches.write(
             svc, runner, caller,
             [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, agent_id=ids[ref],
-                             card=cards[ref], repeat=repeat, policy=policy, tools=arms[ref])
+                             card=cards[ref], repeat=repeat, policy=policy, tools=arms[ref],
+                             judge_card=cards.get(replay.judge.agent) if replay.judge else None)
              for ref, repeat in plan],
             boundary, kept,
         )  # fmt: skip

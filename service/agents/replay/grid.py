@@ -16,6 +16,7 @@ import statistics
 import msgspec
 
 from service.agents import a2a_client
+from service.agents.replay import judged
 from service.agents.replay.figures import (
     Replayed,
     TurnFigures,
@@ -118,6 +119,10 @@ class Experiment(msgspec.Struct, frozen=True, kw_only=True):
     tool_policy: ToolPolicy | None = None
     arms: list[ArmTools] | None = None
     discard: Discard | None = None
+    judgment: judged.Judgment | None = None  # the latest judgment (its verdict), None: never judged
+    earlier_judgments: list[judged.Earlier] = msgspec.field(default_factory=list)
+    votes: judged.Votes | None = None  # people's blind votes, apart from the judge's
+    verdict: judged.Verdict | None = None  # the latest judgment as the API contract names it
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,9 +155,11 @@ def _requested(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
-def listed(row: ExperimentRow) -> Listed:
+def listed(row: ExperimentRow, judging: bool = False) -> Listed:
+    """`judging`: its branches ended and its judgment waits or runs."""
+    status = "judging" if judging and row.status in ("completed", "failed") else row.status
     return Listed(
-        id=row.id, status=row.status, rewind_before_invocation_id=row.rewind_before_invocation_id,
+        id=row.id, status=status, rewind_before_invocation_id=row.rewind_before_invocation_id,
         rewind_before_task_id=row.rewind_before_task_id, turns_requested=_requested(row.turns_requested),
         turns=row.turns, repeats=row.repeats,
         on_approval=row.on_approval, created_at=rfc3339(row.created_at),
@@ -375,8 +382,17 @@ async def experiment(
         status="completed", error=None, stopped_at=None, turns=baseline,
         totals=totals(baseline, models.get(row.source_agent_ref or "")),
     )  # fmt: skip
+    found = await svc.store.judgments.of_experiment(conn, row.id)
+    latest = found[-1] if found else None
+    asked = await svc.store.judgments.calls(conn, latest.id) if latest else []
+    sides = {c.job_id: _side(c, row.repeats) for c in columns}
+    judgment = judged.judgment(latest, asked, sides, _side(source, 1)) if latest else None
+    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, _side(source, 1))
+    status = row.status
+    if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):
+        status = "judging"
     return Experiment(
-        id=row.id, status=row.status, source_session_id=row.source_session_id,
+        id=row.id, status=status, source_session_id=row.source_session_id,
         rewind_before_invocation_id=row.rewind_before_invocation_id, rewind_before_task_id=row.rewind_before_task_id,
         turns_requested=_requested(row.turns_requested),
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
@@ -385,6 +401,8 @@ async def experiment(
         tool_policy=_policy(row.tool_policy),
         arms=msgspec.json.decode(row.arms, type=list[ArmTools]) if row.arms else None,
         discard=discard_json(discard) if discard is not None else None,
+        judgment=judgment, earlier_judgments=judged.earlier(found[:-1]), votes=people,
+        verdict=judged.contract_verdict(judgment, people, sides) if judgment else None,
     )  # fmt: skip
 
 
@@ -393,4 +411,13 @@ def discard_json(d: DiscardRow) -> Discard:
         id=d.id, kept_session_id=d.kept_session_id, discarded_session_ids=list(d.session_ids),
         created_at=rfc3339(d.created_at), undone_at=rfc3339(d.undone_at) if d.undone_at else None,
         restored_session_ids=list(d.restored_ids) if d.restored_ids is not None else None,
+    )  # fmt: skip
+
+
+def _side(c: Column, repeats: int) -> judged.Side:
+    label = "source" if c.job_id is None else (f"{c.agent_ref} #{c.repeat}" if repeats > 1 else str(c.agent_ref))
+    t = c.totals
+    return judged.Side(
+        label=label, agent_ref=c.agent_ref, tokens=t.total_tokens, cost_usd=t.cost_usd, turns=t.turns,
+        tool_calls=t.tool_calls, duration_seconds=t.duration_seconds,
     )  # fmt: skip

@@ -24,7 +24,7 @@ from typing import TypeVar
 import msgspec
 
 from service.agents import a2a_client
-from service.agents.replay import lease
+from service.agents.replay import judge, lease
 from service.agents.replay.answerers import agent, headers
 from service.agents.replay.figures import JobResult, TurnFigures, question_of, sent_parts, task_answer, turn_figures
 from service.agents.replay.player import ENDED, WAITING, NotOurs, Player, Stop, Turn, task_state
@@ -33,6 +33,7 @@ from service.errors import ServiceError
 from service.kagent import frameworks
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import JobTurn, WhatifJob
+from service.kagent.store.judgments import JudgmentRow
 from service.observability import EXPERIMENTS, TURNS, WHATIF_DURATION, WHATIF_JOBS, WHATIF_RUNNING
 from service.operations import summary
 from service.services import Services
@@ -82,6 +83,7 @@ class Runner:
     _sweeper: asyncio.Task[None] | None = None
     _slots: asyncio.Semaphore | None = None
     _chores: set[asyncio.Task[None]] = field(default_factory=set)
+    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # judge.run's, by experiment
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -93,6 +95,12 @@ class Runner:
         task = asyncio.get_running_loop().create_task(self._run(job, hdrs), name=f"whatif-{job.id}")
         self.jobs[job.id] = task
         task.add_done_callback(lambda _: self.jobs.pop(job.id, None))
+
+    def launch_judgment(self, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
+        """Run a judgment (judge.py) as one of this replica's jobs: stopped at shutdown, taken over by the sweep."""
+        task = asyncio.get_running_loop().create_task(judge.run(self, judgment, hdrs), name=f"judgment-{judgment.id}")
+        self.jobs[judgment.id] = task
+        task.add_done_callback(lambda _: self.jobs.pop(judgment.id, None))
 
     def chore(self, work: Awaitable[None], name: str) -> None:
         """Background work that is not a job (an experiment's baseline column): kept until it ends."""
@@ -125,10 +133,14 @@ class Runner:
         beat = self.svc.settings.whatif_heartbeat_seconds
         async with self.svc.connection() as conn:
             stale = await self.svc.store.jobs.whatif_claim_stale(conn, self.id, 3 * beat)
+            judgments = await self.svc.store.judgments.claim_stale(conn, self.id, 3 * beat)
         for job in stale:
             log.info("what-if %s: taken over from a runner that stopped", job.id)
             self.launch(job, headers(job.user_id, None))
-        return len(stale)
+        for judgment in judgments:
+            log.info("judgment %s: taken over from a runner that stopped", judgment.id)
+            self.launch_judgment(judgment, headers(judgment.user_id, None))
+        return len(stale) + len(judgments)
 
     async def _sweep_forever(self) -> None:
         beat = self.svc.settings.whatif_heartbeat_seconds
@@ -143,20 +155,20 @@ class Runner:
         WHATIF_RUNNING.inc()
         try:
             await self._play(job, hdrs)
-            await self.finish(job, "completed", None)
+            await self.finish(job, "completed", None, hdrs)
         except asyncio.CancelledError:
             raise
         except NotOurs:
             pass
         except Stop as stop:
-            await self.finish(job, stop.status, stop.error)
+            await self.finish(job, stop.status, stop.error, hdrs)
         except a2a_client.AgentError as exc:
-            await self.finish(job, "failed", str(exc))
+            await self.finish(job, "failed", str(exc), hdrs)
         except ServiceError as exc:
-            await self.finish(job, "failed", exc.message)
+            await self.finish(job, "failed", exc.message, hdrs)
         except Exception as exc:  # a job must end whatever happens; the log has the rest
             log.exception("what-if %s failed", job.id)
-            await self.finish(job, "failed", f"internal error: {type(exc).__name__}")
+            await self.finish(job, "failed", f"internal error: {type(exc).__name__}", hdrs)
         finally:
             WHATIF_RUNNING.dec()
 
@@ -212,9 +224,10 @@ class Runner:
         finally:
             task.cancel()
 
-    async def finish(self, job: WhatifJob, status: str, error: str | None) -> None:
+    async def finish(self, job: WhatifJob, status: str, error: str | None, hdrs: dict[str, str] | None = None) -> None:
         """End the job (in its own transaction) with what the agent wrote into the fork since it began, its
-        sent turns closed; then its experiment, when it was the last branch running."""
+        sent turns closed; then its experiment, when it was the last branch running; then its judgment is
+        told (`_judge`)."""
         svc = self.svc
 
         async def step(conn: Connection, _: bool) -> tuple[datetime | None, str | None]:
@@ -237,6 +250,22 @@ class Runner:
                 "what-if %s", status,
                 extra={"action": "whatif", "job_id": job.id, "outcome": status, "duration_ms": round(took * 1000)},
             )  # fmt: skip
+        if job.experiment_id is not None and ended is not None:
+            await self._judge(job, hdrs)
+
+    async def _judge(self, job: WhatifJob, hdrs: dict[str, str] | None) -> None:
+        """A branch ended: its experiment's judgment, running here, is woken to judge its pairs; one that waits
+        is run (by this runner, as the caller: `hdrs`, the start's, when this runner started the branch)."""
+        assert job.experiment_id is not None
+        experiment_id = job.experiment_id
+        if (wake := self.wakeups.get(experiment_id)) is not None:
+            wake.set()
+            return
+        waiting = await steady(
+            self.svc, lambda conn, _: self.svc.store.judgments.start_waiting(conn, experiment_id, self.id), "judgments"
+        )
+        for judgment in waiting:
+            self.launch_judgment(judgment, hdrs or headers(job.user_id, None))
 
 
 async def _result(svc: Services, conn: Connection, job: WhatifJob) -> JobResult:

@@ -111,4 +111,52 @@ def markdown(e: Experiment) -> str:
                 for n in names
             ]
             lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
+    lines += verdict_section(e)
     return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str | None, limit: int = 200) -> str:
+    flat = " ".join((text or "").split()).replace("|", "\\|")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def verdict_section(e: Experiment) -> list[str]:
+    """The verdict under the grid: the judge, its lines, each pair's outcome and reasons; people's votes apart."""
+    j = e.judgment
+    if j is None:
+        return _votes(e)
+    lines = ["", f"## Verdict ({j.status}): judged blind by {j.judge_agent_ref}, {j.calls_answered} of {j.calls} calls"]
+    if j.criteria:
+        lines.append(f"\nCriteria added: {_one_line(j.criteria)}")
+    if j.error:
+        lines.append(f"\nError: {j.error}")
+    lines += ["", *[f"- {line}" for line in j.lines]] if j.lines else ["", "- no pair judged yet"]
+    if j.pairs:
+        lines += [
+            "",
+            "| pair | verdict | the first shown as A: the judge said | the second shown as A |",
+            "|---|---|---|---|",
+        ]
+        for p in j.pairs:
+            said = {s.a_is: s for s in p.said}
+            cells = [
+                _one_line(f"{s.winner or 'no answer'}: {s.reason or s.error or s.answer or ''}", 160)
+                if (s := said.get(k)) else ""
+                for k in ("left", "right")
+            ]  # fmt: skip
+            who = {"left": f"{p.left} better", "right": f"{p.right} better"}.get(p.outcome, p.outcome)
+            if p.outcome == "tie" and p.consistent is False:
+                who = "tie (the two orders disagreed)"
+            lines.append(f"| {p.left} vs {p.right} | {who} | " + " | ".join(cells) + " |")
+    if e.earlier_judgments:
+        lines += ["", "Earlier judgments: " + ", ".join(
+            f"{x.judge_agent_ref} ({x.status}, {x.created_at})" for x in e.earlier_judgments
+        )]  # fmt: skip
+    return lines + _votes(e)
+
+
+def _votes(e: Experiment) -> list[str]:
+    if e.votes is None:
+        return []
+    return ["", f"People's blind votes ({e.votes.votes}), apart from the judge's:", "",
+            *[f"- {line}" for line in e.votes.lines]]  # fmt: skip

@@ -65,6 +65,14 @@ def agent_ref_of(agent_id: str) -> str | None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JudgeRef:
+    """The judge an experiment's start names: a kagent agent, and the caller's criteria (judge.py)."""
+
+    agent: str
+    criteria: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Replay:
     """What a what-if or an experiment asks to replay, as its operation hands it to the engine. A what-if is
     an experiment of one agent that writes no experiment row: `kind` says which, and so which answer, which
@@ -85,6 +93,7 @@ class Replay:
     tools: ToolsField | None = None  # what the arms' tools do, as asked (None: the start decides, tools.decide)
     reads: Reads | None = None  # the contract's `reads` beside `tools`
     dry_run: bool = False  # say what would run (the arms' tools by class), write nothing
+    judge: JudgeRef | None = None  # an experiment's judge: (agent, criteria)
 
     def checked(self) -> None:
         """The request's own words, refused before anything is read (422, as the contract asks): the agents
@@ -101,6 +110,8 @@ class Replay:
         twice = sorted({a for a in agents if agents.count(a) > 1})
         if twice:
             raise Unprocessable(f"agents names {', '.join(twice)} more than once (use repeats to run an agent again)")
+        if self.judge is not None:
+            checked_agent_ref(self.judge.agent, "judge.agent")
         if len(agents or [None]) * repeats > MAX_BRANCHES:
             n = len(agents or [None])
             raise Unprocessable(f"{n} agents x {repeats} repeats is {n * repeats} branches, over {MAX_BRANCHES}")

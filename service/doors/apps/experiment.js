@@ -69,7 +69,7 @@ const ExperimentView = (() => {
     try {
       const grid = await Bridge.call("app_experiment", { app_token: state.token, experiment_id: experimentId });
       render(grid);
-      if (grid.status === "running") setTimeout(() => follow(experimentId), 1000);
+      if (grid.status === "running" || grid.status === "judging") setTimeout(() => follow(experimentId), 1000);
     } catch (error) {
       show($("status"), error.message, "error");
     }
@@ -84,12 +84,21 @@ const ExperimentView = (() => {
         turn.tool_policy.live + " live, " + turn.tool_policy.refused + " refused") : null);
   }
 
+  // What the judge said of a branch against the source (the experiment's judgment), under its name.
+  const SAID = { right: "judge: better than the source", left: "judge: worse than the source",
+    tie: "judge: as good as the source", invalid: "judge: no usable answer", failed: "judge: not judged",
+    pending: "judge: judging…" };
+  function verdictOf(grid, branch) {
+    const pair = grid.judgment && grid.judgment.pairs.find((p) => p.left_job_id === null && p.right_job_id === branch.job_id);
+    return pair ? el("div", { class: "verdict" }, SAID[pair.outcome] || pair.outcome) : "";
+  }
+
   function render(grid) {
     const columns = [grid.source, ...grid.branches];
     const rows = Math.max(...columns.map((c) => c.turns.length), grid.source.turns.length);
     const head = el("tr", {}, el("th", {}, "Turn"), el("th", {}, "Source"),
       ...grid.branches.map((b) => el("th", {}, (b.agent_ref || "?") + (grid.repeats > 1 ? " #" + b.repeat : ""),
-        el("div", { class: "muted" }, b.status + (b.error ? ": " + b.error : "")))));
+        el("div", { class: "muted" }, b.status + (b.error ? ": " + b.error : "")), verdictOf(grid, b))));
     const body = [];
     for (let i = 0; i < rows; i++) {
       const question = (grid.branches[0] && grid.branches[0].turns[i] && grid.branches[0].turns[i].question) ||
@@ -101,7 +110,10 @@ const ExperimentView = (() => {
     table.replaceChildren(head, ...body);
     table.hidden = false;
     table.dataset.status = grid.status;
-    $("cancel").hidden = grid.status !== "running";
+    $("cancel").hidden = grid.status !== "running" && grid.status !== "judging";
+    const lines = grid.judgment ? grid.judgment.lines : [];
+    $("verdict").replaceChildren(...lines.map((line) => el("li", {}, line)));
+    $("verdict").hidden = !lines.length;
     show($("status"), "Experiment " + grid.status + (grid.finished_at ? " (finished)" : ""),
       grid.status === "failed" ? "error" : grid.status === "running" ? "" : "ok");
   }

@@ -42,6 +42,7 @@ function experimentAt(turn, number) {
     choice("reject", "reject it as kagent's Reject button does, and go on"));
   const tools = policyChoices("exp-tools");
   const found = el("div", { class: "muted exp-arms" });
+  const judge = el("input", { class: "exp-judge", autocomplete: "off", placeholder: "namespace/name (optional)" });
   const refusal = el("div", { class: "error exp-refusal" });
   const form = el("form", { class: "experiment-form" },
     el("b", { text: `Experiment from turn ${number}: the same questions, re-asked turn by turn, on each agent` }),
@@ -52,6 +53,7 @@ function experimentAt(turn, number) {
     el("label", {}, "When an agent asks to approve a tool", onApproval),
     el("label", {}, "What the agents' tools do", tools),
     found,
+    el("label", {}, "A judge: one of your agents compares each branch with this session's own turns, blind", judge),
     refusal,
     el("span", { class: "actions" },
       el("button", { type: "submit", class: "primary", text: "Start the experiment" }),
@@ -63,6 +65,7 @@ function experimentAt(turn, number) {
     const names = agents.value.split(/[\s,]+/).filter(Boolean);
     if (names.length) body.agents = names;
     if (message.value.trim()) body.message = { text: message.value };
+    if (judge.value.trim()) body.judge = { agent: judge.value.trim() };
     startExperiment(body, number, refusal, found);
   });
   const box = besideTurn(turn, form);
@@ -140,14 +143,16 @@ async function followExperiment(id) {
       return;
     }
     if (!mine()) return;
-    $("experiment").replaceChildren(...experimentGrid(x));
-    if (x.status !== "running") {
+    if (shownExperiment.voting !== x.id) $("experiment").replaceChildren(...experimentGrid(x));
+    if (x.status !== "running" && x.status !== "judging") {
       await showExperiments();  // the list says how it ended too
       if (mine()) say(`Experiment ${x.status}`, x.status === "failed");
       return;
     }
     const ended = x.branches.filter((b) => b.status !== "running").length;
-    say(`Experiment running: ${ended} of ${plural(x.branches.length, "branch", "branches")} ended (${Math.round((Date.now() - started) / 1000)} s)...`);
+    const seconds = Math.round((Date.now() - started) / 1000);
+    if (x.status === "judging") say(`Judging: ${x.judgment.calls_answered} of ${plural(x.judgment.calls, "question")} to the judge answered (${seconds} s)...`);
+    else say(`Experiment running: ${ended} of ${plural(x.branches.length, "branch", "branches")} ended (${seconds} s)...`);
     await new Promise((resolve) => setTimeout(resolve, 700));
   }
 }
@@ -214,6 +219,20 @@ function fate(c) {
   return c.discarded ? "discarded" : c.kept ? "kept" : "";
 }
 
+// What the judge said of a branch against the source, heading its column; the reasons a click away.
+const VERDICT_WORDS = { right: "better than the source", left: "worse than the source", tie: "as good as the source",
+  invalid: "the judge's answers were not usable", failed: "not judged", pending: "being judged…" };
+
+function columnVerdict(c, x) {
+  const pair = x.judgment && x.judgment.pairs.find((p) => p.left_job_id === null && p.right_job_id === c.job_id);
+  if (!pair) return null;
+  const disagreed = pair.outcome === "tie" && pair.consistent === false ? " (the two orders disagreed)" : "";
+  return el("div", { class: `verdict verdict-${pair.outcome}`, "data-verdict": pair.outcome },
+    el("b", { text: `Judge: ${VERDICT_WORDS[pair.outcome]}${disagreed}` }),
+    el("details", {}, el("summary", { text: "Why" }), ...pair.said.map((s) => el("div", { class: "muted",
+      text: `Asked with this branch as ${s.a_is === "right" ? "A" : "B"}: ${s.winner || "no answer"}. ${s.reason || s.error || s.answer || ""}` }))));
+}
+
 function columnHead(c, col, x) {
   const title = col === "source" ? "Source: this session's own turns" : `${c.agent_ref}${x.repeats > 1 ? ` #${c.repeat}` : ""}`;
   const branch = col !== "source";
@@ -221,6 +240,7 @@ function columnHead(c, col, x) {
   const choosing = branch && x.status !== "running" && !(x.discard && !x.discard.undone_at);
   return el("th", { "data-col": col, "data-fate": fate(c) },
     el("div", { text: title }),
+    branch ? columnVerdict(c, x) : null,
     branch ? el("div", { class: `muted status-${c.status}`, text: c.status }) : null,
     c.discarded ? el("div", { class: "warning", text: "discarded: hidden from the chat list" }) : null,
     c.kept ? el("div", { class: "kept", text: "kept (the others discarded)" }) : null,
@@ -292,7 +312,7 @@ function experimentGrid(x) {
     x.message ? el("p", { class: "muted", text: `The first question asked differently: ${quoted(x.message.text, 200)}` }) : null,
     el("p", { class: "muted exp-policy", text: `Tools: ${policyWords(x.tool_policy)}` },
       ...(x.arms || []).map((a) => el("div", { class: "arm-tools", text: armWords(a) }))),
-    x.status === "running" ? el("button", { type: "button", class: "danger", onclick: () => cancelExperiment(x.id), text: "Cancel the experiment" }) : null,
+    x.status === "running" || x.status === "judging" ? el("button", { type: "button", class: "danger", onclick: () => cancelExperiment(x.id), text: x.status === "judging" ? "Cancel the judging" : "Cancel the experiment" }) : null,
     discardBar(x),
     el("div", { class: "grid-scroll" }, el("table", { class: "compare experiment" },
       el("thead", {}, el("tr", {}, el("th", {}), ...columns.map(([col, c]) => columnHead(c, col, x)))),
@@ -304,5 +324,102 @@ function experimentGrid(x) {
       el("b", { text: `${a.agent_ref} over ${x.repeats} repeats: ` }),
       `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}${a.totals.cost_usd ? `, $${spread(a.totals.cost_usd, "", 4, "").trim()}` : ", cost unknown"}`))));
   }
+  parts.push(...verdictSection(x));
   return parts.filter((p) => p != null);
+}
+
+// --- the verdict, judging again, and a person's blind votes ------------------------------------------------
+
+function verdictSection(x) {
+  const j = x.judgment;
+  const out = [];
+  if (j) {
+    out.push(el("h3", { text: `Verdict (${j.status}): judged blind by ${j.judge_agent_ref}, ${j.calls_answered} of ${plural(j.calls, "question")} answered` }),
+      j.error ? el("p", { class: "error", text: j.error }) : null,
+      el("ul", { class: "verdict-lines" }, ...(j.lines.length ? j.lines : ["No pair judged yet."]).map((line) => el("li", { text: line }))));
+  }
+  if (x.earlier_judgments.length) {
+    out.push(el("p", { class: "muted", text: `Earlier judgments: ${x.earlier_judgments.map((e) => `${e.judge_agent_ref} (${e.status}, ${when(e.created_at)})`).join("; ")}` }));
+  }
+  if (x.votes) {
+    out.push(el("p", {}, el("b", { text: `Your blind votes (${x.votes.votes}), apart from the judge's:` })),
+      el("ul", { class: "vote-lines" }, ...x.votes.lines.map((line) => el("li", { text: line }))));
+  }
+  if (x.status !== "running" && x.status !== "judging") {
+    const agent = el("input", { class: "judge-agent", autocomplete: "off", placeholder: "namespace/name", value: j ? j.judge_agent_ref : "" });
+    const criteria = el("input", { class: "judge-criteria", autocomplete: "off", placeholder: "what else to weigh (optional)" });
+    const refusal = el("div", { class: "error judge-refusal" });
+    const form = el("form", { class: "judge-form" },
+      el("label", { class: "inline" }, j ? "Judge again with" : "Judge it with", agent), el("label", { class: "inline" }, "Criteria", criteria),
+      el("button", { type: "submit", text: j ? "Judge again" : "Judge" }),
+      el("button", { type: "button", onclick: () => voteBlind(x), text: "Vote blind yourself" }), refusal);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      judgeExperiment(x.id, { agent: agent.value.trim(), ...(criteria.value.trim() ? { criteria: criteria.value.trim() } : {}) }, refusal);
+    });
+    out.push(form);
+  }
+  return out;
+}
+
+async function judgeExperiment(id, body, refusal) {
+  refusal.textContent = "";
+  let failure = "";
+  const answer = await act("Asking the judge", () => api("POST", `/api/experiments/${enc(id)}/judge`, body)
+    .catch((error) => { failure = error.message; throw error; }));
+  if (!answer) {
+    refusal.textContent = `Not judged: ${failure}`;
+    return;
+  }
+  await followExperiment(id);
+}
+
+// The pairs the judge compares (the source against each completed branch, each two agents' branches of a
+// repeat), as the page can rebuild them when the experiment was never judged.
+function pairsOf(x) {
+  if (x.judgment) return x.judgment.pairs.map((p) => [p.left_job_id, p.right_job_id]);
+  const done = x.branches.filter((b) => b.status === "completed");
+  const out = done.map((b) => [null, b.job_id]);
+  const refs = [...new Set(x.branches.map((b) => b.agent_ref))];
+  refs.forEach((left, i) => refs.slice(i + 1).forEach((right) => done.filter((b) => b.agent_ref === left)
+    .forEach((l) => done.filter((b) => b.agent_ref === right && b.repeat === l.repeat).forEach((r) => out.push([l.job_id, r.job_id])))));
+  return out;
+}
+
+// A continuation without any name: the questions, the answers and the tools called.
+function blindText(column) {
+  return column.turns.map((t, i) => `Turn ${i + 1}\nUser: ${t.question || ""}\nAssistant: ${t.answer || "(no answer)"}${
+    Object.keys(t.tool_calls).length ? `\nTools called: ${toolList(t.tool_calls)}` : ""}`).join("\n\n");
+}
+
+// One pair after another, as A and B in an order fixed per pair, no names until the vote.
+function voteBlind(x, index = 0) {
+  const pairs = pairsOf(x);
+  shownExperiment.voting = x.id;
+  if (index >= pairs.length) {
+    shownExperiment.voting = null;
+    followExperiment(x.id);
+    return;
+  }
+  const [left, right] = pairs[index];
+  const column = (id) => (id === null ? x.source : x.branches.find((b) => b.job_id === id));
+  const name = (id) => (id === null ? "this session's own turns" : `${column(id).agent_ref}${x.repeats > 1 ? ` #${column(id).repeat}` : ""}`);
+  const swapped = [...`${left}${right}`].reduce((n, ch) => n + ch.charCodeAt(0), 0) % 2 === 1;
+  const [a, b] = swapped ? [right, left] : [left, right];
+  const reveal = el("p", { class: "vote-reveal" });
+  const vote = async (side) => {
+    const winner = side === "tie" ? "tie" : (side === "A") === !swapped ? "a" : "b";
+    const answer = await act("Keeping your vote", () => api("POST", `/api/experiments/${enc(x.id)}/votes`, { pair: { a: left, b: right }, winner }));
+    if (!answer) return;
+    reveal.replaceChildren(`A was ${name(a)}; B was ${name(b)}. `,
+      el("button", { type: "button", onclick: () => voteBlind(answer.data, index + 1), text: index + 1 < pairs.length ? "Next pair" : "Done" }));
+  };
+  $("experiment").replaceChildren(
+    el("h3", { text: `Blind vote: pair ${index + 1} of ${pairs.length}. Which continuation is better?` }),
+    el("div", { class: "grid-scroll" }, el("table", { class: "compare blind" },
+      el("thead", {}, el("tr", {}, el("th", { text: "A" }), el("th", { text: "B" }))),
+      el("tbody", {}, el("tr", {}, el("td", { class: "msg agent blind-a", text: blindText(column(a)) }), el("td", { class: "msg agent blind-b", text: blindText(column(b)) }))))),
+    el("span", { class: "actions" }, ...["A", "B", "tie"].map((side) => el("button", { type: "button", class: `vote-${side}`, onclick: () => vote(side), text: side === "tie" ? "Tie" : `${side} is better` })),
+      el("button", { type: "button", onclick: () => { shownExperiment.voting = null; followExperiment(x.id); }, text: "Stop voting" })),
+    reveal);
 }

@@ -16,6 +16,7 @@ from service.kagent.store.database import Database
 from service.kagent.store.events import Events
 from service.kagent.store.experiments import Experiments
 from service.kagent.store.jobs import Jobs
+from service.kagent.store.judgments import Judgments
 from service.kagent.store.langgraph import LangGraph
 from service.kagent.store.lineage import LineageStore
 from service.kagent.store.replay import Replay
@@ -32,6 +33,7 @@ _PARTS = (
     "events",
     "experiments",
     "jobs",
+    "judgments",
     "langgraph",
     "lineage",
     "replay",
@@ -72,6 +74,7 @@ class Store:
         self.langgraph = LangGraph(self.queries)
         self.experiments = Experiments(self.queries)
         self.replay = Replay(self.queries)
+        self.judgments = Judgments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).

@@ -162,11 +162,19 @@ class Events:
         ]  # fmt: skip
 
     async def stream_transcript_events(
-        self, conn: Connection, session_id: str, owner: str, before: datetime | None, *, cut_chars: int
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        before: datetime | None,
+        *,
+        cut_chars: int,
+        since: datetime | None = None,
     ) -> AsyncIterator[TranscriptEvent]:
-        """The events in transcript order through a server-side cursor (needs a transaction)."""
+        """The events in transcript order through a server-side cursor (needs a transaction); `since`: only those
+        written from then on (a what-if's turns in its fork, without its copied ones)."""
         query = self.q["transcript_events"]
-        async for r in conn.cursor(query, session_id, owner, before, cut_chars, prefetch=TASK_FETCH_BATCH):
+        async for r in conn.cursor(query, session_id, owner, before, cut_chars, since, prefetch=TASK_FETCH_BATCH):
             yield TranscriptEvent(
                 id=r["id"], created_at=r["created_at"], invocation_id=r["invocation_id"], turn_key=r["turn_key"],
                 items=bool(r["items"]), opens_turn=bool(r["opens_turn"]),

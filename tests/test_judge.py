@@ -1,0 +1,512 @@
+"""The judge and the verdict (issue 35): an experiment judged blind by a scripted a2a-sdk judge
+(tests/support/a2a_agent.py: it prefers the continuation holding MARKER and records what it was sent), each
+pair in both orders; a position-biased judge gives ties, an answer without JSON is invalid; the numbers equal
+an independent computation; cancel, takeover after a stopped replica, the cost gate, and judging again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import re
+import time
+from typing import Any
+
+import asyncpg
+import pytest
+
+from service.agents.replay import blind, verdict
+from service.config import Settings
+from tests.helpers import caller_fingerprint, seed
+from tests.support.a2a_agent import (
+    BIASED_JUDGE,
+    JUDGE,
+    MARKER,
+    MARKER_AGENT,
+    MUTE_JUDGE,
+    NAMESPACE,
+    SLOW_JUDGE,
+    V1,
+    Seen,
+)
+from tests.test_experiments import agents, eclient, ref, start  # noqa: F401 (fixtures)
+from tests.test_whatif import service, whatif_settings
+
+OVER = ("running", "judging")
+
+
+async def until_over(client: Any, experiment_id: str, user: str, seconds: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        r = await client.get(f"/api/experiments/{experiment_id}", headers={"X-User-Id": user})
+        assert r.status_code == 200, r.text
+        data: dict[str, Any] = r.json()["data"]
+        if data["status"] not in OVER:
+            return data
+        assert time.monotonic() < deadline, f"never ended: {data['status']} {data.get('judgment')}"
+        await asyncio.sleep(0.1)
+
+
+def sides_of(text: str) -> tuple[str, str]:
+    a = text.split(blind.CONTINUATION_A, 1)[1].split(blind.CONTINUATION_B, 1)[0]
+    b = text.split(blind.CONTINUATION_B, 1)[1].split(blind.ANSWER, 1)[0]
+    return a.strip(), b.strip()
+
+
+# -- the numbers, against an independent computation -------------------------------------------------------
+
+
+def independent_interval(scores: list[float]) -> tuple[float, float]:
+    """The documented bootstrap, written again here: 2000 resamples by random.Random(35).choices, the sorted
+    means' 50th and 1950th (0-based 50 and 1949)."""
+    rng = random.Random(35)
+    means = []
+    for _ in range(2000):
+        sample = rng.choices(scores, k=len(scores))
+        means.append(sum(sample) / len(sample))
+    means.sort()
+    return means[50], means[1949]
+
+
+@pytest.mark.parametrize(
+    "outcomes",
+    [["left"] * 5 + ["right"], ["left", "tie", "right", "left", "tie", "left"], ["tie"] * 3, ["right", "right"]],
+)
+def test_win_rate_and_interval_equal_an_independent_computation(outcomes: list[str]) -> None:
+    t = verdict.tally([*outcomes, "invalid", "failed", "pending"])
+    scores = [{"left": 1.0, "tie": 0.5, "right": 0.0}[o] for o in outcomes]
+    low, high = independent_interval(scores)
+    assert (t.wins, t.ties, t.losses, t.not_judged) == (
+        outcomes.count("left"), outcomes.count("tie"), outcomes.count("right"), 2
+    )  # fmt: skip
+    assert t.win_rate == round(sum(scores) / len(scores), 4)
+    assert (t.ci_low, t.ci_high) == (round(low, 4), round(high, 4))
+    assert verdict.tally(outcomes) == verdict.tally(outcomes)  # a fixed seed: the same every time
+
+
+def test_a_line_says_when_the_difference_is_within_chance() -> None:
+    t = verdict.tally(["left"] * 5 + ["right"])
+    line = verdict.line("kagent/sonnet-agent", "the source", t, tokens="0.6x the tokens", money="$0.012 against $0.020")
+    # the issue's own example; its interval holds 50 %, so it says so, and how many repeats would settle it
+    assert line == (
+        "kagent/sonnet-agent: better than the source in 5 of 6 judged continuations (83 %, 95 % CI 50-100 %), "
+        "0.6x the tokens, $0.012 against $0.020; within chance: about 7 repeats would settle it"
+    )
+    assert verdict.tally(["left"] * 6).within_chance is False
+    assert "within chance" not in verdict.line("a/b", "the source", verdict.tally(["left"] * 6))
+    close = verdict.tally(["left", "right", "left"])
+    assert close.within_chance and "within chance: about" in verdict.line("a/b", "the source", close)
+    even = verdict.tally(["left", "right"])
+    assert "more repeats would not settle" in verdict.line("a/b", "the source", even)
+    assert verdict.dollars(0.012, 0.02) == "$0.012 against $0.020" and verdict.dollars(None, 0.02) == "money unknown"
+
+
+def test_pairs_agree_in_both_orders_or_tie() -> None:
+    def asked(a: str | None, b: str | None) -> list[verdict.Asked]:
+        return [verdict.Asked(winner=a, swapped=False, error=None, ended=True),
+                verdict.Asked(winner=b, swapped=True, error=None, ended=True)]  # fmt: skip
+
+    assert verdict.pair_outcome(asked("A", "B")) == ("left", True)  # left was A, then B: both say left
+    assert verdict.pair_outcome(asked("B", "A")) == ("right", True)
+    assert verdict.pair_outcome(asked("A", "A")) == ("tie", False)  # a position-biased judge
+    assert verdict.pair_outcome(asked("tie", "tie")) == ("tie", True)
+    assert verdict.pair_outcome(asked("A", "invalid")) == ("invalid", None)
+    assert verdict.pair_outcome(asked("A", None))[0] == "failed"
+
+
+def test_the_answer_is_the_last_json_object_with_a_winner() -> None:
+    assert blind.parse_answer('B is better {"winner": "A", "reason": "x"} no: {"winner": "b", "reason": "y"}') == (
+        "B", "y"
+    )  # fmt: skip
+    assert blind.parse_answer('{"winner": "tie", "reason": "same {braces}"}') == ("tie", "same {braces}")
+    assert blind.parse_answer("I cannot tell {which} one")[0] == "invalid"
+    assert blind.parse_answer('{"winner": "C"}')[0] == "invalid"
+    assert blind.parse_answer(None)[0] == "invalid"
+
+
+def test_refused_tool_calls_are_said_without_telling_which_side_was_replayed() -> None:
+    refused = {"recorded": 2, "live": 1, "refused": 1,
+               "refused_calls": [{"tool": "delete_pod", "arguments": {"name": "web-1"}}]}  # fmt: skip
+    note = blind.tool_policy_note([{"tool_policy": None}, {"tool_policy": refused}])
+    assert note == (
+        "These tool calls were refused, not run (the results shown for them are errors): "
+        'turn 2: delete_pod with {"name":"web-1"}'
+    )
+    assert "record" not in note and "replay" not in note
+    assert (
+        blind.tool_policy_note([{"tool_policy": {"recorded": 3, "live": 0, "refused": 0, "refused_calls": []}}]) is None
+    )
+    assert blind.tool_policy_note([{"answer": "x"}]) is None  # figures from before the policy
+
+
+# -- end to end, on real a2a-sdk agents and judges ---------------------------------------------------------
+
+
+async def test_an_experiment_is_judged_blind_in_both_orders(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    _, seen = agents
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, metadata_style="kagent")
+    body = {
+        "rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT), ref(V1)],
+        "turns": "all", "judge": {"agent": ref(JUDGE), "criteria": "Prefer the shorter answer when equal."},
+    }  # fmt: skip
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    started = r.json()["data"]["experiment"]
+    assert started["judgment"]["status"] == "waiting" and started["judgment"]["judge_agent_ref"] == ref(JUDGE)
+    assert started["judgment"]["judge_card"]["name"] == JUDGE
+    before = len(seen.judged)
+    done = await until_over(eclient, started["id"], conv.user_id)
+    assert done["status"] == "completed", done
+    j = done["judgment"]
+    assert j["status"] == "completed" and j["calls"] == 6 and j["calls_answered"] == 6, j
+    marker, other = (b["job_id"] for b in done["branches"])
+    outcomes = {(p["left_job_id"], p["right_job_id"]): (p["outcome"], p["consistent"]) for p in j["pairs"]}
+    assert outcomes == {
+        (None, marker): ("right", True), (None, other): ("tie", True), (marker, other): ("left", True)
+    }  # fmt: skip
+    v = done["verdict"]  # the contract's shape of the same judgment
+    assert v["judge"] == ref(JUDGE) and v["criteria"] == "Prefer the shorter answer when equal."
+    assert {(p["a"], p["b"]): (p["verdict"], p["order_1"], p["order_2"]) for p in v["pairs"]} == {
+        (None, marker): ("b", "B", "A"), (None, other): ("tie", "tie", "tie"), (marker, other): ("a", "A", "B")
+    }  # fmt: skip
+    first = v["by_agent"][0]
+    assert (first["agent_ref"], first["against"], first["wins"], first["ci95"]) == (
+        ref(MARKER_AGENT),
+        "source",
+        1,
+        [1.0, 1.0],
+    )
+    assert first["cost"]["usd"] is None and first["cost"]["turns"] == 2 and first["summary"] == j["lines"][0]
+    lines = j["lines"]
+    assert lines[0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1 judged continuations (100 %")
+    assert "money unknown" in lines[0] and "x the tokens" in lines[0]
+    assert lines[1].startswith(
+        f"{ref(V1)}: even with the source over 1 judged continuations: 0 better, 0 worse, 1 tied (50 %"
+    )
+    assert "within chance" in lines[1]
+    assert lines[2].startswith(f"{ref(MARKER_AGENT)}: better than {ref(V1)} in 1 of 1")
+
+    # what the judge received: both orders of each pair, each call in its own context, and nothing naming
+    # an agent, a model, a session, a fork or which side is the source
+    got = seen.judged[before:]
+    assert len(got) == 6 and len({c for c, _ in got}) == 6
+    by_pair: dict[frozenset[str], list[tuple[str, str]]] = {}
+    for _, text in got:
+        a, b = sides_of(text)
+        by_pair.setdefault(frozenset((a, b)), []).append((a, b))
+        assert text.rstrip().endswith('"reason": "<one or two sentences>"}')
+        assert text.index(blind.CONVERSATION) < text.index(blind.CONTINUATION_A) < text.index(blind.CONTINUATION_B)
+        assert "Prefer the shorter answer when equal." in text
+        assert conv.turns[0].user_text in text.split(blind.CONTINUATION_A)[0]  # the conversation before
+        for name in [*(b["session_id"] for b in done["branches"]), conv.session_id, *conv.invocation_ids,
+                     MARKER_AGENT, V1, NAMESPACE, "whatif_agent"]:  # fmt: skip
+            assert name not in text, name
+        for word in ("source", "original", "fork", "model", "session", "experiment", "branch"):
+            assert not re.search(rf"\b{word}s?\b", text, re.IGNORECASE), word  # ("agent": the arms say it)
+    assert sorted(len(v) for v in by_pair.values()) == [2, 2, 2]
+    for (a1, b1), (a2, b2) in by_pair.values():
+        assert (a1, b1) == (b2, a2)  # A and B swapped
+    assert all(sum(MARKER in s for s in pair) in (0, 1) for pair in by_pair)
+    for b in done["branches"]:
+        assert b["status"] == "completed"
+
+    hdr = {"X-User-Id": conv.user_id}
+    md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
+    assert "## Verdict (completed): judged blind by kagent/judge, 6 of 6 calls" in md.text
+    assert lines[0] in md.text
+
+    # a person's blind votes: counted as the judge's pairs are, shown apart from them
+    votes = f"/api/experiments/{started['id']}/votes"
+    r = await eclient.post(votes, json={"pair": {"a": None, "b": other}, "winner": "a"}, headers=hdr)
+    assert r.status_code == 200, r.text
+    voted = r.json()["data"]
+    assert voted["votes"]["votes"] == 1 and voted["judgment"]["lines"] == lines  # the judge's unchanged
+    assert voted["votes"]["lines"] == [
+        f"{ref(V1)}: worse than the source in 1 of 1 judged continuations (0 %, 95 % CI 0-0 %)"
+        + voted["votes"]["lines"][0].split("(0 %, 95 % CI 0-0 %)", 1)[1]
+    ]
+    for bad, status in (({"pair": {"a": other, "b": marker}, "winner": "a"}, 422),
+                        ({"pair": {"a": None, "b": other}, "winner": "A"}, 400),
+                        ({"pair": {"a": None, "b": other}, "winner": "tie", "who": 1}, 400)):  # fmt: skip
+        assert (await eclient.post(votes, json=bad, headers=hdr)).status_code == status, bad
+    md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
+    assert "People's blind votes (1), apart from the judge's:" in md.text
+
+    # judged again, by a position-biased judge: every pair a tie (the two orders disagree); the first kept
+    again = await eclient.post(
+        f"/api/experiments/{started['id']}/judge",
+        json={"agent": ref(BIASED_JUDGE)},
+        headers={"X-User-Id": conv.user_id},
+    )
+    assert again.status_code == 202, again.text
+    redone = await until_over(eclient, started["id"], conv.user_id)
+    j2 = redone["judgment"]
+    assert j2["judge_agent_ref"] == ref(BIASED_JUDGE) and j2["status"] == "completed"
+    assert [(p["outcome"], p["consistent"]) for p in j2["pairs"]] == [("tie", False)] * 3
+    assert all(s["winner"] == "A" for p in j2["pairs"] for s in p["said"])
+    assert [e["id"] for e in redone["earlier_judgments"]] == [j["id"]]
+    assert all("within chance" in line for line in j2["lines"])
+
+
+async def test_an_answer_without_json_is_invalid_and_kept(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+) -> None:
+    conv = await seed(pool, dialect="legacy", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT + "-legacy")],
+            "judge": {"agent": ref(MUTE_JUDGE + "-legacy")}}  # fmt: skip
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    done = await until_over(eclient, r.json()["data"]["experiment"]["id"], conv.user_id)
+    j = done["judgment"]
+    assert j["status"] == "completed" and [p["outcome"] for p in j["pairs"]] == ["invalid"]
+    assert [s["winner"] for s in j["pairs"][0]["said"]] == ["invalid", "invalid"]
+    assert all(s["answer"] == "I cannot tell {which} one is better." for s in j["pairs"][0]["said"])
+    assert j["against_source"][0]["not_judged"] == 1 and j["against_source"][0]["win_rate"] is None
+    assert "no continuation judged against the source yet (1 without a usable answer)" in j["lines"][0]
+
+
+async def test_refusals_write_nothing(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    a2a_url, _ = agents
+    conv = await seed(pool, dialect="v1", turns=3)
+    base = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(V1)], "turns": "all"}
+    async with service(whatif_settings(settings, a2a_url), database_url) as client:
+        prints = await caller_fingerprint(pool, conv.user_id)
+        # the cost gate counts the judge's calls: a limit the branch alone fits is refused with the judge
+        r = await start(client, conv.session_id, conv.user_id, base)
+        alone = r.json()["data"]["experiment"]["id"]
+        await until_over(client, alone, conv.user_id)
+        prints = await caller_fingerprint(pool, conv.user_id)
+        refusals = [
+            ({**base, "judge": {"agent": "not a ref"}}, 422, "judge.agent must be namespace/name"),
+            ({**base, "judge": {"agent": ref("no-such-agent")}}, 422, "the judge kagent/no-such-agent did not answer"),
+            ({**base, "judge": {"agent": ref(JUDGE), "extra": 1}}, 400, "extra"),
+            ({**base, "judge": {"agent": ref(JUDGE), "criteria": "a\u0000b"}}, 400, "criteria must not hold a NUL"),
+        ]
+        for body, status, said in refusals:
+            r = await start(client, conv.session_id, conv.user_id, body)
+            assert r.status_code == status and said in r.text, r.text
+        assert await caller_fingerprint(pool, conv.user_id) == prints
+        gated = await _gate_limit(client, conv, base)
+        r = await start(client, conv.session_id, conv.user_id, {**base, "max_context_tokens": gated})
+        assert r.status_code == 202, r.text
+        await until_over(client, r.json()["data"]["experiment"]["id"], conv.user_id)
+        prints = await caller_fingerprint(pool, conv.user_id)
+        r = await start(
+            client, conv.session_id, conv.user_id,
+            {**base, "max_context_tokens": gated, "judge": {"agent": ref(JUDGE)}},
+        )  # fmt: skip
+        assert r.status_code == 422 and "and of the judge's calls" in r.text, r.text
+        assert await caller_fingerprint(pool, conv.user_id) == prints
+        # judging again: an unknown experiment, an unknown judge, a limit too low for its calls
+        hdr = {"X-User-Id": conv.user_id}
+        missing = await client.post("/api/experiments/nope/judge", json={"agent": ref(JUDGE)}, headers=hdr)
+        assert missing.status_code == 404
+        r = await client.post(f"/api/experiments/{alone}/judge", json={"agent": ref("no-such-agent")}, headers=hdr)
+        assert r.status_code == 422 and "did not answer" in r.text
+        r = await client.post(
+            f"/api/experiments/{alone}/judge", json={"agent": ref(JUDGE), "max_context_tokens": 5}, headers=hdr
+        )
+        assert r.status_code == 422 and "the judge's 2 calls send about" in r.text, r.text
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM kagent_fork.judgment WHERE experiment_id = $1", alone) == 0
+
+
+async def _gate_limit(client: Any, conv: Any, base: dict[str, Any]) -> int:
+    """The smallest limit the experiment without a judge passes: found from the gate's own refusal."""
+    r = await start(client, conv.session_id, conv.user_id, {**base, "max_context_tokens": 1})
+    assert r.status_code == 422, r.text
+    found = re.search(r"about (\d+) tokens", r.text)
+    assert found is not None
+    return int(found.group(1))
+
+
+async def test_cancel_while_judging_and_takeover_after_a_stopped_replica(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    a2a_url, seen = agents
+    config = whatif_settings(settings, a2a_url)
+    seen.judge_release.clear()
+    conv = await seed(pool, dialect="v1", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT)],
+            "judge": {"agent": ref(SLOW_JUDGE)}}  # fmt: skip
+    hdr = {"X-User-Id": conv.user_id}
+    try:
+        # cancel: the judgment ends cancelled, the judge is asked to cancel its tasks, the branches stay as they are
+        async with service(config, database_url) as client:
+            eid = (await start(client, conv.session_id, conv.user_id, body)).json()["data"]["experiment"]["id"]
+            await _judge_holding(client, eid, conv.user_id, seen, pool)
+            listed = await client.get(f"/api/sessions/{conv.session_id}/experiments", headers=hdr)
+            assert [x["status"] for x in listed.json()["data"]] == ["judging"]
+            held = set(seen.running)
+            r = await client.post(f"/api/experiments/{eid}/cancel", json={}, headers=hdr)
+            assert r.status_code == 200, r.text
+            data = r.json()["data"]
+            assert data["status"] == "completed" and data["judgment"]["status"] == "cancelled"
+            assert data["branches"][0]["status"] == "completed"
+            assert all(s["error"] == "cancelled" for p in data["judgment"]["pairs"] for s in p["said"] if s["error"])
+            assert held <= set(seen.cancelled)
+            again = await client.post(f"/api/experiments/{eid}/cancel", json={}, headers=hdr)
+            assert again.status_code == 409
+        seen.judge_release.clear()
+        # takeover: a replica stops while the judge holds a call; the next one follows that call (never sends it
+        # again) and the verdict lands
+        before = len(seen.judged)
+        async with service(config, database_url) as first:
+            eid = (await start(first, conv.session_id, conv.user_id, body)).json()["data"]["experiment"]["id"]
+            await _judge_holding(first, eid, conv.user_id, seen, pool)
+        await asyncio.sleep(1.0)
+        seen.judge_release.set()
+        async with service(config, database_url) as second:
+            done = await until_over(second, eid, conv.user_id)
+    finally:
+        seen.judge_release.set()
+    j = done["judgment"]
+    assert j["status"] == "completed" and [p["outcome"] for p in j["pairs"]] == ["right"], j
+    assert len(seen.judged) - before == 2  # each call sent once
+    assert math.isclose(j["against_source"][0]["win_rate"], 1.0)
+
+
+async def _judge_holding(client: Any, eid: str, user: str, seen: Seen, pool: asyncpg.Pool) -> None:
+    """Until the judge holds both calls, each one's task known to the service."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = await client.get(f"/api/experiments/{eid}", headers={"X-User-Id": user})
+        async with pool.acquire() as conn:
+            known = await conn.fetchval(
+                "SELECT count(*) FROM kagent_fork.judge_call c JOIN kagent_fork.judgment j ON j.id = c.judgment_id "
+                "WHERE j.experiment_id = $1 AND c.task_id IS NOT NULL", eid,
+            )  # fmt: skip
+        if r.json()["data"]["status"] == "judging" and len(seen.running) == 2 and known == 2:
+            return
+        assert time.monotonic() < deadline, r.text
+        await asyncio.sleep(0.05)
+
+
+async def test_mcp_starts_a_judged_experiment_reads_its_verdict_and_judges_it_again(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    from service.app import create_app
+    from tests.support.live_server import live_server
+    from tests.test_mcp_tools import mcp_session, text_of
+
+    a2a_url, _ = agents
+    conv = await seed(pool, dialect="v1", turns=2)
+    with live_server(create_app(whatif_settings(settings, a2a_url), database_url)) as url:
+        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
+            started = await mcp.call_tool(
+                "start_experiment",
+                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+                 "agents": [ref(MARKER_AGENT)], "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
+            )  # fmt: skip
+            assert not started.isError, text_of(started)
+            eid = json.loads(text_of(started))["experiment"]["id"]
+            deadline = time.monotonic() + 60
+            while True:
+                status = json.loads(text_of(await mcp.call_tool("experiment_status", {"experiment_id": eid})))
+                if status["status"] not in OVER:
+                    break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1")
+            table = await mcp.call_tool("experiment_status", {"experiment_id": eid, "format": "markdown"})
+            assert "## Verdict (completed)" in text_of(table) and status["judgment"]["lines"][0] in text_of(table)
+            again = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": ref(BIASED_JUDGE)})
+            assert not again.isError, text_of(again)
+            assert json.loads(text_of(again))["judgment"]["judge_agent_ref"] == ref(BIASED_JUDGE)
+            refused = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": "nope"})
+            assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
+
+
+def test_the_cli_judges_an_experiment_and_judges_it_again(
+    database_url: str,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import new_user
+    from tests.support.conversations import build_conversation, insert_conversation
+
+    async def seeded() -> Any:
+        conv = build_conversation(user_id=new_user(), dialect="v1", turns=2)
+        conn = await asyncpg.connect(database_url)
+        try:
+            await insert_conversation(conn, conv, schema_version_ok=False)
+        finally:
+            await conn.close()
+        return conv
+
+    a2a_url, _ = agents
+    conv = asyncio.run(seeded())
+    env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": a2a_url}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service", *args, "--user", conv.user_id], env=env, capture_output=True,
+            text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    done = run("experiment", conv.session_id, "--before", conv.invocation_ids[1], "--agent", ref(MARKER_AGENT),
+               "--judge", ref(JUDGE), "--criteria", "Be strict.", "--wait", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["status"] == "completed" and found["judgment"]["status"] == "completed", found["judgment"]
+    assert found["judgment"]["criteria"] == "Be strict."
+    assert found["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1")
+    again = run("judge", found["id"], "--agent", ref(BIASED_JUDGE), "--wait")
+    assert again.returncode == 0, again.stderr
+    assert f"## Verdict (completed): judged blind by {ref(BIASED_JUDGE)}, 2 of 2 calls" in again.stdout
+    assert f"Earlier judgments: {ref(JUDGE)} (completed" in again.stdout
+    assert "within chance" in again.stdout
+
+
+async def test_a_judge_that_does_not_answer_in_time_is_cancelled_and_its_pair_not_judged(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    import dataclasses
+
+    a2a_url, seen = agents
+    seen.judge_release.clear()
+    conv = await seed(pool, dialect="v1", turns=2)
+    config = dataclasses.replace(whatif_settings(settings, a2a_url), whatif_timeout_seconds=3)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT)],
+            "judge": {"agent": ref(SLOW_JUDGE)}}  # fmt: skip
+    try:
+        async with service(config, database_url) as client:
+            r = await start(client, conv.session_id, conv.user_id, body)
+            assert r.status_code == 202, r.text
+            done = await until_over(client, r.json()["data"]["experiment"]["id"], conv.user_id)
+    finally:
+        seen.judge_release.set()
+    j = done["judgment"]
+    assert done["status"] == "completed" and j["status"] == "completed", j
+    [pair] = j["pairs"]
+    assert pair["outcome"] == "failed" and pair["consistent"] is None
+    assert [s["error"] for s in pair["said"]] == ["the judge did not answer within 3 s (WHATIF_TIMEOUT_SECONDS)"] * 2
+    record = j["against_source"][0]
+    assert record["not_judged"] == 1 and record["win_rate"] is None
+    async with pool.acquire() as conn:
+        tasks = {r["task_id"] for r in await conn.fetch(
+            "SELECT task_id FROM kagent_fork.judge_call WHERE judgment_id = $1", j["id"])}  # fmt: skip
+    assert len(tasks) == 2 and tasks <= set(seen.cancelled)  # the judge was asked to cancel both tasks
