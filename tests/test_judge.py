@@ -18,6 +18,7 @@ import pytest
 
 from service.agents.replay import blind, verdict
 from service.config import Settings
+from service.kagent.store.agents import agent_row_id
 from tests.helpers import caller_fingerprint, seed
 from tests.support.a2a_agent import (
     BIASED_JUDGE,
@@ -30,6 +31,7 @@ from tests.support.a2a_agent import (
     V1,
     Seen,
 )
+from tests.support.classified_tools import classified_servers
 from tests.test_experiments import agents, eclient, ref, start  # noqa: F401 (fixtures)
 from tests.test_whatif import service, whatif_settings
 
@@ -320,6 +322,51 @@ async def test_refusals_write_nothing(
         assert r.status_code == 422 and "the judge's 2 calls send about" in r.text, r.text
         async with pool.acquire() as conn:
             assert await conn.fetchval("SELECT count(*) FROM kagent_fork.judgment WHERE experiment_id = $1", alone) == 0
+
+
+async def test_a_judge_that_could_act_is_refused_unless_live(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """The judge is a kagent agent run on the caller's behalf: one whose configuration (kagent's agent table) lets
+    it call tools that act without an approval is refused, naming it and the tools, nothing written, unless the
+    experiment said tools: "live"; judging again follows the experiment's own policy."""
+    a2a_url, _ = agents
+    conv = await seed(pool, dialect="v1", turns=3)
+    base = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(V1)], "turns": "all"}
+    hdr = {"X-User-Id": conv.user_id}
+    with classified_servers() as servers:
+        config = {"http_tools": [{"params": {"url": servers.http_url}, "require_approval": ["delete_pod"]}]}
+        await pool.execute(
+            "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', "
+            "$2::json) ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, deleted_at = NULL",
+            agent_row_id(ref(JUDGE)), json.dumps(config),
+        )  # fmt: skip
+        try:
+            async with service(whatif_settings(settings, a2a_url), database_url) as client:
+                plain = await start(client, conv.session_id, conv.user_id, base)
+                assert plain.status_code == 202, plain.text
+                plain_id = plain.json()["data"]["experiment"]["id"]
+                await until_over(client, plain_id, conv.user_id)
+                prints = await caller_fingerprint(pool, conv.user_id)
+                r = await start(client, conv.session_id, conv.user_id, {**base, "judge": {"agent": ref(JUDGE)}})
+                assert r.status_code == 422, r.text
+                said = r.json()["error"]
+                assert f"judge: the agent {ref(JUDGE)} could call tools that act" in said, said
+                assert "scale_deployment" in said and "delete_pod" not in said, said
+                r = await client.post(f"/api/experiments/{plain_id}/judge", json={"agent": ref(JUDGE)}, headers=hdr)
+                assert r.status_code == 422 and "could call tools that act" in r.text, r.text
+                assert await caller_fingerprint(pool, conv.user_id) == prints
+                live = await start(
+                    client, conv.session_id, conv.user_id, {**base, "tools": "live", "judge": {"agent": ref(JUDGE)}}
+                )
+                assert live.status_code == 202, live.text
+                done = await until_over(client, live.json()["data"]["experiment"]["id"], conv.user_id)
+                assert done["judgment"]["status"] == "completed", done["judgment"]
+        finally:
+            await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(ref(JUDGE)))
 
 
 async def _gate_limit(client: Any, conv: Any, base: dict[str, Any]) -> int:

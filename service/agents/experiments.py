@@ -16,14 +16,14 @@ import asyncpg
 import msgspec
 from msgspec import Meta
 
-from service.agents.replay import engine, grid, jobs, judge
+from service.agents.replay import engine, grid, jobs, judge, tools
 from service.agents.replay.answerers import a2a_base, headers
 from service.agents.replay.engine import DryRun
 from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.runner import Runner
 from service.agents.replay.table import markdown
 from service.agents.replay.terms import Count, JudgeRef, MessageEdit, Replay, Tokens, TurnCount, whole_tokens
-from service.agents.replay.tools import Reads, ToolsField
+from service.agents.replay.tools import Reads, ToolPolicy, ToolsField
 from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent.store.judgments import Vote
@@ -134,6 +134,9 @@ async def judge_experiment(
     hdrs = headers(caller.user_id, authorization)
     dialect = branches[0].dialect if branches else "v1"
     card = await judge.judge_card(svc, req, dialect, hdrs)
+    # The judge may act only where the experiment said live (its stored policy), as at the start.
+    stored = msgspec.json.decode(row.tool_policy, type=ToolPolicy) if row.tool_policy else None
+    tools.judge_may_not_act(await tools.arm_tools(svc, caller, req.agent, authorization), stored)
     new = judge.judgment_row(row.id, caller.user_id, req, card, dialect, "running", runner.id)
     async with svc.connection() as conn:
         calls = await judge.plan(svc, conn, row, branches, new.id, req.criteria)

@@ -61,11 +61,16 @@ async def start(
         gate.gate(svc, replay, found)
         plan, cards = await answerers.cast(svc, replay, found, hdrs)
         refs = list(dict.fromkeys(ref for ref, _ in plan))
+        judge = replay.judge.agent if replay.judge else None
+        asked = list(dict.fromkeys([*refs, *([judge] if judge else [])]))
         async with svc.connection() as conn:
-            rows = await svc.store.agents.get_many(conn, refs)
+            rows = await svc.store.agents.get_many(conn, asked)
         ids = {ref: agent_row_id(ref) for ref in refs}
-        arms = await tools.classed(svc, caller, {ref: rows.get(ref) for ref in refs}, authorization)
-        policy = tools.decide(tools.policy_of(replay.tools, replay.reads), arms.values())
+        classes = await tools.classed(svc, caller, {ref: rows.get(ref) for ref in asked}, authorization)
+        arms = {ref: classes[ref] for ref in refs}
+        policy = tools.decide(
+            tools.policy_of(replay.tools, replay.reads), arms.values(), classes[judge] if judge else None
+        )
         written = await branches.write(
             svc, runner, caller,
             [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, agent_id=ids[ref],
@@ -112,10 +117,14 @@ async def dry_run(
     except Unprocessable as exc:
         refused.append(exc.message)
     plan, _ = await answerers.cast(svc, replay, found, hdrs)
-    arms = await tools.arms(svc, caller, [ref for ref, _ in plan], authorization)
+    judge = replay.judge.agent if replay.judge else None
+    classes = await tools.arms(svc, caller, [*(ref for ref, _ in plan), *([judge] if judge else [])], authorization)
+    arms = {ref: classes[ref] for ref, _ in plan}
     policy: ToolPolicy | None = None
     try:
-        policy = tools.decide(tools.policy_of(replay.tools, replay.reads), arms.values())
+        policy = tools.decide(
+            tools.policy_of(replay.tools, replay.reads), arms.values(), classes[judge] if judge else None
+        )
     except Unprocessable as exc:
         refused.append(exc.message)
     return DryRun(

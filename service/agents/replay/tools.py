@@ -278,13 +278,27 @@ def _named(tools: Sequence[ArmTool]) -> str:
     return ", ".join(names[:_MORE_THAN]) + more
 
 
-def decide(asked: ToolPolicy | None, arms: Iterable[ArmTools]) -> ToolPolicy:
+def judge_may_not_act(judge: ArmTools | None, policy: ToolPolicy | None) -> None:
+    """A judge only reads the two continuations and answers, yet it is a kagent agent with whatever tools it has,
+    run on the caller's behalf: unless `live` was said, one that could call a tool that acts without an approval
+    (and is not a replay twin) is refused (422), naming it and the tools, before anything is written."""
+    if judge is None or judge.twin or not judge.acts or (policy is not None and policy.mode == "live"):
+        return
+    raise Unprocessable(
+        f"judge: the agent {judge.agent_ref} could call tools that act without an approval ({_named(judge.acts)}): "
+        "nothing was started. Judge with an agent whose tools only read or ask for an approval (or that has none), "
+        'or say tools: "live" when starting the experiment to let every tool run for real'
+    )
+
+
+def decide(asked: ToolPolicy | None, arms: Iterable[ArmTools], judge: ArmTools | None = None) -> ToolPolicy:
     """The policy a start runs with: `live` only when asked for; otherwise `replay`, refused (422) when an arm that
     is not a replay twin could call a tool that acts without an approval (or, with `reads: "recorded"`, one that
-    would read live: only a twin's reads can be held to the recording)."""
+    would read live: only a twin's reads can be held to the recording), or when its judge could act."""
     if asked is not None and asked.mode == "live":
         return asked
     policy = asked or ToolPolicy(mode="replay")
+    judge_may_not_act(judge, policy)
     risky = [
         (arm.agent_ref, [*arm.acts, *(arm.reads if policy.reads == "recorded" else [])]) for arm in arms if not arm.twin
     ]
