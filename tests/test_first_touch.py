@@ -5,7 +5,9 @@ with the map built (docs/turn-map.md, "The first touch")."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -18,6 +20,7 @@ from service.identity import Caller
 from service.kagent import turn_map
 from service.kagent.migrate import migrate
 from service.kagent.store import Store
+from service.kagent.store.base import NOT_JSON_ERRORS
 from service.operations import copying, forking
 from service.schemas import ForkRequest
 from service.services import Services
@@ -129,6 +132,51 @@ async def test_a_long_session_first_touch_answers_as_with_the_map(
     for limit in (7, 100):
         await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
     await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, s.invocation_ids[108]))
+
+
+# Rows that are not JSONB, each placed inside the second turn: text that is not JSON, and JSON that JSONB
+# refuses (the \u0000 escape).
+NOT_JSONB = ["this row is not JSON {", '{"invocation_id": "e-x", "author": "user", "text": "nul \\u0000 here"}']
+
+
+@pytest.mark.parametrize("bad", NOT_JSONB, ids=["not-json", "nul-escape"])
+async def test_a_row_that_is_not_jsonb_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """The listing's and the dry run's passes cast each event to JSONB as it is and, when one is not, ask the
+    same query with try_jsonb (store.base.fetch_parsed): the answers are those of the map, which skips it."""
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)  # the dry run counts on its reader, as a large one
+    conv = await seed(svc.pool, dialect="v1", turns=3, tool_calls=True)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    async with svc.pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) VALUES ($1, $2, $3, $4, $4, $5)",
+            str(uuid.uuid4()), owner, sid, conv.turns[1].started_at + timedelta(microseconds=1), bad,
+        )  # fmt: skip
+        q = svc.store.queries.q
+        async with conn.transaction():  # the cast fails: the tolerant query answered
+            for name, args in (("event_turns", (sid, owner)), ("count_events_before", (sid, owner, None))):
+                with pytest.raises(NOT_JSON_ERRORS):
+                    async with conn.transaction():
+                        await conn.fetch(q[name], *args)
+    await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, 100))
+    for invocation_id in [*conv.invocation_ids, None]:
+        await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, invocation_id))
+
+
+@pytest.mark.parametrize("shape", CONVERSATIONS, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+async def test_the_cast_passes_answer_as_the_tolerant_ones(svc: Services, shape: dict[str, Any]) -> None:
+    """Where every row is JSONB, event_turns and count_events_before (each row cast) answer what their
+    try_jsonb forms answer, at every turn's start."""
+    conv = await seed(svc.pool, **shape)
+    q, args = svc.store.queries.q, (conv.session_id, conv.user_id)
+    async with svc.pool.acquire() as conn:
+        turns = await conn.fetch(q["event_turns"], *args)
+        assert len(turns) == len(conv.invocation_ids)  # the comparison compares turns
+        assert turns == await conn.fetch(q["event_turns_tolerant"], *args)
+        for before in [*(t.started_at for t in conv.turns), None]:
+            counted = await conn.fetch(q["count_events_before"], *args, before)
+            assert counted == await conn.fetch(q["count_events_before_tolerant"], *args, before)
 
 
 async def _whole_fork(svc: Services, caller: Caller, session_id: str) -> tuple[Any, Any, Any]:

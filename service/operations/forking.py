@@ -558,13 +558,12 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
     copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=fork.runtime_user or caller.user_id, now=now)
 
     if req.dry_run:
-        stats, task_bytes = await _dry_run_figures(fork, cut, copier, layout)
+        stats, task_bytes, left = await _dry_run_figures(fork, cut, copier, layout)
         if (cap := svc.settings.max_fork_events) and stats.events > cap:
             warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
         text_chars = stats.text_chars
         if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
             text_chars += await summary.tasks_text_chars(store, conn, sid, owner, cut.tasks_before)
-        left = await _left_behind(fork, cut, cut.events_before)
         return ForkOutcome(
             data=ForkPlan(
                 dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
@@ -657,21 +656,25 @@ async def _left_behind(fork: _Fork, cut: Cut, events_from: datetime | None) -> S
 
 async def _dry_run_figures(
     fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout: plan.Layout
-) -> tuple[EventStats, int]:
-    """A dry run's kept events (from the map, or counted on the reader while the tasks are read here) and the
-    bytes of its kept tasks (_dry_run_tasks)."""
+) -> tuple[EventStats, int, Summary | None]:
+    """A dry run's kept events (from the map, or counted on the reader while the tasks are read here), the
+    bytes of its kept tasks (_dry_run_tasks) and the summary of what it leaves behind (_left_behind)."""
     store, conn, sid, owner = fork.svc.store, fork.conn, fork.source.id, fork.source.user_id
     if fork.mapped and (figures := await store.turn_maps.figures.figures_before(conn, sid, owner, cut.events_before)):
-        return EventStats(events=figures[0], bytes=figures[1], text_chars=figures[2]), await _dry_run_tasks(
-            fork, cut, copier, layout
-        )
+        stats = EventStats(events=figures[0], bytes=figures[1], text_chars=figures[2])
+        task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
+        return stats, task_bytes, await _left_behind(fork, cut, cut.events_before)
     if fork.reader is None:
         stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
-        return stats, await _dry_run_tasks(fork, cut, copier, layout)
+        task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
+        return stats, task_bytes, await _left_behind(fork, cut, cut.events_before)
     counting = asyncio.ensure_future(store.events.event_stats(fork.reader, sid, owner, cut.events_before))
     try:
         task_bytes = await _dry_run_tasks(fork, cut, copier, layout)
-        return await counting, task_bytes
+        # The summary too is read here while the reader still counts (the count, of every kept event's
+        # messages, is the longer side: the summary after it was 10 % of a first dry run, issue 37).
+        left = await _left_behind(fork, cut, cut.events_before)
+        return await counting, task_bytes, left
     finally:
         await cancelled(counting)
 

@@ -29,6 +29,50 @@ WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS 
   AND ($3::timestamptz IS NULL OR created_at < $3)
 LIMIT {fork_events_limit}
 
+-- fragment: event_turns_of_doc
+-- event_turns up to the LATERAL that parses each event row `e` into `doc` (event_turns_where follows it).
+SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count,
+       (array_agg(left(user_text, 200) ORDER BY created_at) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text
+FROM (
+    SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
+           CASE WHEN p.doc ->> 'author' = 'user'
+                THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(p.doc) AS m
+                      WHERE m.kind = 'text')
+           END AS user_text,
+           EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages
+    FROM event AS e
+    CROSS JOIN LATERAL
+
+-- fragment: event_turns_where
+-- event_turns after its LATERAL: the session's live rows, grouped by invocation. An invocation none of
+-- whose events holds a message is bookkeeping, not a turn (kagent 0.10.x's "header_update" events,
+-- written before every turn under that one invocation id).
+    AS p
+    WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
+      AND jsonb_typeof(p.doc) = 'object'
+    OFFSET 0
+) AS turns
+WHERE invocation_id IS NOT NULL
+GROUP BY invocation_id
+HAVING bool_or(has_messages)
+ORDER BY started_at
+
+-- fragment: count_events_of_doc
+-- count_events_before up to the LATERAL that parses each event row into `doc` (count_events_where follows).
+SELECT count(*) AS events,
+       coalesce(sum(octet_length(data)), 0) AS bytes,
+       coalesce(sum((
+           SELECT sum(length(m.text)) FROM {schema}.event_messages(doc.doc) AS m WHERE m.kind = 'text'
+       )), 0) AS text_chars
+FROM event
+CROSS JOIN LATERAL
+
+-- fragment: count_events_where
+-- count_events_before after its LATERAL (OFFSET 0 there keeps each row parsed once, not once for every use).
+AS doc
+WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL AND created_at IS NOT NULL
+  AND ($3::timestamptz IS NULL OR created_at < $3)
+
 -- fragment: task_owned_by_$2
 -- kagent's owner rule for a task row (go/core/internal/database/queries/tasks.sql): task.user_id, or,
 -- for rows written before that column existed, the one user whose session of that id existed when

@@ -13,6 +13,7 @@ from service.kagent.store.base import (
     TASK_FETCH_BATCH,
     Connection,
     Queries,
+    fetch_parsed,
     row_count,
 )
 
@@ -197,8 +198,10 @@ class Events:
         return TurnInput(at=row["input_at"] if paired else None, paired=paired, inputs=inputs)
 
     async def event_stats(self, conn: Connection, session_id: str, owner: str, before: datetime | None) -> EventStats:
-        row = await conn.fetchrow(self.q["count_events_before"], session_id, owner, before)
-        assert row is not None  # an aggregate always answers one row
+        rows = await fetch_parsed(
+            conn, self.q["count_events_before"], self.q["count_events_before_tolerant"], session_id, owner, before
+        )
+        row = rows[0]  # an aggregate always answers one row
         return EventStats(events=int(row["events"]), bytes=int(row["bytes"]), text_chars=int(row["text_chars"]))
 
     async def copy_kept(
@@ -229,7 +232,7 @@ class Events:
 
     async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
         """The turns the events show, in order."""
-        rows = await conn.fetch(self.q["event_turns"], session_id, owner)
+        rows = await fetch_parsed(conn, self.q["event_turns"], self.q["event_turns_tolerant"], session_id, owner)
         return [
             EventTurn(
                 invocation_id=r["invocation_id"], started_at=r["started_at"], event_count=int(r["event_count"]),
