@@ -171,6 +171,8 @@ async def test_live_said_explicitly_runs_and_the_answer_lists_the_tools(
     # kept with the experiment: read again, the same
     again = await client.get(f"/api/experiments/{started['id']}", headers={"X-User-Id": conv.user_id})
     assert again.json()["data"]["arms"] == [arm] and again.json()["data"]["tool_policy"]["mode"] == "live"
+    table = await client.get(f"/api/experiments/{started['id']}?format=markdown", headers={"X-User-Id": conv.user_id})
+    assert "\nTools: live, every tool ran for real.\n" in table.text, table.text
 
 
 async def test_an_arm_that_only_reads_or_asks_runs_under_replay_by_default(

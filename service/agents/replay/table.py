@@ -8,6 +8,7 @@ import msgspec
 
 from service.agents.replay.figures import Replayed, TurnFigures
 from service.agents.replay.grid import FIGURES, Column, Experiment, Totals
+from service.agents.replay.tools import ToolPolicy
 
 
 def _answered(r: Replayed | None) -> str:
@@ -23,6 +24,15 @@ def _intents(name: str, c: Column) -> list[str]:
             arguments = msgspec.json.encode(call.arguments).decode().replace("`", "'")
             out.append(f"- {name}, turn {i + 1}: wanted `{call.tool}({arguments[:200]})`, not run (a replay)")
     return out
+
+
+def _policy_words(p: ToolPolicy | None) -> str:
+    """What the arms' tools did, as the page says it (ui/tools.js policyWords)."""
+    if p is None:
+        return "every tool ran live (started before tool policies)"
+    if p.mode == "live":
+        return "live, every tool ran for real"
+    return f"replay, nothing that acts ran (reads {'live' if p.reads == 'live' else 'from the recording'})"
 
 
 def _cell(turn: TurnFigures | None) -> str:
@@ -68,6 +78,8 @@ def markdown(e: Experiment) -> str:
         f"on approval: {e.on_approval}"
         + (f", first question asked as: {e.message['text']!r}" if e.message else "")
         + ".",
+        "",
+        f"Tools: {_policy_words(e.tool_policy)}.",
         "",
         "| turn | " + " | ".join(name for name, _ in columns) + " |",
         "|---|" + "---|" * len(columns),
