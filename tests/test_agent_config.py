@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import asyncpg
 
@@ -90,3 +91,22 @@ async def test_missing_deleted_byo_and_undecodable(pool: asyncpg.Pool) -> None:
         odd = await store.agents.get(conn, f"ns-{tag}/odd")
     assert byo is not None and byo.type == "BYO" and byo.config is None and byo.config_error is None
     assert odd is not None and odd.config is None and odd.config_error is not None and "model" in odd.config_error
+
+
+async def test_the_explorer_lists_kagents_live_agents(client: Any, pool: asyncpg.Pool) -> None:
+    """GET /api/fork-explorer/agents: kagent's live agents with the model their config names, as the page offers
+    them; a deleted agent and an id that spells no namespace/name are left out."""
+    tag = uuid.uuid4().hex[:8]
+    await _agent(pool, f"ns-{tag}/files-agent", LEGACY)
+    await _agent(pool, f"ns-{tag}/byo", None, type_="BYO")
+    await _agent(pool, f"ns-{tag}/gone", LEGACY, deleted=True)
+    await pool.execute(
+        "INSERT INTO agent (id, created_at, updated_at, type) VALUES ($1, now(), now(), 'BYO')", f"odd_{tag}"
+    )
+    r = await client.get("/api/fork-explorer/agents")
+    assert r.status_code == 200, r.text
+    mine = {a["agent_ref"]: a for a in r.json()["data"] if tag in a["agent_ref"]}
+    assert mine == {
+        f"ns-{tag}/files-agent": {"agent_ref": f"ns-{tag}/files-agent", "type": "Declarative", "model": "gpt-4o"},
+        f"ns-{tag}/byo": {"agent_ref": f"ns-{tag}/byo", "type": "BYO", "model": None},
+    }

@@ -774,6 +774,8 @@ async def test_the_experiment_form_shows_each_agents_tools_and_asks_for_live(
             await turn.get_by_role("button", name="Experiment").click()
             form = turn.locator(".experiment-form")
             await expect(form.locator(".exp-tools")).to_have_value("replay")  # the safe policy by default
+            await expect(form.locator(".exp-known")).to_contain_text(ref)  # kagent's agents, named to pick from
+            assert ref in await tab.locator("#known-agents option").evaluate_all("os => os.map((o) => o.value)")
             await form.locator(".exp-agents").fill(ref)
             before = await table_fingerprint(pool)
             await form.get_by_role("button", name="Start the experiment").click()

@@ -359,6 +359,11 @@ async def explorer_sessions(request: AnyRequest) -> Response[bytes]:
     return ok(items, "Successfully listed sessions")
 
 
+@get("/api/fork-explorer/agents")
+async def explorer_agents(request: AnyRequest) -> Response[bytes]:
+    return ok(await explorer.agents(services(request)), "Successfully listed agents")
+
+
 @get("/api/fork-explorer/whoami")
 async def explorer_whoami(request: AnyRequest) -> Response[bytes]:
     return ok(explorer.whoami(services(request), caller_of(request)), "The caller, as the API sees it")
@@ -456,6 +461,7 @@ def handlers() -> list[HTTPRouteHandler]:
         cancel_whatif,
         list_whatifs,
         explorer_sessions,
+        explorer_agents,
         explorer_whoami,
         root,
         explorer_page,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 
+from service.agents.replay.terms import agent_ref_of
 from service.errors import BadRequest
 from service.identity import Caller, access_for
 from service.schemas import Session, session_json
@@ -22,6 +23,18 @@ FILES = {
     "tools.js": "text/javascript",
     "style.css": "text/css",
 }
+
+
+MAX_AGENTS = 500
+
+
+class KnownAgent(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent kagent knows (its `agent` table), as the page offers it to pick: namespace/name, kagent's type, and
+    the model its configuration names (null: none, as a BYO agent's)."""
+
+    agent_ref: str
+    type: str
+    model: str | None
 
 
 class Whoami(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +58,22 @@ async def sessions(svc: Services, caller: Caller, *, agent_id: str | None = None
                 row = await svc.store.sessions.get_session(conn, share.session_id, access.owner)
                 shared = [row] if row is not None and (agent_id is None or row.agent_id == agent_id) else []
     return [session_json(r) for r in [*shared, *rows]][:limit]
+
+
+async def agents(svc: Services) -> list[KnownAgent]:
+    """kagent's live agents to pick from (experiments' agents, a judge, a what-if's agent). kagent shows every
+    agent to every user; so does this list. An id that spells no namespace/name is left out."""
+    async with svc.connection() as conn:
+        rows = await svc.store.agents.listed(conn, MAX_AGENTS)
+    known = [(agent_ref_of(r.id), r) for r in rows]
+    return [
+        KnownAgent(
+            agent_ref=ref, type=r.type,
+            model=r.config.model.model or None if r.config is not None and r.config.model is not None else None,
+        )
+        for ref, r in known
+        if ref is not None
+    ]  # fmt: skip
 
 
 def whoami(svc: Services, caller: Caller) -> Whoami:

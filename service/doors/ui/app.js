@@ -564,7 +564,7 @@ async function start() {
   const linked = new URLSearchParams(location.hash.slice(1)).get("user");
   if (linked && state.mode === "unsecure") $("user").value = linked;
   setUser($("user").value.trim());
-  await loadSessions();
+  await Promise.all([loadSessions(), loadKnownAgents()]);
   await follow();
 }
 

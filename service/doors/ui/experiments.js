@@ -42,11 +42,12 @@ function experimentAt(turn, number) {
     choice("reject", "reject it as kagent's Reject button does, and go on"));
   const tools = policyChoices("exp-tools");
   const found = el("div", { class: "muted exp-arms" });
-  const judge = el("input", { class: "exp-judge", autocomplete: "off", placeholder: "namespace/name (optional)" });
+  const judge = el("input", { class: "exp-judge", autocomplete: "off", list: "known-agents", placeholder: "namespace/name (optional)" });
   const refusal = el("div", { class: "error exp-refusal" });
   const form = el("form", { class: "experiment-form" },
     el("b", { text: `Experiment from turn ${number}: the same questions, re-asked turn by turn, on each agent` }),
     el("label", {}, "Agents", agents),
+    knownAgents.length ? el("div", { class: "muted exp-known", text: `kagent's agents: ${knownAgents.join(", ")}` }) : null,
     el("label", {}, "Turns", turns),
     el("label", {}, `Ask turn ${number} differently (empty: the source's own question)`, message),
     el("label", {}, "Repeats of each agent", repeats),

@@ -38,3 +38,14 @@ function toolsWarning(tools, plan, who) {
     : "Tools: replay. Nothing that acts runs; read-only tools run live, as you, against today's world; a tool that asks for an approval waits (kagent-fork never approves).";
   return `${what}\n\nWhat each can do (asks: needs an approval; reads: read-only; acts: changes something):\n${classes}`;
 }
+
+// kagent's agents (GET /api/fork-explorer/agents), offered in the forms: the what-if's agent and a judge pick from
+// the datalist, the experiment's form names them. Read once; a page that cannot read them still works by typing.
+const knownAgents = [];
+
+async function loadKnownAgents() {
+  const answer = await api("GET", "/api/fork-explorer/agents").catch(() => null);
+  if (!answer || answer.error) return;
+  knownAgents.splice(0, knownAgents.length, ...answer.data.map((a) => a.agent_ref));
+  $("known-agents").replaceChildren(...answer.data.map((a) => el("option", { value: a.agent_ref, label: a.model ? `${a.agent_ref} (${a.model})` : a.agent_ref })));
+}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import asyncpg
 import msgspec
 
 from service.kagent.store.base import Connection, Queries
@@ -97,16 +98,18 @@ class Agents:
     async def get(self, conn: Connection, agent_ref: str) -> AgentRow | None:
         """The live agent namespace/name, as kagent's backend reads it; None when kagent knows no such agent."""
         row = await conn.fetchrow(self.q["get_agent_config"], agent_row_id(agent_ref))
-        if row is None:
-            return None
-        config, error = decode_config(row["config"])
-        return AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
+        return None if row is None else _agent(row)
 
     async def get_many(self, conn: Connection, agent_refs: list[str]) -> dict[str, AgentRow]:
         """get() of each agent at once (one query), by namespace/name; the agents kagent does not know are absent."""
         ids = {agent_row_id(ref): ref for ref in agent_refs}
-        out = {}
-        for row in await conn.fetch(self.q["get_agent_configs"], list(ids)):
-            config, error = decode_config(row["config"])
-            out[ids[row["id"]]] = AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
-        return out
+        return {ids[r["id"]]: _agent(r) for r in await conn.fetch(self.q["get_agent_configs"], list(ids))}
+
+    async def listed(self, conn: Connection, limit: int) -> list[AgentRow]:
+        """kagent's live agents, by id, at most `limit`."""
+        return [_agent(r) for r in await conn.fetch(self.q["list_agents"], limit)]
+
+
+def _agent(row: asyncpg.Record) -> AgentRow:
+    config, error = decode_config(row["config"])
+    return AgentRow(id=row["id"], type=row["type"], config=config, config_error=error)
