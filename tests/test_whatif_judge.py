@@ -228,3 +228,87 @@ async def test_the_job_reads_judging_and_a_cancel_cancels_its_judging(
             assert again.status_code == 409
     finally:
         seen.judge_release.set()
+
+
+async def test_mcp_starts_a_judged_whatif_and_reads_its_verdict(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    from service.app import create_app
+    from tests.support.live_server import live_server
+    from tests.test_mcp_tools import mcp_session, text_of
+
+    a2a_url, _ = agents
+    conv = await seed(pool, dialect="v1", turns=2)
+    with live_server(create_app(whatif_settings(settings, a2a_url), database_url)) as url:
+        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
+            started = await mcp.call_tool(
+                "start_whatif",
+                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+                 "agent_ref": ref(MARKER_AGENT), "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
+            )  # fmt: skip
+            assert not started.isError, text_of(started)
+            job = json.loads(text_of(started))["job"]
+            assert job["judgment"]["status"] == "waiting" and job["judgment"]["criteria"] == "Be strict."
+            deadline = time.monotonic() + 60
+            while True:
+                status = json.loads(text_of(await mcp.call_tool("whatif_status", {"job_id": job["id"]})))
+                if status["status"] not in OVER:
+                    break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            assert status["status"] == "completed" and status["judgment"]["status"] == "completed"
+            assert status["verdict"]["by_agent"][0]["wins"] == 1
+            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1")
+            refused = await mcp.call_tool(
+                "start_whatif",
+                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+                 "agent_ref": ref(V1), "judge_agent": "nope"},
+            )  # fmt: skip
+            assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
+
+
+def test_the_cli_starts_a_judged_whatif_and_waits_for_its_verdict(
+    database_url: str,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import new_user
+    from tests.support.conversations import build_conversation, insert_conversation
+
+    async def seeded() -> Any:
+        conv = build_conversation(user_id=new_user(), dialect="v1", turns=2)
+        conn = await asyncpg.connect(database_url)
+        try:
+            await insert_conversation(conn, conv, schema_version_ok=False)
+        finally:
+            await conn.close()
+        return conv
+
+    a2a_url, _ = agents
+    conv = asyncio.run(seeded())
+    env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": a2a_url}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service", *args, "--user", conv.user_id], env=env, capture_output=True,
+            text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    common = ("whatif", conv.session_id, "--before", conv.invocation_ids[1], "--agent", ref(MARKER_AGENT),
+              "--judge", ref(JUDGE), "--criteria", "Be strict.", "--wait")  # fmt: skip
+    done = run(*common, "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["status"] == "completed" and found["judgment"]["status"] == "completed", found["judgment"]
+    assert found["judgment"]["criteria"] == "Be strict." and found["judgment"]["calls_answered"] == 2
+    assert [(p["a"], p["b"], p["verdict"]) for p in found["verdict"]["pairs"]] == [(None, found["id"], "b")]
+    shown = run(*common)
+    assert shown.returncode == 0, shown.stderr
+    assert f"judged blind by {ref(JUDGE)} (completed, 2 of 2 calls)" in shown.stdout, shown.stdout
+    assert f"verdict: {ref(MARKER_AGENT)}: better than the source in 1 of 1" in shown.stdout

@@ -366,6 +366,11 @@ def _show_job(j: dict[str, Any]) -> str:
         r = j["result"]
         answer = _quoted(r["last_agent_text"], 200)
         lines.append(f"  {_tools(r['tool_calls'])}, {_n(r['total_tokens'], 'token')}; answer: {answer}")
+    if j.get("judgment"):
+        jd = j["judgment"]
+        lines.append(f"  judged blind by {jd['judge_agent_ref']} ({jd['status']}, {jd['calls_answered']} of "
+                     f"{jd['calls']} calls)" + (f": {jd['error']}" if jd["error"] else ""))  # fmt: skip
+        lines += [f"  verdict: {line}" for line in jd["lines"]]
     return "\n".join(lines)
 
 
@@ -539,7 +544,9 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
 
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
             "agent_ref": args.agent, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None}  # fmt: skip
+            "dry_run": args.dry_run or None,
+            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
+            if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
     # This process runs the job: without --wait it returns once the agent has the turn (the job is then
     # followed by the service's replicas, which take over a job whose runner stopped).
@@ -551,7 +558,10 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
         return plan, _show_plan(plan)
     assert isinstance(answer, whatif.Started)
     job_id = answer.job.id
-    while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
+    # --wait: until the job ended and its judge (if any) answered ("judging" meanwhile).
+    while (job := await whatif.get(svc, caller, job_id)).status in ("running", "judging") and (
+        args.wait or (job.status == "running" and not job.task_id)
+    ):
         if not runner.jobs and not args.wait:
             break  # taken over by a replica (this process beat too late): --wait waits for that one's end
         await asyncio.sleep(0.2)
@@ -926,7 +936,13 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
     tool_arguments(w)
-    w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
+    w.add_argument("--judge", help="namespace/name of a kagent agent that judges it blind against the source")
+    w.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+    w.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the job ends, and its judge (else: until the agent has the turn)",
+    )
     w.epilog = f"{LEFT_TO_A_SERVER.format(first='the agent has the turn', what='the job', them='it')}\n\n{EXIT_HELP}"
     operator("job", "show a what-if job", metavar="job_id")
     operator("whatifs", "list the what-ifs started from a session, newest first")
