@@ -312,3 +312,45 @@ def test_the_cli_starts_a_judged_whatif_and_waits_for_its_verdict(
     assert shown.returncode == 0, shown.stderr
     assert f"judged blind by {ref(JUDGE)} (completed, 2 of 2 calls)" in shown.stdout, shown.stdout
     assert f"verdict: {ref(MARKER_AGENT)}: better than the source in 1 of 1" in shown.stdout
+
+
+async def test_a_stopped_replicas_judging_is_taken_over_and_no_call_sent_twice(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """A replica stops while the judge holds the what-if's two calls; the next one takes the judgment over (the
+    sweep: keyed on the job), follows those calls without sending them again, and the verdict lands."""
+    a2a_url, seen = agents
+    config = whatif_settings(settings, a2a_url)
+    seen.judge_release.clear()
+    conv = await seed(pool, dialect="v1", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": ref(MARKER_AGENT),
+            "judge": {"agent": ref(SLOW_JUDGE)}}  # fmt: skip
+    before = len(seen.judged)
+    try:
+        async with service(config, database_url) as first:
+            r = await start(first, conv.session_id, conv.user_id, body)
+            assert r.status_code == 202, r.text
+            job_id = r.json()["data"]["job"]["id"]
+            deadline = time.monotonic() + 30
+            while True:
+                async with pool.acquire() as conn:
+                    known = await conn.fetchval(
+                        "SELECT count(*) FROM kagent_fork.judge_call c JOIN kagent_fork.judgment j "
+                        "ON j.id = c.judgment_id WHERE j.job_id = $1 AND c.task_id IS NOT NULL", job_id,
+                    )  # fmt: skip
+                if known == 2:
+                    break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        seen.judge_release.set()
+        async with service(config, database_url) as second:
+            done = await until_over(second, job_id, conv.user_id)
+    finally:
+        seen.judge_release.set()
+    j = done["judgment"]
+    assert j["status"] == "completed" and [p["outcome"] for p in j["pairs"]] == ["right"], j
+    assert len(seen.judged) - before == 2  # each call sent once
