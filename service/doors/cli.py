@@ -182,6 +182,12 @@ def turn_arguments(command: argparse.ArgumentParser, before_help: str, *, requir
     turn.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task")
 
 
+def judge_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    """A judge for a replay's start (docs/experiments.md, "The judge"): a what-if's or an experiment's."""
+    command.add_argument("--judge", help=f"namespace/name of a kagent agent that judges {what}")
+    command.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+
+
 def tool_arguments(command: argparse.ArgumentParser) -> None:
     """What the agents' tools do (docs/whatif.md, "What an arm's tools do"), and the dry run that shows them."""
     command.add_argument(
@@ -936,13 +942,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
     tool_arguments(w)
-    w.add_argument("--judge", help="namespace/name of a kagent agent that judges it blind against the source")
-    w.add_argument("--criteria", help="what the judge should weigh, beyond the default")
-    w.add_argument(
-        "--wait",
-        action="store_true",
-        help="wait until the job ends, and its judge (else: until the agent has the turn)",
-    )
+    judge_arguments(w, "it blind against the source once it ends")
+    w.add_argument("--wait", action="store_true", help="wait until the job and its judge end (else: the agent's turn)")
     w.epilog = f"{LEFT_TO_A_SERVER.format(first='the agent has the turn', what='the job', them='it')}\n\n{EXIT_HELP}"
     operator("job", "show a what-if job", metavar="job_id")
     operator("whatifs", "list the what-ifs started from a session, newest first")
@@ -964,8 +965,7 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--name", help="the forks' name")
     tool_arguments(e)
-    e.add_argument("--judge", help="namespace/name of a kagent agent that judges the branches blind once they end")
-    e.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+    judge_arguments(e, "the branches blind once they end")
     e.add_argument(
         "--wait", action="store_true", help="wait until every branch ended (and the judge), then print the table"
     )
