@@ -19,7 +19,7 @@ from service.agents.replay import blind
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
 from tests.helpers import caller_fingerprint, seed
-from tests.support.a2a_agent import JUDGE, MARKER, MARKER_AGENT, NAMESPACE, SLOW_JUDGE, V1, Seen
+from tests.support.a2a_agent import JUDGE, MARKER, MARKER_AGENT, NAMESPACE, SLOW, SLOW_JUDGE, V1, Seen
 from tests.support.classified_tools import classified_servers
 from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
 from tests.test_judge import sides_of
@@ -354,3 +354,34 @@ async def test_a_stopped_replicas_judging_is_taken_over_and_no_call_sent_twice(
     j = done["judgment"]
     assert j["status"] == "completed" and [p["outcome"] for p in j["pairs"]] == ["right"], j
     assert len(seen.judged) - before == 2  # each call sent once
+
+
+async def test_a_cancel_while_the_job_runs_cancels_its_waiting_judgment(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    _, seen = agents
+    conv = await seed(pool, dialect="v1", turns=2)
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": ref(SLOW),
+            "judge": {"agent": ref(JUDGE)}}  # fmt: skip
+    hdr = {"X-User-Id": conv.user_id}
+    before = len(seen.judged)
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    job_id = r.json()["data"]["job"]["id"]
+    deadline = time.monotonic() + 30
+    while (job := (await eclient.get(f"/api/whatif/{job_id}", headers=hdr)).json()["data"])["task_id"] is None:
+        assert time.monotonic() < deadline, job
+        await asyncio.sleep(0.05)
+    assert job["status"] == "running" and job["judgment"]["status"] == "waiting"
+    r = await eclient.post(f"/api/whatif/{job_id}/cancel", json={}, headers=hdr)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert data["status"] == "cancelled" and data["judgment"]["status"] == "cancelled", data
+    assert data["judgment"]["calls"] == 0 and data["verdict"]["by_agent"] == []
+    await asyncio.sleep(0.5)  # nothing judges it later
+    again = (await eclient.get(f"/api/whatif/{job_id}", headers=hdr)).json()["data"]
+    assert again["status"] == "cancelled" and again["judgment"]["status"] == "cancelled"
+    assert len(seen.judged) == before
+    assert (await eclient.post(f"/api/whatif/{job_id}/cancel", json={}, headers=hdr)).status_code == 409
