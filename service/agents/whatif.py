@@ -11,8 +11,9 @@ from service.agents.replay import engine
 from service.agents.replay.engine import DryRun
 from service.agents.replay.jobs import Job, Started, get, of_session
 from service.agents.replay.jobs import cancel_job as cancel
+from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.runner import Runner
-from service.agents.replay.terms import MessageEdit, Replay, Tokens, TurnCount
+from service.agents.replay.terms import JudgeRef, MessageEdit, Replay, Tokens, TurnCount
 from service.agents.replay.tools import Reads, ToolsField
 from service.identity import Caller
 from service.operations import forking
@@ -33,6 +34,7 @@ class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     message: MessageEdit | None = None
     tools: ToolsField | None = None  # what the agent's tools do: "replay", "live" or {mode, reads}
     reads: Reads | None = None
+    judge: JudgeSpec | None = None  # its one branch judged blind against the source's own continuation
     dry_run: bool = False  # what it would do, the agent's tools by class; nothing written
 
 
@@ -53,6 +55,7 @@ async def start(
         task_id=req.rewind_before_task_id, agents=None if req.agent_ref is None else [req.agent_ref], turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, tools=req.tools,
         reads=req.reads, dry_run=req.dry_run,
+        judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip
     answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
     assert isinstance(answer, Started | DryRun | msgspec.Raw)

@@ -182,6 +182,12 @@ def turn_arguments(command: argparse.ArgumentParser, before_help: str, *, requir
     turn.add_argument("--before-task", help="rewind_before_task_id: the same turn named by its task")
 
 
+def judge_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    """A judge for a replay's start (docs/experiments.md, "The judge"): a what-if's or an experiment's."""
+    command.add_argument("--judge", help=f"namespace/name of a kagent agent that judges {what}")
+    command.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+
+
 def tool_arguments(command: argparse.ArgumentParser) -> None:
     """What the agents' tools do (docs/whatif.md, "What an arm's tools do"), and the dry run that shows them."""
     command.add_argument(
@@ -366,6 +372,11 @@ def _show_job(j: dict[str, Any]) -> str:
         r = j["result"]
         answer = _quoted(r["last_agent_text"], 200)
         lines.append(f"  {_tools(r['tool_calls'])}, {_n(r['total_tokens'], 'token')}; answer: {answer}")
+    if j.get("judgment"):
+        jd = j["judgment"]
+        lines.append(f"  judged blind by {jd['judge_agent_ref']} ({jd['status']}, {jd['calls_answered']} of "
+                     f"{jd['calls']} calls)" + (f": {jd['error']}" if jd["error"] else ""))  # fmt: skip
+        lines += [f"  verdict: {line}" for line in jd["lines"]]
     return "\n".join(lines)
 
 
@@ -539,7 +550,9 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
 
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
             "agent_ref": args.agent, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None}  # fmt: skip
+            "dry_run": args.dry_run or None,
+            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
+            if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
     # This process runs the job: without --wait it returns once the agent has the turn (the job is then
     # followed by the service's replicas, which take over a job whose runner stopped).
@@ -551,7 +564,10 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
         return plan, _show_plan(plan)
     assert isinstance(answer, whatif.Started)
     job_id = answer.job.id
-    while (job := await whatif.get(svc, caller, job_id)).status == "running" and (args.wait or not job.task_id):
+    # --wait: until the job ended and its judge (if any) answered ("judging" meanwhile).
+    while (job := await whatif.get(svc, caller, job_id)).status in ("running", "judging") and (
+        args.wait or (job.status == "running" and not job.task_id)
+    ):
         if not runner.jobs and not args.wait:
             break  # taken over by a replica (this process beat too late): --wait waits for that one's end
         await asyncio.sleep(0.2)
@@ -926,7 +942,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--agent", help="namespace/name of the agent to answer (default: the session's own agent)")
     w.add_argument("--name", help="the fork's name")
     tool_arguments(w)
-    w.add_argument("--wait", action="store_true", help="wait until the job ends (else: until the agent has the turn)")
+    judge_arguments(w, "it blind against the source once it ends")
+    w.add_argument("--wait", action="store_true", help="wait until the job and its judge end (else: the agent's turn)")
     w.epilog = f"{LEFT_TO_A_SERVER.format(first='the agent has the turn', what='the job', them='it')}\n\n{EXIT_HELP}"
     operator("job", "show a what-if job", metavar="job_id")
     operator("whatifs", "list the what-ifs started from a session, newest first")
@@ -948,8 +965,7 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--name", help="the forks' name")
     tool_arguments(e)
-    e.add_argument("--judge", help="namespace/name of a kagent agent that judges the branches blind once they end")
-    e.add_argument("--criteria", help="what the judge should weigh, beyond the default")
+    judge_arguments(e, "the branches blind once they end")
     e.add_argument(
         "--wait", action="store_true", help="wait until every branch ended (and the judge), then print the table"
     )

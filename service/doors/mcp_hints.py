@@ -23,7 +23,8 @@ _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempot
 # A judgment asks a kagent agent (its model, for real, and whatever tools it holds) about the branches: it
 # changes no session, adds a judgment each call, and reaches outside the service.
 _JUDGES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=True)
-# A cancel ends running branches for good and asks their agents to stop; a second cancel changes nothing.
+# A cancel ends running branches (or a judging) for good and asks their agents (its judge) to stop; a second
+# cancel changes nothing.
 _CANCELS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=True)
 
 HINTS: dict[str, ToolAnnotations] = {

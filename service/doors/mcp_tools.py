@@ -326,21 +326,32 @@ async def start_whatif(
     tools: ToolsArg = None,
     reads: ReadsArg = None,
     dry_run: DryRunReplay = False,
+    judge_agent: Annotated[
+        str | None,
+        Field(
+            description='A kagent agent ("namespace/name") to judge the what-if blind against the source once it ends.'
+        ),
+    ] = None,
+    judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
 ) -> CallToolResult:
     """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
     (namespace/name; default: the session's own) and send that turn's user message to it over A2A (`turns`:
     the later ones too; `message_text`: the first one asked differently), as POST .../whatif does. `tools`:
     "replay" (the default: nothing that acts runs; refused when the agent could call a tool that acts without
     an approval and is not a replay twin, naming the tools) or "live" (every tool runs for real). `dry_run`
-    answers the agent's tools by class and the refusal it would get, nothing started. Answers the job (follow
-    it with whatif_status) and the fork."""
+    answers the agent's tools by class and the refusal it would get, nothing started. `judge_agent`: a kagent
+    agent that then judges the what-if's continuation against the source's blind, both orders asked (its calls
+    are counted in the limit; the job reads "judging" meanwhile, then holds `judgment` and `verdict`). Answers
+    the job (follow it with whatif_status) and the fork."""
 
     async def op(svc: Services, caller: Caller) -> object:
         fields = {"rewind_before_invocation_id": rewind_before_invocation_id,
                   "rewind_before_task_id": rewind_before_task_id, "agent_ref": agent_ref, "name": name,
                   "max_context_tokens": max_context_tokens, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None,
-                  "tools": tools, "reads": reads, "dry_run": dry_run or None}  # fmt: skip
+                  "tools": tools, "reads": reads, "dry_run": dry_run or None,
+                  "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
+                  if judge_agent else None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
         started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -349,7 +360,8 @@ async def start_whatif(
 
 
 async def whatif_status(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolResult:
-    """A what-if job: running, completed, failed or cancelled, and what the agent answered."""
+    """A what-if job: running, judging (its judge runs), completed, failed or cancelled, and what the agent
+    answered (with a judge: its `judgment` and `verdict`)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await whatif.get(svc, caller, checked_id(job_id, "job id"))
@@ -358,7 +370,8 @@ async def whatif_status(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolR
 
 
 async def cancel_whatif(ctx: Context[Any, Any, Any], job_id: JobId) -> CallToolResult:
-    """Cancel a running what-if: its agent is asked to cancel the task; the fork stays."""
+    """Cancel a running what-if (or its judging): its agent (its judge) is asked to cancel the task; the fork
+    stays."""
 
     async def op(svc: Services, caller: Caller) -> object:
         return await whatif.cancel(svc, caller, checked_id(job_id, "job id"))

@@ -102,8 +102,8 @@ finished_at, rewind_before_task_id, tool_policy::text AS tool_policy, arms::text
 
 -- fragment: judgment_columns
 -- A judgment row as the store reads it.
-id, experiment_id, user_id, judge_agent_ref, judge_card::text AS judge_card, criteria, dialect, status, runner,
-error, created_at, finished_at
+id, experiment_id, job_id, user_id, judge_agent_ref, judge_card::text AS judge_card, criteria, dialect, status,
+runner, error, created_at, finished_at
 
 -- fragment: judge_call_columns
 -- A judge's call as the store reads it.

@@ -1,15 +1,20 @@
 -- Named queries of kagent-fork's store, service/kagent/store/judgments.py (conventions: fragments.sql).
 
 -- name: insert_judgment
--- A new judgment: 'waiting' (its experiment's branches still run) or 'running' (it is run now).
+-- A new judgment of an experiment ($2) or of a what-if's job ($10): 'waiting' (its branches still run) or
+-- 'running' (it is run now).
 INSERT INTO {schema}.judgment (id, experiment_id, user_id, judge_agent_ref, judge_card, criteria, dialect, status,
-                               runner)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9)
+                               runner, job_id)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10)
 RETURNING created_at;
 
 -- name: experiment_judgments
 -- Every judgment of an experiment, oldest first (the last one is shown).
 SELECT {judgment_columns} FROM {schema}.judgment WHERE experiment_id = $1 ORDER BY created_at, id;
+
+-- name: job_judgments
+-- Every judgment of a what-if's job, oldest first (the last one is shown).
+SELECT {judgment_columns} FROM {schema}.judgment WHERE job_id = $1 ORDER BY created_at, id;
 
 -- name: judge_calls
 -- A judgment's calls, in order.
@@ -31,6 +36,12 @@ UPDATE {schema}.judgment SET status = 'running', runner = $2, heartbeat_at = NOW
 WHERE experiment_id = $1 AND status = 'waiting'
 RETURNING {judgment_columns};
 
+-- name: judgment_start_waiting_job
+-- The waiting judgment of a what-if whose job ended, taken by runner $2 to run it.
+UPDATE {schema}.judgment SET status = 'running', runner = $2, heartbeat_at = NOW()
+WHERE job_id = $1 AND status = 'waiting'
+RETURNING {judgment_columns};
+
 -- name: judgment_heartbeat
 -- The runner still runs the judgment (no row: it ended, or another runner took it).
 UPDATE {schema}.judgment SET heartbeat_at = NOW()
@@ -44,8 +55,8 @@ WHERE id = $1 AND status IN ('waiting', 'running')
 RETURNING finished_at;
 
 -- name: judgment_claim_stale
--- Running judgments whose runner stopped beating for $2 seconds, and waiting ones whose experiment ended that
--- long ago (the replica that ended it stopped before it launched them), taken over by runner $1 (SKIP LOCKED:
+-- Running judgments whose runner stopped beating for $2 seconds, and waiting ones whose experiment (or
+-- what-if's job) ended that long ago (the replica that ended it stopped before it launched them), taken over by runner $1 (SKIP LOCKED:
 -- one another replica is claiming is left to it).
 UPDATE {schema}.judgment SET runner = $1, status = 'running', heartbeat_at = NOW()
 WHERE id IN (SELECT j.id FROM {schema}.judgment AS j
@@ -54,6 +65,10 @@ WHERE id IN (SELECT j.id FROM {schema}.judgment AS j
                         SELECT 1 FROM {schema}.experiment AS e
                         WHERE e.id = j.experiment_id AND e.status <> 'cancelled'
                           AND e.finished_at < NOW() - make_interval(secs => $2)))
+                OR (j.status = 'waiting' AND EXISTS (
+                        SELECT 1 FROM {schema}.whatif_job AS w
+                        WHERE w.id = j.job_id AND w.status <> 'cancelled'
+                          AND w.finished_at < NOW() - make_interval(secs => $2)))
              FOR UPDATE SKIP LOCKED)
   AND status IN ('running', 'waiting')
 RETURNING {judgment_columns};
@@ -91,6 +106,10 @@ RETURNING task_id;
 -- Which of these experiments have a judgment that waits or runs.
 SELECT DISTINCT experiment_id FROM {schema}.judgment
 WHERE experiment_id = ANY($1::text[]) AND status IN ('waiting', 'running');
+
+-- name: jobs_being_judged
+-- Which of these what-if jobs have a judgment that waits or runs.
+SELECT DISTINCT job_id FROM {schema}.judgment WHERE job_id = ANY($1::text[]) AND status IN ('waiting', 'running');
 
 -- name: upsert_judge_vote
 -- A person's vote on a pair (their later vote on the same pair replaces it).

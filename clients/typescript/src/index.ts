@@ -778,7 +778,8 @@ export interface WhatifResult {
 /** A what-if job (GET /api/whatif/{id}): a fork that an agent answers in over A2A. */
 export interface WhatifJob {
   id: string;
-  status: "running" | "completed" | "failed" | "cancelled";
+  /** judging: started with a judge, the job ended and the judge's calls run (then the job's own status). */
+  status: "running" | "judging" | "completed" | "failed" | "cancelled";
   /** The fork the agent answers in. */
   session_id: string;
   parent_session_id: string;
@@ -808,6 +809,13 @@ export interface WhatifJob {
   tools: ArmTools | null;
   /** On a replay twin, its tool calls over every turn by where they were answered from (null: no twin). */
   replayed?: ReplayedCalls | null;
+  /**
+   * Started with a judge: its latest judgment (one pair: the source's continuation against its branch), as an
+   * experiment's; null without a judge, and in `listWhatifs` (read the job).
+   */
+  judgment?: Judgment | null;
+  /** The same judgment as the API contract names it (wins, ties, losses, the line to act on); null as `judgment`. */
+  verdict?: Verdict | null;
 }
 
 /** A what-if as it starts: the job (running) and its fork, as `forkSession` answers it. */
@@ -831,6 +839,11 @@ export interface WhatifOptions extends ClientOptions, ToolOptions {
   idempotencyKey?: string;
   /** Name the turn by its task instead (pass null as the invocation): an agent that writes no invocation id. */
   rewindBeforeTaskId?: string;
+  /**
+   * A kagent agent (namespace/name) that judges the what-if blind against the source's own continuation once it
+   * ends (both orders asked; the job reads "judging" meanwhile), and what it should weigh.
+   */
+  judge?: { agent: string; criteria?: string };
 }
 
 /**
@@ -852,6 +865,7 @@ export async function startWhatif(
   if (options.messageText !== undefined) body.message = { text: options.messageText };
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
   toolFields(body, options);
+  if (options.judge !== undefined) body.judge = options.judge;
   const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
   return call<WhatifStarted>(options, "POST", sessionPath(sessionId, "whatif"), body, extra, [
     sessionId,
@@ -872,6 +886,7 @@ export async function dryRunWhatif(
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
   toolFields(body, options);
+  if (options.judge !== undefined) body.judge = options.judge;
   return call<ReplayDryRun>(options, "POST", sessionPath(sessionId, "whatif"), body, {}, [
     sessionId,
     rewindBeforeInvocationId ?? options.rewindBeforeTaskId ?? "",
@@ -884,7 +899,10 @@ export async function getWhatif(jobId: string, options: ClientOptions = {}): Pro
   return call<WhatifJob>(options, "GET", path, undefined, {}, [jobId]);
 }
 
-/** Cancel a running what-if (refused once it ended); the agent is asked to cancel its A2A task. */
+/**
+ * Cancel a running what-if, or its judging (refused once both ended); the agent (the judge) is asked to cancel
+ * its A2A tasks.
+ */
 export async function cancelWhatif(jobId: string, options: ClientOptions = {}): Promise<BaseResponse<WhatifJob>> {
   const path = jobId ? `/whatif/${encodeURIComponent(jobId)}/cancel` : "";
   return call<WhatifJob>(options, "POST", path, {}, {}, [jobId]);

@@ -13,9 +13,11 @@ import {
   getForkTree,
   getExperiment,
   getTranscript,
+  getWhatif,
   judgeExperiment,
   voteExperiment,
   startExperiment,
+  startWhatif,
   type Invocation,
   listInvocations,
   type TreeNode,
@@ -308,6 +310,30 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(voted.verdict?.votes[0]?.wins, 1);
   failed(await judgeExperiment("no-such-experiment", "kagent/scripted-agent"), "experiment no-such-experiment not found");
   failed(await judgeExperiment(started.id, "not-a-ref"), /judge.agent must be namespace\/name/);
+});
+
+// A what-if takes a judge as an experiment does: its one branch judged against the source, in both orders.
+test("startWhatif with a judge: the job reads judging, then holds its verdict", async () => {
+  const [, second] = await turns(V1);
+  assert.ok(second !== undefined);
+  const started = ok(await startWhatif(V1, second.invocation_id, {
+    agentRef: "kagent/k8s-agent", judge: { agent: "kagent/scripted-agent", criteria: "Be brief." },
+  }));
+  assert.equal(started.job.judgment?.status, "waiting");
+  let job = started.job;
+  const deadline = Date.now() + 120_000;
+  while (job.status === "running" || job.status === "judging") {
+    assert.ok(Date.now() < deadline, `never judged: ${JSON.stringify(job)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    job = ok(await getWhatif(started.job.id));
+  }
+  assert.equal(job.status, "completed", JSON.stringify(job));
+  assert.equal(job.judgment?.status, "completed", JSON.stringify(job.judgment));
+  assert.equal(job.judgment?.calls, 2);
+  assert.equal(job.judgment?.criteria, "Be brief.");
+  assert.deepEqual(job.verdict?.pairs.map((p) => [p.a, p.b]), [[null, job.id]]);
+  assert.equal(job.verdict?.by_agent[0]?.agent_ref, "kagent/k8s-agent");
+  failed(await startWhatif(V1, second.invocation_id, { judge: { agent: "not-a-ref" } }), /judge.agent must be namespace\/name/);
 });
 
 test("compareSessions: the turns after the common part, aligned by position", async () => {

@@ -137,6 +137,10 @@ test("what-if, experiments, transcript and rewinds: paths, query, bodies and the
   await startWhatif("s", null, { baseUrl: "http://h", fetch, rewindBeforeTaskId: "t-2", turns: "all" });
   assert.deepEqual(sent[2]!.body, { rewind_before_task_id: "t-2", turns: "all" });
   sent.pop();
+  // a judge, as an experiment takes it
+  await startWhatif("s", "e-1", { baseUrl: "http://h", fetch, judge: { agent: "kagent/judge", criteria: "Be strict." } });
+  assert.deepEqual(sent[2]!.body, { rewind_before_invocation_id: "e-1", judge: { agent: "kagent/judge", criteria: "Be strict." } });
+  sent.pop();
   await getWhatif("j/1", o);
   await cancelWhatif("j/1", o);
   await listWhatifs("s", o);

@@ -1,8 +1,9 @@
 """Writing a replay's branches: for each (agent, repeat), the fork operation itself into that agent
 (`forking.fork` with `Into`), whose transaction also writes the branch's job and its turns (and, in the first
-fork's, an experiment's row and its judgment, waiting; in the last fork's, the start's answer, and under an
-Idempotency-Key that answer kept for its retries). Forks are written one after another, each one transaction;
-a later fork that fails leaves the earlier branches written but failed with the reason, never started."""
+fork's, an experiment's row and its judgment, waiting; a what-if's judgment, waiting, keyed on its job; in the
+last fork's, the start's answer, and under an Idempotency-Key that answer kept for its retries). Forks are
+written one after another, each one transaction; a later fork that fails leaves the earlier branches written
+but failed with the reason, never started."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ class Branch:
     repeat: int
     policy: ToolPolicy  # what its agent's tools do, as the start decided (tools.decide)
     tools: ArmTools  # what its agent could do, its tools by class
-    judge_card: a2a_client.Card | None = None  # an experiment's judge's card, written with its first branch
+    judge_card: a2a_client.Card | None = None  # the judge's card, written with the first branch
 
 
 async def write_branch(
@@ -133,6 +134,11 @@ async def write_branch(
         tool_policy=_encoder.encode(branch.policy).decode(), arm_tools=_encoder.encode(branch.tools).decode(),
     )  # fmt: skip
     created = await svc.store.jobs.insert_whatif_job(conn, job)
+    if experiment is None and branch.replay.judge is not None:  # a what-if's, keyed on its job: waits for it
+        await svc.store.judgments.insert(
+            conn, judge.judgment_row(None, branch.caller.user_id, branch.replay.judge, branch.judge_card,
+                                     span.dialect.value, "waiting", runner_id, job_id=job.id),
+        )  # fmt: skip
     await svc.store.jobs.insert_whatif_turns(
         conn, job.id, [(t.invocation_id, m) for t, m in zip(span.turns, messages, strict=True)]
     )
@@ -183,8 +189,12 @@ async def write(
             job = await write_branch(svc, conn, runner.id, branch, fork, written.experiment, first=not written.jobs)
             written.jobs.append(job)
             if last:  # the start's answer, read in the last fork's transaction
+                judged = branch.replay.judge is not None
                 written.answer = (
-                    jobs.Started(job=jobs.job_json(job), session=fork)
+                    jobs.Started(
+                        job=await jobs.judged_job(svc, conn, job, [], live=False) if judged else jobs.job_json(job),
+                        session=fork,
+                    )
                     if written.experiment is None
                     else grid.Started(
                         experiment=await grid.experiment(svc, conn, caller, written.experiment.id, live=False)

@@ -27,6 +27,7 @@ from service.agents.replay.figures import (
     turn_figures,
 )
 from service.agents.replay.span import turns_read_from
+from service.agents.replay.terms import Spanned
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.branches import turns as turn_listing
 from service.errors import NotFound
@@ -270,9 +271,9 @@ def by_agent(columns: list[Column]) -> list[AgentSummary]:
     return out
 
 
-async def source_turns(svc: Services, conn: Connection, row: ExperimentRow) -> list[TurnFigures]:
-    """The source's own turns over the experiment's span, each with the figures of its events (the
-    same query as a branch's turns) and its task's state. Needs a transaction."""
+async def source_turns(svc: Services, conn: Connection, row: Spanned) -> list[TurnFigures]:
+    """The source's own turns over the replay's span (an experiment's, a what-if's), each with the figures of its
+    events (the same query as a branch's turns) and its task's state. Needs a transaction."""
     source = await svc.store.sessions.get_session(conn, row.source_session_id, row.source_user_id)
     if source is None:
         return []
@@ -343,7 +344,7 @@ async def keep_source_column(svc: Services, experiment_id: str, user_id: str) ->
         await svc.store.experiments.keep_source_turns(conn, row.id, _encoder.encode(turns).decode())
 
 
-async def _models(svc: Services, conn: Connection, refs: list[str | None]) -> dict[str, ModelConfig]:
+async def models(svc: Services, conn: Connection, refs: list[str | None]) -> dict[str, ModelConfig]:
     """The model each agent's configuration names in kagent's `agent` table (one query), by namespace/name; an
     agent without a row, a config or a model is absent (its columns are priced "unknown")."""
     rows = await svc.store.agents.get_many(conn, sorted({r for r in refs if r}))
@@ -369,8 +370,8 @@ async def experiment(
             baseline = await source_turns(svc, conn, row)
     else:
         baseline = []
-    models = await _models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs)])
-    columns = [branch_column(j, turns[j.id], models.get(j.agent_ref or ""), calls[j.id]) for j in jobs]
+    configs = await models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs)])
+    columns = [branch_column(j, turns[j.id], configs.get(j.agent_ref or ""), calls[j.id]) for j in jobs]
     discard = await svc.store.experiments.latest_discard(conn, row.id)
     if discard is not None and discard.undone_at is None:
         hidden, kept = set(discard.session_ids), discard.kept_session_id
@@ -380,14 +381,14 @@ async def experiment(
     source = Column(
         agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
         status="completed", error=None, stopped_at=None, turns=baseline,
-        totals=totals(baseline, models.get(row.source_agent_ref or "")),
+        totals=totals(baseline, configs.get(row.source_agent_ref or "")),
     )  # fmt: skip
     found = await svc.store.judgments.of_experiment(conn, row.id)
     latest = found[-1] if found else None
     asked = await svc.store.judgments.calls(conn, latest.id) if latest else []
-    sides = {c.job_id: _side(c, row.repeats) for c in columns}
-    judgment = judged.judgment(latest, asked, sides, _side(source, 1)) if latest else None
-    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, _side(source, 1))
+    sides = {c.job_id: side(c, row.repeats) for c in columns}
+    judgment = judged.judgment(latest, asked, sides, side(source, 1)) if latest else None
+    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, side(source, 1))
     status = row.status
     if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):
         status = "judging"
@@ -414,7 +415,7 @@ def discard_json(d: DiscardRow) -> Discard:
     )  # fmt: skip
 
 
-def _side(c: Column, repeats: int) -> judged.Side:
+def side(c: Column, repeats: int) -> judged.Side:
     label = "source" if c.job_id is None else (f"{c.agent_ref} #{c.repeat}" if repeats > 1 else str(c.agent_ref))
     t = c.totals
     return judged.Side(

@@ -1,7 +1,7 @@
-"""Following a replay's jobs: a job as the API shows it, a what-if's start answer, the jobs of a source, and
-the one way to cancel (a what-if's job, or every running branch of an experiment): marked first, in one
-transaction with the experiment's settling, then each agent asked to cancel its task, then the turns the
-branches had sent closed with how their tasks ended."""
+"""Following a replay's jobs: a job as the API shows it (a what-if's with its judgment and verdict), a what-if's start
+answer, the jobs of a source, and the one way to cancel (a what-if's job, or every running branch of an experiment):
+marked first, in one transaction with the experiment's settling, then each agent asked to cancel its task, then the
+turns the branches had sent closed with how their tasks ended."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import time
 import msgspec
 
 from service.agents import a2a_client
+from service.agents.replay import grid, judge, judged
 from service.agents.replay.answerers import agent, headers
-from service.agents.replay.figures import JobResult, Replayed, question_of, replayed, sent_parts
+from service.agents.replay.figures import JobResult, Replayed, TurnFigures, question_of, replayed, sent_parts
 from service.agents.replay.runner import close_turns
+from service.agents.replay.terms import JobSpan, agent_ref_of
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import Conflict, NotFound
 from service.identity import Caller, visible_session
@@ -50,6 +52,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     tools: ArmTools | None = None
     # on a replay twin, its tool calls over every turn by where they were answered from (docs/replay-twins.md)
     replayed: Replayed | None = None
+    # a what-if started with a judge: its latest judgment (its one pair, its branch against the source) and that
+    # judgment as the contract's verdict, as an experiment has them; null without a judge (and in a listing)
+    judgment: judged.Judgment | None = None
+    verdict: judged.Verdict | None = None
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,12 +65,16 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
     session: ForkedSession
 
 
-def job_json(job: WhatifJob, calls: list[ReplayCall] | None = None) -> Job:
+def job_json(
+    job: WhatifJob, calls: list[ReplayCall] | None = None, judgment: judged.Judgment | None = None,
+    verdict: judged.Verdict | None = None, *, judging: bool = False,
+) -> Job:  # fmt: skip
     """A job as the API shows it; `calls`: the replay endpoint's calls of its turns, shown when its agent is a
-    replay twin."""
+    replay twin; `judging`: its judgment waits or runs (a job that ended reads `judging` meanwhile)."""
     arm = msgspec.json.decode(job.arm_tools, type=ArmTools) if job.arm_tools else None
+    status = "judging" if judging and job.status in ("completed", "failed") else job.status
     return Job(
-        id=job.id, status=job.status, session_id=job.session_id, parent_session_id=job.parent_session_id,
+        id=job.id, status=status, session_id=job.session_id, parent_session_id=job.parent_session_id,
         rewind_before_invocation_id=job.rewind_before_invocation_id, rewind_before_task_id=job.rewind_before_task_id,
         agent_ref=job.agent_ref, task_id=job.task_id,
         error=job.error, created_at=rfc3339(job.created_at),
@@ -74,16 +84,46 @@ def job_json(job: WhatifJob, calls: list[ReplayCall] | None = None) -> Job:
         experiment_id=job.experiment_id, question=question_of(sent_parts(job.message)),
         tool_policy=msgspec.json.decode(job.tool_policy, type=ToolPolicy) if job.tool_policy else None,
         tools=arm, replayed=replayed(calls) if calls is not None and arm is not None and arm.twin else None,
+        judgment=judgment, verdict=verdict,
     )  # fmt: skip
+
+
+async def judged_job(
+    svc: Services, conn: Connection, job: WhatifJob, calls: list[ReplayCall], *, live: bool = True
+) -> Job:
+    """A what-if's job with its latest judgment and verdict (as the grid reads an experiment's: the branch's
+    column against the source's own turns over its span; `live`: read the source's, else none yet)."""
+    found = await svc.store.judgments.of_job(conn, job.id) if job.experiment_id is None else []
+    if not found:
+        return job_json(job, calls)
+    latest = found[-1]
+    asked = await svc.store.judgments.calls(conn, latest.id)
+    turns = await svc.store.jobs.whatif_turns(conn, job.id)
+    parent = await svc.store.sessions.get_session(conn, job.parent_session_id, job.parent_user_id)
+    source_ref = agent_ref_of(parent.agent_id or "") if parent is not None else None
+    configs = await grid.models(svc, conn, [job.agent_ref, source_ref])
+    column = grid.branch_column(job, turns, configs.get(job.agent_ref), calls)
+    baseline: list[TurnFigures] = []
+    if live:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            baseline = await grid.source_turns(svc, conn, JobSpan.of(job))
+    source = grid.Column(
+        agent_ref=source_ref, repeat=1, agent_card=None, session_id=job.parent_session_id, job_id=None,
+        status="completed", error=None, stopped_at=None, turns=baseline,
+        totals=grid.totals(baseline, configs.get(source_ref or "")),
+    )  # fmt: skip
+    sides: dict[str | None, judged.Side] = {job.id: grid.side(column, 1)}
+    judgment = judged.judgment(latest, asked, sides, grid.side(source, 1))
+    verdict = judged.contract_verdict(judgment, None, sides)
+    return job_json(job, calls, judgment, verdict, judging=latest.status in judge.OPEN)
 
 
 async def get(svc: Services, caller: Caller, job_id: str) -> Job:
     async with svc.connection() as conn:
         job = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
-        calls = await svc.store.replay.calls_of_jobs(conn, [job_id]) if job is not None else []
-    if job is None:
-        raise NotFound(f"what-if job {job_id} not found")
-    return job_json(job, calls)
+        if job is None:
+            raise NotFound(f"what-if job {job_id} not found")
+        return await judged_job(svc, conn, job, await svc.store.replay.calls_of_jobs(conn, [job_id]))
 
 
 async def of_session(svc: Services, caller: Caller, session_id: str) -> list[Job]:
@@ -91,7 +131,8 @@ async def of_session(svc: Services, caller: Caller, session_id: str) -> list[Job
         source, _ = await visible_session(svc, conn, caller, session_id)
         jobs = await svc.store.jobs.whatif_jobs(conn, source.id, source.user_id, caller.user_id)
         calls = await svc.store.replay.calls_of_jobs(conn, [j.id for j in jobs])
-    return [job_json(j, [c for c in calls if c.job_id == j.id]) for j in jobs]
+        judging = await svc.store.judgments.jobs_being_judged(conn, [j.id for j in jobs])
+    return [job_json(j, [c for c in calls if c.job_id == j.id], judging=j.id in judging) for j in jobs]
 
 
 async def _mark_cancelled(svc: Services, conn: Connection, job: WhatifJob) -> bool:
@@ -136,13 +177,19 @@ async def cancel(
 
 
 async def cancel_job(svc: Services, caller: Caller, job_id: str, authorization: str | None = None) -> Job:
-    """Cancel one job (a what-if, or one branch of an experiment); 409 when it already ended."""
+    """Cancel one job (a what-if, or one branch of an experiment), and a what-if's judgment while it waits or
+    runs (the judge's tasks too); 409 when it already ended and is not being judged."""
     async with svc.connection() as conn:
         job = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
         if job is None:
             raise NotFound(f"what-if job {job_id} not found")
-        if not await cancel(svc, conn, caller, [job], None, authorization):
+        found = await svc.store.judgments.of_job(conn, job.id) if job.experiment_id is None else []
+        cancelled = await cancel(svc, conn, caller, [job], None, authorization)
+        judging = await judge.cancel(svc, conn, [j for j in found if j.status in judge.OPEN])
+        if not cancelled and not judging:
             raise Conflict(f"what-if job {job_id} already ended ({job.status})")
         fresh = await svc.store.jobs.whatif_job(conn, job_id, caller.user_id)
+    await judge.cancel_tasks(svc, judging, headers(caller.user_id, authorization))
     assert fresh is not None
-    return job_json(fresh)
+    async with svc.connection() as conn:
+        return await judged_job(svc, conn, fresh, await svc.store.replay.calls_of_jobs(conn, [job_id]))

@@ -1,13 +1,15 @@
-"""The judge: a kagent agent asked, over A2A as the caller, which of two continuations of an experiment's
-conversation is better, blind (blind.py), each pair twice with A and B swapped. A judgment is a job of the
-runner, as a branch is: its row has a runner and a heartbeat, another replica takes it over when its runner
-goes silent, and each of its calls is stamped sent before it is sent, so that no call is ever sent twice.
+"""The judge: a kagent agent asked, over A2A as the caller, which of two continuations of an experiment's (or a
+what-if's: an experiment of one agent, its judgment keyed on its job) conversation is better, blind (blind.py), each
+pair twice with A and B swapped. A judgment is a job of the runner, as a branch is: its row has a runner and a
+heartbeat, another replica takes it over when its runner goes silent, and each of its calls is stamped sent before it
+is sent, so that no call is ever sent twice.
 
 What is judged: each completed branch's whole continuation against the source's own continuation of the same
 span, and, with several agents, each pair of agents' branches of the same repeat. A judgment asked for at the
 start waits (`waiting`) until the experiment's branches all ended; `Runner.finish` then runs it. One asked for
 later (`POST /api/experiments/{id}/judge`) is planned at once: its messages are built, gated and written with
-it. The numbers are verdict.py's; the grid shows them.
+it. A what-if's judgment waits for its one job, and judges its one pair (its branch against the source). The
+numbers are verdict.py's; the grid (and a what-if's job) shows them.
 """
 
 from __future__ import annotations
@@ -29,12 +31,11 @@ from service.agents import a2a_client
 from service.agents.replay import blind
 from service.agents.replay.answerers import agent
 from service.agents.replay.steady import steady
-from service.agents.replay.terms import JudgeRef, checked_agent_ref
+from service.agents.replay.terms import JobSpan, JudgeRef, Spanned, checked_agent_ref
 from service.branches import transcript
 from service.errors import ServiceError, Unprocessable
 from service.kagent import dialects
 from service.kagent.store.base import Connection
-from service.kagent.store.experiments import ExperimentRow
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.judgments import JudgeCall, JudgmentRow
 from service.operations import plan as fork_plan
@@ -54,7 +55,7 @@ ENDED = {"completed", "failed", "canceled", "rejected", "input-required", "auth-
 
 
 class JudgeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`judge` of an experiment's start, and the body of POST /api/experiments/{id}/judge."""
+    """`judge` of a what-if's or an experiment's start, and the body of POST /api/experiments/{id}/judge."""
 
     agent: Text
     # Blank criteria add nothing (the default ones stand); NUL cannot be stored.
@@ -71,18 +72,20 @@ class NotOurs(Exception):
 class Host(Protocol):
     svc: Services
     id: str
-    wakeups: dict[str, asyncio.Event]  # a running judgment's, by its experiment: a branch of it ended
+    wakeups: dict[str, asyncio.Event]  # a running judgment's, by what it judges: a branch of it ended
 
     @property
     def slots(self) -> asyncio.Semaphore: ...
 
 
 def judgment_row(
-    experiment_id: str, user_id: str, spec: JudgeRef | JudgeSpec, card: a2a_client.Card | None, dialect: str,
-    status: str, runner: str, judgment_id: str | None = None,
+    experiment_id: str | None, user_id: str, spec: JudgeRef | JudgeSpec, card: a2a_client.Card | None, dialect: str,
+    status: str, runner: str, judgment_id: str | None = None, *, job_id: str | None = None,
 ) -> JudgmentRow:  # fmt: skip
+    """A judgment of an experiment (`experiment_id`), or of a what-if (`job_id`: its job)."""
     return JudgmentRow(
-        id=judgment_id or str(uuid.uuid4()), experiment_id=experiment_id, user_id=user_id, judge_agent_ref=spec.agent,
+        id=judgment_id or str(uuid.uuid4()), experiment_id=experiment_id, job_id=job_id, user_id=user_id,
+        judge_agent_ref=spec.agent,
         judge_card=_encoder.encode(dataclasses.asdict(card)).decode() if card is not None else None,
         criteria=spec.criteria, dialect=dialect, status=status, runner=runner, error=None, created_at=datetime.min,
         finished_at=None,
@@ -133,7 +136,7 @@ class Texts:
     branches: dict[str, str] = field(default_factory=dict)
 
 
-async def read_texts(svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob], known: Texts) -> None:
+async def read_texts(svc: Services, conn: Connection, row: Spanned, jobs: list[WhatifJob], known: Texts) -> None:
     """The texts `known` lacks for these branches, as the transcript reads them (the one reader), in one
     snapshot. A branch's continuation is its fork's turns since its job was written, read from then on (the
     fork's copied turns keep the source's times)."""
@@ -146,7 +149,7 @@ async def read_texts(svc: Services, conn: Connection, row: ExperimentRow, jobs: 
                 or (row.rewind_before_task_id and t.task_id == row.rewind_before_task_id)
             ]  # fmt: skip
             if not keys:
-                raise Unprocessable("the experiment's first turn is no longer in the source's transcript")
+                raise Unprocessable("the replay's first turn is no longer in the source's transcript")
             known.before = blind.turns_text(source[: keys[0]], numbered=False)
             known.source = blind.turns_text(source[keys[0] : keys[0] + row.turns])
         for j in jobs:
@@ -160,7 +163,7 @@ async def read_texts(svc: Services, conn: Connection, row: ExperimentRow, jobs: 
 
 
 async def plan(
-    svc: Services, conn: Connection, row: ExperimentRow, jobs: list[WhatifJob], judgment_id: str, criteria: str | None,
+    svc: Services, conn: Connection, row: Spanned, jobs: list[WhatifJob], judgment_id: str, criteria: str | None,
     *, planned: frozenset[int] = frozenset(), known: Texts | None = None,
 ) -> list[JudgeCall]:  # fmt: skip
     """The calls of the pairs whose branches completed and that are not `planned` yet: each pair twice, A and B
@@ -206,10 +209,17 @@ async def _advance(host: Host, judgment: JudgmentRow, known: Texts) -> tuple[lis
     svc = host.svc
 
     async def step(conn: Connection, _: bool) -> tuple[list[JudgeCall], bool]:
-        row = await svc.store.experiments.experiment(conn, judgment.experiment_id, judgment.user_id)
-        if row is None:
-            return [], True
-        jobs = await svc.store.experiments.branches(conn, row.id)
+        row: Spanned
+        if judgment.job_id is not None:  # a what-if's: its one job
+            job = await svc.store.jobs.whatif_job(conn, judgment.job_id, judgment.user_id)
+            if job is None:
+                return [], True
+            row, jobs, finished = JobSpan.of(job), [job], job.finished_at
+        else:
+            found = await svc.store.experiments.experiment(conn, judgment.judged, judgment.user_id)
+            if found is None:
+                return [], True
+            row, jobs, finished = found, await svc.store.experiments.branches(conn, found.id), found.finished_at
         calls = await svc.store.judgments.calls(conn, judgment.id)
         planned = frozenset(c.ordinal for c in calls)
         began = time.perf_counter()
@@ -219,7 +229,7 @@ async def _advance(host: Host, judgment: JudgmentRow, known: Texts) -> tuple[lis
             calls = await svc.store.judgments.calls(conn, judgment.id)
             took = round((time.perf_counter() - began) * 1000)
             log.info("judgment %s: %d calls planned", judgment.id, len(new), extra={"duration_ms": took})
-        return calls, row.finished_at is not None
+        return calls, finished is not None
 
     return await _db(svc, judgment, step)
 
@@ -229,7 +239,7 @@ async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
     at once, the runner's slots), woken when one of its branches ends on this runner, beating meanwhile; ended
     once its experiment ended and every call was answered."""
     svc = host.svc
-    wake = host.wakeups.setdefault(judgment.experiment_id, asyncio.Event())
+    wake = host.wakeups.setdefault(judgment.judged, asyncio.Event())
     judge = agent(svc, judgment.judge_agent_ref, judgment.dialect, hdrs, svc.settings.whatif_timeout_seconds)
     known, work = Texts(), dict[int, "asyncio.Future[Any]"]()
     try:
@@ -266,8 +276,8 @@ async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
     finally:
         for task in work.values():
             task.cancel()
-        if host.wakeups.get(judgment.experiment_id) is wake:
-            del host.wakeups[judgment.experiment_id]
+        if host.wakeups.get(judgment.judged) is wake:
+            del host.wakeups[judgment.judged]
 
 
 async def _finish(svc: Services, judgment: JudgmentRow, status: str, error: str | None) -> None:

@@ -83,7 +83,7 @@ class Runner:
     _sweeper: asyncio.Task[None] | None = None
     _slots: asyncio.Semaphore | None = None
     _chores: set[asyncio.Task[None]] = field(default_factory=set)
-    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # judge.run's, by experiment
+    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # judge.run's, by what it judges
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -226,8 +226,8 @@ class Runner:
 
     async def finish(self, job: WhatifJob, status: str, error: str | None, hdrs: dict[str, str] | None = None) -> None:
         """End the job (in its own transaction) with what the agent wrote into the fork since it began, its
-        sent turns closed; then its experiment, when it was the last branch running; then its judgment is
-        told (`_judge`)."""
+        sent turns closed; then its experiment, when it was the last branch running; then its judgment (its
+        experiment's, or a what-if's own) is told (`_judge`)."""
         svc = self.svc
 
         async def step(conn: Connection, _: bool) -> tuple[datetime | None, str | None]:
@@ -250,20 +250,23 @@ class Runner:
                 "what-if %s", status,
                 extra={"action": "whatif", "job_id": job.id, "outcome": status, "duration_ms": round(took * 1000)},
             )  # fmt: skip
-        if job.experiment_id is not None and ended is not None:
+        if ended is not None:
             await self._judge(job, hdrs)
 
     async def _judge(self, job: WhatifJob, hdrs: dict[str, str] | None) -> None:
         """A branch ended: its experiment's judgment, running here, is woken to judge its pairs; one that waits
-        is run (by this runner, as the caller: `hdrs`, the start's, when this runner started the branch)."""
-        assert job.experiment_id is not None
-        experiment_id = job.experiment_id
-        if (wake := self.wakeups.get(experiment_id)) is not None:
+        is run (by this runner, as the caller: `hdrs`, the start's, when this runner started the branch). A
+        what-if's job is its own branch: its judgment (keyed on the job) waits for it alone."""
+        store, judged = self.svc.store.judgments, job.experiment_id or job.id
+        if (wake := self.wakeups.get(judged)) is not None:
             wake.set()
             return
         waiting = await steady(
-            self.svc, lambda conn, _: self.svc.store.judgments.start_waiting(conn, experiment_id, self.id), "judgments"
-        )
+            self.svc,
+            lambda conn, _: store.start_waiting(conn, judged, self.id) if job.experiment_id
+            else store.start_waiting_job(conn, judged, self.id),
+            "judgments",
+        )  # fmt: skip
         for judgment in waiting:
             self.launch_judgment(judgment, hdrs or headers(job.user_id, None))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 from msgspec import Meta
@@ -15,6 +15,7 @@ from msgspec import Meta
 from service.agents.replay.tools import Reads, ToolsField, policy_of
 from service.errors import BadRequest, Unprocessable
 from service.kagent import dialects
+from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.sessions import SessionRow
 from service.schemas import VISIBLE_NO_NUL
 
@@ -66,7 +67,7 @@ def agent_ref_of(agent_id: str) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class JudgeRef:
-    """The judge an experiment's start names: a kagent agent, and the caller's criteria (judge.py)."""
+    """The judge a what-if's or an experiment's start names: a kagent agent, and the caller's criteria (judge.py)."""
 
     agent: str
     criteria: str | None = None
@@ -93,7 +94,7 @@ class Replay:
     tools: ToolsField | None = None  # what the arms' tools do, as asked (None: the start decides, tools.decide)
     reads: Reads | None = None  # the contract's `reads` beside `tools`
     dry_run: bool = False  # say what would run (the arms' tools by class), write nothing
-    judge: JudgeRef | None = None  # an experiment's judge: (agent, criteria)
+    judge: JudgeRef | None = None  # the judge: (agent, criteria)
 
     def checked(self) -> None:
         """The request's own words, refused before anything is read (422, as the contract asks): the agents
@@ -160,3 +161,38 @@ class Span:
     def agent_ref(self) -> str | None:
         """The source's own agent, when its agent_id spells one."""
         return agent_ref_of(self.source.agent_id) if self.source.agent_id else None
+
+
+class Spanned(Protocol):
+    """What a judged replay re-asked: its source, the turn it starts from, how many turns (an experiment's row;
+    a what-if's job, read as `JobSpan`)."""
+
+    @property
+    def source_session_id(self) -> str: ...
+    @property
+    def source_user_id(self) -> str: ...
+    @property
+    def rewind_before_invocation_id(self) -> str | None: ...
+    @property
+    def rewind_before_task_id(self) -> str | None: ...
+    @property
+    def turns(self) -> int: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpan:
+    """A what-if's job as a `Spanned`: its source, its first turn, its turns."""
+
+    source_session_id: str
+    source_user_id: str
+    rewind_before_invocation_id: str | None
+    rewind_before_task_id: str | None
+    turns: int
+
+    @classmethod
+    def of(cls, job: WhatifJob) -> JobSpan:
+        return cls(
+            source_session_id=job.parent_session_id, source_user_id=job.parent_user_id,
+            rewind_before_invocation_id=job.rewind_before_invocation_id,
+            rewind_before_task_id=job.rewind_before_task_id, turns=job.turns_total,
+        )  # fmt: skip

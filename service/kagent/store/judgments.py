@@ -1,5 +1,5 @@
-"""Judgments of experiments: their rows (a job of the runner: runner, heartbeat, takeover), their calls to the
-judge (each sent once), and people's blind votes on the same pairs."""
+"""Judgments of experiments and of what-ifs (keyed on the job: migration 0019): their rows (a job of the runner:
+runner, heartbeat, takeover), their calls to the judge (each sent once), and people's blind votes on the same pairs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from service.kagent.store.base import Connection, Queries
 @dataclass(frozen=True, kw_only=True)
 class JudgmentRow:
     id: str
-    experiment_id: str
+    experiment_id: str | None  # exactly one of experiment_id and job_id is set (a what-if's judgment: its job)
     user_id: str
     judge_agent_ref: str
     judge_card: str | None  # JSON
@@ -23,6 +23,14 @@ class JudgmentRow:
     error: str | None
     created_at: datetime
     finished_at: datetime | None
+    job_id: str | None = None
+
+    @property
+    def judged(self) -> str:
+        """What it judges: its experiment's id, or its what-if's job id."""
+        subject = self.experiment_id or self.job_id
+        assert subject is not None
+        return subject
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,12 +68,16 @@ class Judgments:
     async def insert(self, conn: Connection, j: JudgmentRow) -> datetime:
         created: datetime = await conn.fetchval(
             self.q["insert_judgment"], j.id, j.experiment_id, j.user_id, j.judge_agent_ref, j.judge_card, j.criteria,
-            j.dialect, j.status, j.runner,
+            j.dialect, j.status, j.runner, j.job_id,
         )  # fmt: skip
         return created
 
     async def of_experiment(self, conn: Connection, experiment_id: str) -> list[JudgmentRow]:
         return [JudgmentRow(**dict(r)) for r in await conn.fetch(self.q["experiment_judgments"], experiment_id)]
+
+    async def of_job(self, conn: Connection, job_id: str) -> list[JudgmentRow]:
+        """A what-if's judgments, oldest first."""
+        return [JudgmentRow(**dict(r)) for r in await conn.fetch(self.q["job_judgments"], job_id)]
 
     async def calls(self, conn: Connection, judgment_id: str) -> list[JudgeCall]:
         return [JudgeCall(**dict(r)) for r in await conn.fetch(self.q["judge_calls"], judgment_id)]
@@ -79,6 +91,11 @@ class Judgments:
 
     async def start_waiting(self, conn: Connection, experiment_id: str, runner: str) -> list[JudgmentRow]:
         rows = await conn.fetch(self.q["judgment_start_waiting"], experiment_id, runner)
+        return [JudgmentRow(**dict(r)) for r in rows]
+
+    async def start_waiting_job(self, conn: Connection, job_id: str, runner: str) -> list[JudgmentRow]:
+        """The what-if's waiting judgment, taken to run now (its job ended)."""
+        rows = await conn.fetch(self.q["judgment_start_waiting_job"], job_id, runner)
         return [JudgmentRow(**dict(r)) for r in rows]
 
     async def heartbeat(self, conn: Connection, judgment_id: str, runner: str) -> bool:
@@ -114,6 +131,11 @@ class Judgments:
         """Which of these experiments have a judgment that waits or runs."""
         rows = await conn.fetch(self.q["experiments_being_judged"], experiment_ids)
         return {r["experiment_id"] for r in rows}
+
+    async def jobs_being_judged(self, conn: Connection, job_ids: list[str]) -> set[str]:
+        """Which of these what-if jobs have a judgment that waits or runs."""
+        rows = await conn.fetch(self.q["jobs_being_judged"], job_ids)
+        return {r["job_id"] for r in rows}
 
     async def vote(self, conn: Connection, experiment_id: str, v: Vote) -> None:
         await conn.execute(self.q["upsert_judge_vote"], experiment_id, v.user_id, v.left_job, v.right_job, v.winner)
