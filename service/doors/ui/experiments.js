@@ -347,7 +347,7 @@ function verdictSection(x) {
       el("ul", { class: "vote-lines" }, ...x.votes.lines.map((line) => el("li", { text: line }))));
   }
   if (x.status !== "running" && x.status !== "judging") {
-    const agent = el("input", { class: "judge-agent", autocomplete: "off", placeholder: "namespace/name", value: j ? j.judge_agent_ref : "" });
+    const agent = el("input", { class: "judge-agent", autocomplete: "off", list: "known-agents", placeholder: "namespace/name", value: j ? j.judge_agent_ref : "" });
     const criteria = el("input", { class: "judge-criteria", autocomplete: "off", placeholder: "what else to weigh (optional)" });
     const refusal = el("div", { class: "error judge-refusal" });
     const form = el("form", { class: "judge-form" },
