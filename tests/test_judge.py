@@ -102,6 +102,8 @@ def test_a_line_says_when_the_difference_is_within_chance() -> None:
     even = verdict.tally(["left", "right"])
     assert "more repeats would not settle" in verdict.line("a/b", "the source", even)
     assert verdict.dollars(0.012, 0.02) == "$0.012 against $0.020" and verdict.dollars(None, 0.02) == "money unknown"
+    assert verdict.dollars(0.000123, 0.0000456) == "$0.00012 against $0.000046"  # fractions of a cent, said
+    assert verdict.dollars(0.0, 0.001) == "$0.000 against $0.001"
 
 
 def test_pairs_agree_in_both_orders_or_tie() -> None:

@@ -187,18 +187,28 @@ async def test_an_experiment_on_the_demo_shows_two_agents_apart_priced_and_judge
         config = dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.2)
         async with AsyncTestClient(app=create_app(config, dsn)) as client:
             body = {"rewind_before_invocation_id": made[V1_SESSION][1], "turns": "all",
-                    "agents": ["kagent/k8s-agent", "kagent/thorough-agent"]}  # fmt: skip
+                    "agents": ["kagent/k8s-agent", "kagent/thorough-agent"],
+                    "judge": {"agent": "kagent/demo-judge"}}  # fmt: skip
             r = await client.post(f"/api/sessions/{V1_SESSION}/experiments", json=body, headers=ME)
             assert r.status_code == 202, r.text
             experiment_id = r.json()["data"]["experiment"]["id"]
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 90
             while (grid := (await client.get(f"/api/experiments/{experiment_id}", headers=ME)).json()["data"])[
                 "status"
-            ] == "running":
+            ] in ("running", "judging"):
                 assert time.monotonic() < deadline, grid
                 await asyncio.sleep(0.2)
         assert grid["status"] == "completed", grid
         plain, thorough = grid["branches"]
+        # judged by the demo judge, as a newcomer's experiment from the page is: every pair answered in both
+        # orders, and between the two agents the one that needed fewer tool calls wins
+        judgment = grid["judgment"]
+        assert judgment["status"] == "completed", judgment
+        assert all(p["outcome"] in ("left", "right", "tie") for p in judgment["pairs"]), judgment["pairs"]
+        (between,) = [p for p in judgment["pairs"] if p["left_job_id"] is not None]
+        fewer = "left" if between["left_job_id"] == plain["job_id"] else "right"
+        assert between["outcome"] == fewer and between["consistent"] is True, between
+        assert any(line.startswith("kagent/thorough-agent") for line in judgment["lines"]), judgment["lines"]
         assert plain["turns"][0]["answer"] == thorough["turns"][0]["answer"]  # Berlin's weather, word for word
         assert plain["turns"][1]["answer"] != thorough["turns"][1]["answer"]  # the comparison, answered otherwise
         assert (plain["totals"]["tool_calls"], thorough["totals"]["tool_calls"]) == (1, 6)

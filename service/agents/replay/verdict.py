@@ -170,4 +170,12 @@ def dollars(subject: float | None, opponent: float | None) -> str:
     """'$0.012 against $0.020', 'money unknown' when either side's cost is not known (never a guess)."""
     if subject is None or opponent is None:
         return "money unknown"
-    return f"${subject:.3f} against ${opponent:.3f}"
+    return f"{usd(subject)} against {usd(opponent)}"
+
+
+def usd(amount: float) -> str:
+    """Dollars to a tenth of a cent, and a small amount to its first two digits ($0.00012, not $0.000: a demo's or
+    a short turn's price is fractions of a cent, and $0.000 against $0.000 would say nothing)."""
+    if amount <= 0 or amount >= 0.001:
+        return f"${amount:.3f}"
+    return f"${amount:.{1 - math.floor(math.log10(amount))}f}"
