@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -483,14 +487,10 @@ async def test_mcp_starts_a_judged_experiment_reads_its_verdict_and_judges_it_ag
             assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
 
 
-def test_the_cli_judges_an_experiment_and_judges_it_again(
-    database_url: str,
-    agents: tuple[str, Seen],  # noqa: F811
-) -> None:
-    import os
-    import subprocess
-    import sys
-
+def cli_on_a_new_conversation(
+    database_url: str, a2a_url: str
+) -> tuple[Any, Callable[..., subprocess.CompletedProcess[str]]]:
+    """A two-turn conversation of a new user, and the CLI run as that user on the test's database and agents."""
     from tests.helpers import new_user
     from tests.support.conversations import build_conversation, insert_conversation
 
@@ -503,7 +503,6 @@ def test_the_cli_judges_an_experiment_and_judges_it_again(
             await conn.close()
         return conv
 
-    a2a_url, _ = agents
     conv = asyncio.run(seeded())
     env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": a2a_url}
 
@@ -512,6 +511,15 @@ def test_the_cli_judges_an_experiment_and_judges_it_again(
             [sys.executable, "-m", "service", *args, "--user", conv.user_id], env=env, capture_output=True,
             text=True, timeout=120, check=False,
         )  # fmt: skip
+
+    return conv, run
+
+
+def test_the_cli_judges_an_experiment_and_judges_it_again(
+    database_url: str,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    conv, run = cli_on_a_new_conversation(database_url, agents[0])
 
     done = run("experiment", conv.session_id, "--before", conv.invocation_ids[1], "--agent", ref(MARKER_AGENT),
                "--judge", ref(JUDGE), "--criteria", "Be strict.", "--wait", "--json")  # fmt: skip

@@ -22,7 +22,7 @@ from tests.helpers import caller_fingerprint, seed
 from tests.support.a2a_agent import JUDGE, MARKER, MARKER_AGENT, NAMESPACE, SLOW, SLOW_JUDGE, V1, Seen
 from tests.support.classified_tools import classified_servers
 from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
-from tests.test_judge import sides_of
+from tests.test_judge import cli_on_a_new_conversation, sides_of
 from tests.test_whatif import service, whatif_settings
 
 OVER = ("running", "judging")
@@ -274,31 +274,7 @@ def test_the_cli_starts_a_judged_whatif_and_waits_for_its_verdict(
     database_url: str,
     agents: tuple[str, Seen],  # noqa: F811
 ) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from tests.helpers import new_user
-    from tests.support.conversations import build_conversation, insert_conversation
-
-    async def seeded() -> Any:
-        conv = build_conversation(user_id=new_user(), dialect="v1", turns=2)
-        conn = await asyncpg.connect(database_url)
-        try:
-            await insert_conversation(conn, conv, schema_version_ok=False)
-        finally:
-            await conn.close()
-        return conv
-
-    a2a_url, _ = agents
-    conv = asyncio.run(seeded())
-    env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": a2a_url}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "service", *args, "--user", conv.user_id], env=env, capture_output=True,
-            text=True, timeout=120, check=False,
-        )  # fmt: skip
+    conv, run = cli_on_a_new_conversation(database_url, agents[0])
 
     common = ("whatif", conv.session_id, "--before", conv.invocation_ids[1], "--agent", ref(MARKER_AGENT),
               "--judge", ref(JUDGE), "--criteria", "Be strict.", "--wait")  # fmt: skip
