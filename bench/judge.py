@@ -32,7 +32,6 @@ from typing import Any
 
 import httpx
 import uvicorn
-from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers.default_request_handler_v2 import DefaultRequestHandlerV2
@@ -44,6 +43,7 @@ from starlette.applications import Starlette
 
 from bench.generate import SessionSpec, insert_session
 from bench.run import DEFAULT_SERVER, HEADERS, Service, bench_database, machine, phase
+from service.embedded.scripted_agent import open_turn
 
 JUDGE = "kagent/bench-judge"
 AGENTS = ["kagent/k8s-agent", "kagent/scripted-agent"]  # service.embedded.scripted_agent.AGENTS
@@ -59,15 +59,7 @@ class BenchJudge(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id and context.message
         began = time.time()
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        if context.current_task is None:
-            message = a2a.Message()
-            message.CopyFrom(context.message)
-            message.task_id, message.context_id = context.task_id, context.context_id
-            await event_queue.enqueue_event(
-                new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
-            )
-        await updater.start_work()
+        updater = await open_turn(context, event_queue)
         await asyncio.sleep(self.think)
         verdict = json.dumps({"winner": "tie", "reason": "the bench judge has no preference"})
         await updater.add_artifact([a2a.Part(text=f"Compared.\n{verdict}")])

@@ -161,6 +161,23 @@ class Pool:
         return await asyncpg.connect(self.dsn)
 
 
+async def open_turn(context: RequestContext, event_queue: EventQueue) -> TaskUpdater:
+    """A turn's task as kagent's runtimes open one: a new turn first enqueues its task (`submitted`, the user's
+    message in its history), then every turn is marked working. The test agents and the bench's judge open their
+    turns here too."""
+    assert context.task_id and context.context_id and context.message
+    updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+    if context.current_task is None:
+        message = a2a.Message()
+        message.CopyFrom(context.message)
+        message.task_id, message.context_id = context.task_id, context.context_id
+        await event_queue.enqueue_event(
+            new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
+        )
+    await updater.start_work()
+    return updater
+
+
 class ScriptedTurn(AgentExecutor):
     """One turn: the user's event, the scripted tool call and its result, the answer; into `event`."""
 
@@ -171,15 +188,7 @@ class ScriptedTurn(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id and context.message
         user = _user(context.call_context)
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        if context.current_task is None:  # a new turn: the task first, then its updates
-            message = a2a.Message()
-            message.CopyFrom(context.message)
-            message.task_id, message.context_id = context.task_id, context.context_id
-            await event_queue.enqueue_event(
-                new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
-            )
-        await updater.start_work()
+        updater = await open_turn(context, event_queue)
         question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
         step = self.script(question)
         invocation = f"e-{uuid.uuid4()}"

@@ -56,6 +56,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from service.embedded.scripted_agent import open_turn
 from tests.support.live_server import live_server
 
 NAMESPACE = "kagent"
@@ -124,15 +125,7 @@ class TurnWriter(AgentExecutor):
         self.seen.headers.append(dict(context.call_context.state.get("headers", {})))
         self.seen.messages.append(context.message)
         user = context.call_context.state.get("headers", {}).get("x-user-id", "admin@kagent.dev")
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        if context.current_task is None:  # a new turn: the task first, then its updates
-            message = a2a.Message()
-            message.CopyFrom(context.message)
-            message.task_id, message.context_id = context.task_id, context.context_id
-            await event_queue.enqueue_event(
-                new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
-            )
-        await updater.start_work()
+        updater = await open_turn(context, event_queue)
         invocation = f"e-{uuid.uuid4()}"
         question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
         await self._write(context.context_id, user, [_user_event(invocation, question)])
@@ -191,15 +184,7 @@ class JudgeWriter(AgentExecutor):
         text = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
         self.seen.judged.append((context.context_id, text))
         self.seen.headers.append(dict(context.call_context.state.get("headers", {})))
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        if context.current_task is None:
-            message = a2a.Message()
-            message.CopyFrom(context.message)
-            message.task_id, message.context_id = context.task_id, context.context_id
-            await event_queue.enqueue_event(
-                new_task(context.task_id, context.context_id, a2a.TASK_STATE_SUBMITTED, history=[message])
-            )
-        await updater.start_work()
+        updater = await open_turn(context, event_queue)
         if self.mode == "slow":
             self.seen.running.add(context.task_id)
             try:  # until released, or this task is cancelled (the others stay held)
