@@ -5,6 +5,7 @@ with the map built (docs/turn-map.md, "The first touch")."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -15,16 +16,17 @@ import msgspec
 import pytest
 
 from bench.generate import SessionSpec, insert_session
+from service.branches import turns
 from service.config import Settings
 from service.identity import Caller
-from service.kagent import turn_map
+from service.kagent import dialects, turn_map
 from service.kagent.migrate import migrate
 from service.kagent.store import Store
 from service.kagent.store.base import NOT_JSON_ERRORS
 from service.operations import copying, forking
 from service.schemas import ForkRequest
 from service.services import Services
-from tests.conftest import create_database, drop_database
+from tests.conftest import SAMPLES, create_database, drop_database
 from tests.helpers import seed
 from tests.support import answers as reading
 from tests.test_server_copy import event_rows, task_rows
@@ -132,6 +134,74 @@ async def test_a_long_session_first_touch_answers_as_with_the_map(
     for limit in (7, 100):
         await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
     await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, s.invocation_ids[108]))
+
+
+async def test_a_first_page_reads_only_the_tasks_that_can_change_it_and_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing decodes only the tasks whose text could carry a turn of the page or a turn the events do not
+    show (dialects.invocation_id_candidates). Tasks that test each way around it: a turn only a task shows (early:
+    it takes a place in the first page), the last task carrying the first turn too (a merged task: the first
+    turn's task ids and chat marks must count it), and a task whose text holds a \\u escape (its text cannot
+    tell). Every page of every size answers as with the map, and fewer tasks are decoded than the session has."""
+    conv = await seed(svc.pool, dialect="v1", turns=6, tool_calls=True)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    first, last = conv.invocation_ids[0], conv.invocation_ids[-1]
+    async with svc.pool.acquire() as conn:
+        tasks = await conn.fetch("SELECT id, created_at, data FROM task WHERE session_id = $1 ORDER BY created_at", sid)
+        assert len(tasks) == len(conv.invocation_ids)
+        only = msgspec.json.decode(tasks[1]["data"].replace(conv.invocation_ids[1], "e-only-a-task-shows"))
+        only["id"] = str(uuid.uuid4())
+        await conn.execute(
+            "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+            "SELECT $1, $2, $2, $3, session_id, protocol_version, user_id FROM task WHERE id = $4",
+            only["id"], conv.turns[0].started_at + timedelta(microseconds=1), msgspec.json.encode(only).decode(),
+            tasks[1]["id"],
+        )  # fmt: skip
+        merged = msgspec.json.decode(tasks[-1]["data"])
+        merged["artifacts"] = [*msgspec.json.decode(tasks[0]["data"])["artifacts"], *merged["artifacts"]]
+        escaped = msgspec.json.decode(tasks[2]["data"])
+        escaped["metadata"] = {**escaped.get("metadata", {}), "note": "café"}
+        for task_id, text in (
+            (tasks[-1]["id"], msgspec.json.encode(merged).decode()),
+            (tasks[2]["id"], json.dumps(escaped)),
+        ):
+            await conn.execute("UPDATE task SET data = $2 WHERE id = $1", task_id, text)  # json.dumps: the \\u escape
+    assert "\\u00e9" in json.dumps(escaped)
+    assert [
+        dialects.invocation_id_candidates(t) is None for t in (msgspec.json.encode(only).decode(), json.dumps(escaped))
+    ] == [False, True]
+    decoded: list[str] = []
+    carried = dialects.invocation_ids
+    monkeypatch.setattr(dialects, "invocation_ids", lambda task: decoded.append(task.get("id")) or carried(task))
+    for limit in (1, 2, 3, 100):
+        await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
+    decoded.clear()
+    await _forget(svc, sid, owner)
+    page = await turns.invocations(svc, caller, sid, limit=2)
+    assert [t.invocation_id for t in page.items] == [first, "e-only-a-task-shows"]
+    assert tasks[-1]["id"] in page.items[0].task_ids  # the merged task, read although its own turn is the last
+    assert tasks[3]["id"] not in decoded  # a task of later turns only: not decoded
+    assert last not in [t.invocation_id for t in page.items]
+
+
+def test_the_candidates_of_a_task_hold_every_invocation_it_carries() -> None:
+    """invocation_id_candidates never misses an invocation invocation_ids reads, whatever the text's spacing,
+    and gives up (None) where the text could hide one (a \\u escape, a value holding an escape)."""
+    quoted = {"text": 'invocation_id": "no"'}
+    history = [{"metadata": {"kagent_invocation_id": "e-2"}}]
+    task = {"id": "t", "metadata": {"adk_invocation_id": "e-1"}, "history": history,
+            "artifacts": [{"metadata": {"adk_invocation_id": "e-3"}, "parts": [quoted]}]}  # fmt: skip
+    for text in (json.dumps(task), json.dumps(task, indent=2), msgspec.json.encode(task).decode()):
+        candidates = dialects.invocation_id_candidates(text)
+        assert candidates is not None and set(dialects.invocation_ids(dialects.decode(text))) <= candidates
+        assert "no" not in candidates  # a quote inside a string is escaped: never taken for a key
+    assert dialects.invocation_id_candidates('{"metadata": {"adk_invocation_id": "e-\\"1"}}') is None
+    assert dialects.invocation_id_candidates('{"metadata": {"adk_invocation\\u005fid": "e-1"}}') is None
+    for sample in ("a2a_task.json", "a2a_task_v0_3.json"):
+        text = (SAMPLES / sample).read_text()
+        candidates = dialects.invocation_id_candidates(text)
+        assert candidates is None or set(dialects.invocation_ids(dialects.decode(text))) <= candidates
 
 
 # Rows that are not JSONB, each placed inside the second turn: text that is not JSON, and JSON that JSONB

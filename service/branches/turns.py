@@ -13,7 +13,7 @@ from service.errors import BadRequest
 from service.identity import Caller, visible_session
 from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
-from service.kagent.store.events import EventTurn
+from service.kagent.store.events import EventHead, EventTurn
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import MapTurn
@@ -108,44 +108,130 @@ def _carried(row: TaskRow) -> _Carried | None:
                     carried=dialects.invocation_ids(data))  # fmt: skip
 
 
-async def _adk_order(svc: Services, conn: Connection, source: SessionRow) -> tuple[dict[str, TurnInfo], list[str]]:
-    """Every turn of an ADK session as turn_index makes it but for what only a page needs (its chat marks, and its
-    user text when its events have none: `_with_page_tasks`), and the task ids in the order read. The events are
-    read on a second connection in the same snapshot while the tasks are read here (each side reads all of the
-    session's rows of its table: at once, on two cores)."""
+@dataclass(frozen=True, kw_only=True)
+class _Scanned:
+    """A task as the listing first reads it, without decoding it: the invocation ids its text could carry
+    (dialects.invocation_id_candidates; None: only decoding it tells, as for a protocol_version unknown here)."""
+
+    id: str
+    candidates: set[str] | None
+
+
+def _scanned(row: TaskRow) -> _Scanned:
+    known = dialects.TaskDialect.of(row.protocol_version) is not None
+    return _Scanned(id=row.id, candidates=dialects.invocation_id_candidates(row.data) if known else None)
+
+
+def _wanted(heads: list[EventHead], after: str | None, limit: int) -> set[str] | None:
+    """The event turns a page could hold: the `limit` first after `after` (turns only tasks show may take some
+    of their places, never bring others in). None: `after` names no turn of the events, so every task is read."""
+    start = 0
+    if after is not None:
+        index = next((i for i, h in enumerate(heads) if h.invocation_id == after), None)
+        if index is None:
+            return None
+        start = index + 1
+    return {h.invocation_id for h in heads[start : start + limit]}
+
+
+def _needed(task: _Scanned, events: Container[str], wanted: set[str] | None) -> bool:
+    """Whether a task can change the page: it may carry a wanted turn, or a turn the events do not show
+    (a turn only tasks show, which takes a place in the order). Any other task only completes turns the
+    page does not hold."""
+    if task.candidates is None or wanted is None:
+        return True
+    return any(c in wanted or c not in events for c in task.candidates)
+
+
+async def _adk_page(
+    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
+) -> Page:
+    """A page of an ADK session read from kagent's rows, as `ordered_turns` orders them. The events' pass
+    (event_heads: every turn's first and last time and its events) runs on a second connection in the same
+    snapshot while the tasks' texts are scanned here (each side reads all of the session's rows of its table:
+    at once, on two cores). Then, also at once: the user texts of the turns the page could hold (event_texts)
+    there, and here the tasks that can change the page, read again and decoded (the others only complete
+    turns the page does not hold)."""
     store, sid, owner = svc.store, source.id, source.user_id
     async with copying.snapshot_reader(svc, conn, wanted=True) as reader:
-        events = asyncio.ensure_future(store.events.event_turns(reader or conn, sid, owner))
+        events = reader or conn
+        heads_read = asyncio.ensure_future(store.events.event_heads(events, sid, owner))
+        texts_read: asyncio.Future[dict[str, str]] | None = None
         try:
             if reader is None:
-                await asyncio.wait((events,))  # one connection: the events first
-            read = [c async for row in store.tasks.stream_tasks_before(conn, sid, owner, None) if (c := _carried(row))]
-            turns = {t.invocation_id: _turn_info(t) for t in await events}
+                await asyncio.wait((heads_read,))  # one connection: the events first
+            scanned = [_scanned(row) async for row in store.tasks.stream_tasks_before(conn, sid, owner, None)]
+            heads = await heads_read
+            by_id = {h.invocation_id: h for h in heads}
+            wanted = _wanted(heads, after, limit)
+            if wanted is not None and reader is not None:
+                texts_read = asyncio.ensure_future(store.events.event_texts(reader, sid, owner,
+                                                                            [by_id[i] for i in wanted]))  # fmt: skip
+            rank = {t.id: i for i, t in enumerate(scanned) if _needed(t, by_id, wanted)}
+            fetched = await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []
+            rows = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
+                    for r in sorted(fetched, key=lambda r: rank[r.id])]  # in the order scanned  # fmt: skip
+            page, start, total = _page_of(heads, [c for row in rows if (c := _carried(row))], limit, after)
+            wanted_texts = await texts_read if texts_read is not None else None
         finally:
-            await copying.cancelled(events)
-    for task in read:
+            if texts_read is not None:
+                await copying.cancelled(texts_read)
+            await copying.cancelled(heads_read)
+    texts = wanted_texts
+    if texts is None:
+        texts = await store.events.event_texts(conn, sid, owner, [by_id[t.invocation_id] for t in page
+                                                                   if t.invocation_id in by_id])  # fmt: skip
+    for turn in page:
+        turn.user_text = texts.get(turn.invocation_id) if turn.invocation_id in by_id else None
+    _with_page_tasks(page, rows)
+    return Page(items=[_item(t, framework) for t in page], last=start + limit >= total)
+
+
+def _page_of(
+    heads: list[EventHead], tasks: list[_Carried], limit: int, after: str | None
+) -> tuple[list[TurnInfo], int, int]:
+    """The page's turns (with their tasks and states), where it starts, and how many turns there are: the turns
+    of `heads` (in order) and those only `tasks` show (at their first task's time), ordered as `ordered_turns`
+    sorts them (by start, the events' turns first among equals). A TurnInfo is made only for the page's turns."""
+    index = {h.invocation_id: i for i, h in enumerate(heads)}
+    order = [(h.started_at, i, h.invocation_id) for i, h in enumerate(heads)]
+    only_tasks: dict[str, TurnInfo] = {}
+    carrying: dict[str, list[_Carried]] = {}
+    for task in tasks:
         for invocation_id in task.carried:
-            turn = turns.setdefault(invocation_id, TurnInfo(invocation_id=invocation_id, started_at=task.created_at))
+            carrying.setdefault(invocation_id, []).append(task)
+            if invocation_id not in index and invocation_id not in only_tasks:
+                only_tasks[invocation_id] = TurnInfo(invocation_id=invocation_id, started_at=task.created_at)
+                order.append((task.created_at, len(order), invocation_id))
+    order.sort()
+    keys = [key for _, _, key in order]
+    start = _start_of(keys, after)
+    page = []
+    for key in keys[start : start + limit]:
+        turn = only_tasks.get(key)
+        if turn is None:
+            head = heads[index[key]]
+            turn = TurnInfo(invocation_id=key, started_at=head.started_at, event_count=head.event_count)
+        for task in carrying.get(key, []):
             if task.id not in turn.task_ids:
                 turn.task_ids.append(task.id)
             if turn.task_id is None:
                 turn.task_id, turn.state = task.id, task.state
-    return turns, [task.id for task in read]
+        page.append(turn)
+    return page, start, len(keys)
 
 
-async def _with_page_tasks(
-    svc: Services, conn: Connection, source: SessionRow, page: list[TurnInfo], order: list[str]
-) -> None:
+def _with_page_tasks(page: list[TurnInfo], rows: list[TaskRow]) -> None:
     """The page's turns completed as `_complete` completes them (each one's chat marks from every task carrying
-    it, its user text from its tasks when its events have none), the page's tasks read again by id, in `order`."""
+    it, its user text from its tasks when its events have none), from `rows` (every task carrying a page's
+    turn among them), in the order read."""
     wanted = {t.invocation_id: t for t in page}
-    rank = {task_id: index for index, task_id in enumerate(order)}
-    ids = sorted({task_id for t in page for task_id in t.task_ids})
-    rows = await svc.store.turn_maps.tasks_by_id(conn, source.id, source.user_id, ids)
-    for row in sorted(rows, key=lambda r: rank[r.id]):
-        data = dialects.decode(row.data)  # JSON: `_carried` read it
-        dialect = plan.dialect_of(TaskRow(id=row.id, created_at=row.created_at, protocol_version=row.protocol_version,
-                                          data=""))  # fmt: skip
+    for row in rows:
+        try:
+            data = dialects.decode(row.data)
+        except dialects.TaskFormatError:
+            continue  # skipped, as `_carried` skipped it
+        dialect = plan.dialect_of(row)
         marks = dialects.chat_marks(data, dialect)
         for invocation_id in dialects.invocation_ids(data):
             turn = wanted.get(invocation_id)
@@ -282,28 +368,29 @@ def _mapped(t: MapTurn) -> TurnInfo:
 async def _read_page(
     svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
 ) -> Page:
-    """A page read from kagent's rows: all of them, sorted (an ADK session's chat marks, and its tasks' user texts,
-    only for the page's turns)."""
-    order = None
+    """A page read from kagent's rows: all of them, sorted."""
     if framework in ("adk", "adk-go"):
-        turns, order = await _adk_order(svc, conn, source)
-        ordered = sorted(turns.values(), key=lambda t: t.started_at)
-    else:
-        ordered = await ordered_turns(svc, conn, source, framework)
-    start = 0
-    if after is not None:
-        # A turn is named by its invocation id, or by its task when it has none.
-        index = next(
-            (i for i, t in enumerate(ordered) if after in (t.invocation_id, t.invocation_id.replace(TASK_TURN, "", 1))),
-            None,
-        )
-        if index is None:
-            raise BadRequest(f"after names no turn of this session: {after}")
-        start = index + 1
-    page = ordered[start : start + limit]
-    if order is not None:
-        await _with_page_tasks(svc, conn, source, page, order)
-    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(ordered))
+        return await _adk_page(svc, conn, source, limit, after, framework)
+    ordered = await ordered_turns(svc, conn, source, framework)
+    start = _start(ordered, after)
+    return Page(items=[_item(t, framework) for t in ordered[start : start + limit]],
+                last=start + limit >= len(ordered))  # fmt: skip
+
+
+def _start(ordered: list[TurnInfo], after: str | None) -> int:
+    """Where a page after `after` starts in `ordered`."""
+    return _start_of([t.invocation_id for t in ordered], after)
+
+
+def _start_of(keys: list[str], after: str | None) -> int:
+    """Where a page after `after` starts among the turns keyed `keys`, in order. A turn is named by its
+    invocation id, or by its task when it has none."""
+    if after is None:
+        return 0
+    index = next((i for i, key in enumerate(keys) if after in (key, key.replace(TASK_TURN, "", 1))), None)
+    if index is None:
+        raise BadRequest(f"after names no turn of this session: {after}")
+    return index + 1
 
 
 async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, framework: str) -> list[TurnInfo]:

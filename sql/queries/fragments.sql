@@ -31,17 +31,54 @@ LIMIT {fork_events_limit}
 
 -- fragment: event_turns_of_doc
 -- event_turns up to the LATERAL that parses each event row `e` into `doc` (event_turns_where follows it).
-SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count,
-       (array_agg(left(user_text, 200) ORDER BY created_at) FILTER (WHERE user_text IS NOT NULL))[1] AS user_text
+SELECT invocation_id, min(created_at) AS started_at, count(*) AS event_count, {first_user_text} AS user_text
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
-           CASE WHEN p.doc ->> 'author' = 'user'
-                THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(p.doc) AS m
-                      WHERE m.kind = 'text')
-           END AS user_text,
+           {user_text_of_p} AS user_text,
            EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages
     FROM event AS e
     CROSS JOIN LATERAL
+
+-- fragment: event_heads_of_doc
+-- event_heads up to the LATERAL that parses each event row `e` into `doc` (event_turns_where follows it):
+-- event_turns without the user's text, whose ordered aggregate made the grouping sort every row.
+SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count
+FROM (
+    SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
+           EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages
+    FROM event AS e
+    CROSS JOIN LATERAL
+
+-- fragment: event_texts_of_doc
+-- event_texts up to the LATERAL that parses each event row `e` into `doc` (event_texts_where follows it).
+SELECT invocation_id, {first_user_text} AS user_text
+FROM (
+    SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
+           {user_text_of_p} AS user_text
+    FROM event AS e
+    CROSS JOIN LATERAL
+
+-- fragment: event_texts_where
+-- event_texts after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5.
+    AS p
+    WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
+      AND e.created_at >= $3 AND e.created_at <= $4
+      AND jsonb_typeof(p.doc) = 'object'
+    OFFSET 0
+) AS turns
+WHERE invocation_id = ANY($5)
+GROUP BY invocation_id
+
+-- fragment: first_user_text
+-- A turn's user text (an aggregate over its events' user_text, user_text_of_p): its first user event's.
+(array_agg(left(user_text, 200) ORDER BY created_at) FILTER (WHERE user_text IS NOT NULL))[1]
+
+-- fragment: user_text_of_p
+-- The text of one parsed event `p` if the user wrote it: its text messages (event_messages), one per line.
+CASE WHEN p.doc ->> 'author' = 'user'
+     THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(p.doc) AS m
+           WHERE m.kind = 'text')
+END
 
 -- fragment: event_turns_where
 -- event_turns after its LATERAL: the session's live rows, grouped by invocation. An invocation none of

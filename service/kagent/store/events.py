@@ -27,6 +27,16 @@ class EventTurn:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EventHead:
+    """A turn as its events show it, without its user text (event_heads)."""
+
+    invocation_id: str
+    started_at: datetime
+    ended_at: datetime
+    event_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class EventTally:
     """What a stretch of a session's events holds (events_tally)."""
 
@@ -229,6 +239,28 @@ class Events:
             return None
         texts = [p["text"] for p in decoded if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "\n".join(texts) or None
+
+    async def event_heads(self, conn: Connection, session_id: str, owner: str) -> list[EventHead]:
+        """The turns the events show, in order, as event_turns gives them but for their user texts (event_texts)."""
+        rows = await fetch_parsed(conn, self.q["event_heads"], self.q["event_heads_tolerant"], session_id, owner)
+        return [
+            EventHead(invocation_id=r["invocation_id"], started_at=r["started_at"], ended_at=r["ended_at"],
+                      event_count=int(r["event_count"]))
+            for r in rows
+        ]  # fmt: skip
+
+    async def event_texts(
+        self, conn: Connection, session_id: str, owner: str, heads: list[EventHead]
+    ) -> dict[str, str]:
+        """The user text event_turns gives each of these turns (those that have one), from their events only."""
+        if not heads:
+            return {}
+        start, end = min(h.started_at for h in heads), max(h.ended_at for h in heads)
+        ids = [h.invocation_id for h in heads]
+        rows = await fetch_parsed(
+            conn, self.q["event_texts"], self.q["event_texts_tolerant"], session_id, owner, start, end, ids
+        )
+        return {r["invocation_id"]: r["user_text"] for r in rows if r["user_text"] is not None}
 
     async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
         """The turns the events show, in order."""
