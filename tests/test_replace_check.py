@@ -155,3 +155,27 @@ def test_random_single_mutations_never_fool_the_check() -> None:
         mutated = json.dumps(task, separators=(",", ":") if rng.random() < 0.5 else None)
         if check(mutated, tid, sid, owner):
             assert definition(mutated, tid, sid, owner), (key, value)
+
+
+# Every metadata key dialects.rewrite overwrites (_rewrite_metadata), spelled out here on purpose: the
+# check passes by metadata holding none of its own list of them, so a key missing from that list must
+# show up as a failure here.
+REWRITTEN_METADATA_KEYS = (
+    "adk_session_id", "kagent_session_id", "adk_user_id", "kagent_user_id",
+    "session_id", "thread_id", "kagent_thread_id",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("key", REWRITTEN_METADATA_KEYS)
+def test_each_rewritten_metadata_key_on_any_holder_is_checked(key: str) -> None:
+    text, tid, sid, owner = real_tasks()[2]
+    task = json.loads(text)
+    holders = [task, *task.get("history", []), *task.get("artifacts", [])]
+    assert len(holders) > 2  # the task, its messages and its artifacts
+    for holder in holders:
+        for value in ("other", sid, owner):
+            mutated = json.loads(text)
+            at = [mutated, *mutated.get("history", []), *mutated.get("artifacts", [])][holders.index(holder)]
+            at["metadata"] = {**(at.get("metadata") or {}), key: value}
+            changed = json.dumps(mutated)
+            assert check(changed, tid, sid, owner) == definition(changed, tid, sid, owner), (key, value)
