@@ -77,6 +77,11 @@ def encode(task: JSON) -> str:
     return _encoder.encode(task).decode()
 
 
+def encoded_size(task: JSON) -> int:
+    """The bytes of encode(task) in UTF-8, without making the text."""
+    return len(_encoder.encode(task))
+
+
 def meta_value(metadata: object, key: str) -> object:
     if not isinstance(metadata, dict):
         return None
@@ -577,6 +582,11 @@ def _text_runs(artifact: JSON) -> int:
         if "raw" in part or "url" in part:
             text = True
     return runs + text
+
+
+# An id of a uuid4 string's length and characters (none escaped in JSON): the figures of a task copied with new
+# uuid4 ids (its bytes, a merged task's) are the same with this in their place, as they depend only on the ids' length.
+PLACEHOLDER_ID = "00000000-0000-4000-8000-000000000000"
 
 
 @dataclass(frozen=True, kw_only=True)
