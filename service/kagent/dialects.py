@@ -598,9 +598,17 @@ class Rewrite:
     user_id: str
 
 
+# Every metadata key _rewrite_metadata overwrites.
+_REWRITTEN_KEYS = frozenset(
+    {*(prefix + key for prefix in _PREFIXES for key in ("session_id", "user_id")), *_THREAD_KEYS}
+)
+
+
 def _rewrite_metadata(metadata: object, rw: Rewrite) -> object:
     if not isinstance(metadata, dict):
         return metadata
+    if _REWRITTEN_KEYS.isdisjoint(metadata):
+        return metadata  # most (an artifact's) names no session or user: not copied, copies were most of a rewrite
     out = dict(metadata)
     for prefix in _PREFIXES:
         if prefix + "session_id" in out:
@@ -719,7 +727,10 @@ def replacing_ids_rewrites(text: str, task: JSON, *, task_id: str, context_id: s
 
 
 def _rewrite_artifact(artifact: JSON, rw: Rewrite) -> JSON:
-    return {**artifact, "metadata": _rewrite_metadata(artifact["metadata"], rw)} if "metadata" in artifact else artifact
+    if "metadata" not in artifact:
+        return artifact
+    metadata = _rewrite_metadata(artifact["metadata"], rw)
+    return artifact if metadata is artifact["metadata"] else {**artifact, "metadata": metadata}
 
 
 def _closed_status(task: JSON, state: str) -> JSON:
