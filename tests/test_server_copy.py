@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
@@ -20,7 +21,7 @@ from service.errors import Unprocessable
 from service.identity import Caller
 from service.kagent.store import Store
 from service.operations import copying, forking
-from service.schemas import ForkPlan, ForkRequest
+from service.schemas import ForkedSession, ForkPlan, ForkRequest
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support.conversations import Conversation, build_conversation, create_share, insert_conversation
 
@@ -348,22 +349,44 @@ async def test_a_visitors_large_legacy_fork_streams_a_row_whose_text_needs_escap
 
 
 @pytest.mark.parametrize("large", [True, False])
+@pytest.mark.parametrize(
+    ("dialect", "layout", "task_ids"),
+    [("legacy", "auto", "uuid4"), ("legacy", "per_task", "other_lengths"), ("v1", "auto", "other_lengths")],
+)
 async def test_a_dry_run_counts_the_bytes_the_fork_writes(
-    roomy: services.Services, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, large: bool
+    roomy: services.Services,
+    pool: asyncpg.Pool,
+    monkeypatch: pytest.MonkeyPatch,
+    large: bool,
+    dialect: str,
+    layout: str,
+    task_ids: str,
 ) -> None:
-    conv = await seed(pool, dialect="legacy", turns=6, tool_calls=True)
+    """The dry run measures copies made with placeholder ids (TaskCopier.dry_run): the same figures as the
+    fork's own copies, whatever the length of the source's task ids."""
+    conv = await seed(pool, dialect=dialect, turns=6, tool_calls=True, metadata_style="kagent")
+    if task_ids == "other_lengths":  # 5, 10, 15... characters: each id replaced wherever the task's text holds it
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE task SET id = n.id, data = replace(data, '\"' || task.id || '\"', '\"' || n.id || '\"')"
+                " FROM (SELECT id AS old, left(md5(id), 5 * row_number() OVER (ORDER BY created_at)::int) AS id"
+                " FROM task WHERE session_id = $1) AS n WHERE task.session_id = $1 AND task.id = n.old",
+                conv.session_id,
+            )
     monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0 if large else 10**9)
     boundary = conv.turns[4].invocation_id
     caller = Caller(user_id=conv.user_id)
-    planned = await forking.fork(
-        roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary, dry_run=True)
-    )
-    made = await forking.fork(roomy, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=boundary))
-    assert made.session_id is not None
+    request = ForkRequest(rewind_before_invocation_id=boundary, task_layout=layout)
+    planned = await forking.fork(roomy, caller, conv.session_id, msgspec.structs.replace(request, dry_run=True))
+    made = await forking.fork(roomy, caller, conv.session_id, request)
+    assert made.session_id is not None and isinstance(planned.data, ForkPlan) and isinstance(made.data, ForkedSession)
     async with pool.acquire() as conn:
         written = await conn.fetchval(
             "SELECT (SELECT sum(octet_length(data)) FROM event WHERE session_id = $1)"
             " + (SELECT sum(octet_length(data)) FROM task WHERE session_id = $1)",
             made.session_id,
         )
-    assert isinstance(planned.data, ForkPlan) and planned.data.bytes_to_copy == written
+    assert planned.data.bytes_to_copy == written
+    fork = made.data.fork
+    assert (planned.data.tasks_copied, planned.data.messages_copied) == (fork.tasks_copied, fork.messages_copied)
+    assert (planned.data.task_layout, planned.data.warnings) == (fork.task_layout, fork.warnings)

@@ -77,6 +77,11 @@ def encode(task: JSON) -> str:
     return _encoder.encode(task).decode()
 
 
+def encoded_size(task: JSON) -> int:
+    """The bytes of encode(task) in UTF-8, without making the text."""
+    return len(_encoder.encode(task))
+
+
 def meta_value(metadata: object, key: str) -> object:
     if not isinstance(metadata, dict):
         return None
@@ -601,6 +606,11 @@ def _text_runs(artifact: JSON) -> int:
     return runs + text
 
 
+# An id of a uuid4 string's length and characters (none escaped in JSON): the figures of a task copied with new
+# uuid4 ids (its bytes, a merged task's) are the same with this in their place, as they depend only on the ids' length.
+PLACEHOLDER_ID = "00000000-0000-4000-8000-000000000000"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Rewrite:
     """The ids a copied task must carry so that it belongs to the fork and to its caller."""
@@ -610,9 +620,17 @@ class Rewrite:
     user_id: str
 
 
+# Every metadata key _rewrite_metadata overwrites.
+_REWRITTEN_KEYS = frozenset(
+    {*(prefix + key for prefix in _PREFIXES for key in ("session_id", "user_id")), *_THREAD_KEYS}
+)
+
+
 def _rewrite_metadata(metadata: object, rw: Rewrite) -> object:
     if not isinstance(metadata, dict):
         return metadata
+    if _REWRITTEN_KEYS.isdisjoint(metadata):
+        return metadata  # most (an artifact's) names no session or user: not copied, copies were most of a rewrite
     out = dict(metadata)
     for prefix in _PREFIXES:
         if prefix + "session_id" in out:
@@ -739,7 +757,10 @@ def replacing_ids_rewrites(text: str, task: JSON, *, task_id: str, context_id: s
 
 
 def _rewrite_artifact(artifact: JSON, rw: Rewrite) -> JSON:
-    return {**artifact, "metadata": _rewrite_metadata(artifact["metadata"], rw)} if "metadata" in artifact else artifact
+    if "metadata" not in artifact:
+        return artifact
+    metadata = _rewrite_metadata(artifact["metadata"], rw)
+    return artifact if metadata is artifact["metadata"] else {**artifact, "metadata": metadata}
 
 
 def _closed_status(task: JSON, state: str) -> JSON:

@@ -44,7 +44,7 @@ log = logging.getLogger("kagent_fork")
 VERSION = 1
 USER_TEXT_CHARS = 200
 # A fork's new task and session ids are uuid4 strings: the map's task figures are made with ids this long.
-_NEW_ID = "00000000-0000-4000-8000-000000000000"
+_NEW_ID = dialects.PLACEHOLDER_ID
 
 
 class Unmappable(Exception):

@@ -555,7 +555,9 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         warnings += notes
     now = await store.database.now(conn)
     new_id = str(uuid.uuid4())
-    copier = plan.TaskCopier(layout=layout, session_id=new_id, user_id=fork.runtime_user or caller.user_id, now=now)
+    copier = plan.TaskCopier(
+        layout=layout, session_id=new_id, user_id=fork.runtime_user or caller.user_id, now=now, dry_run=req.dry_run
+    )
 
     if req.dry_run:
         stats, task_bytes, left = await _dry_run_figures(fork, cut, copier, layout)
@@ -692,15 +694,14 @@ async def _dry_run_tasks(fork: _Fork, cut: Cut, copier: plan.TaskCopier, layout:
             copier.written += kept.tasks
             copier.messages += kept.messages
             copier.warnings += [plan.closed_warning(task_id, state) for task_id, state in kept.open]
-            new = copier.add(cut.partial.row, cut.partial.cut) if cut.partial is not None else None
-            return kept.bytes + (len(new.data.encode()) if new is not None else 0)
+            return kept.bytes + (copier.size(cut.partial.row, cut.partial.cut) if cut.partial is not None else 0)
     task_bytes = 0
     async for row in kept_tasks(svc, conn, source, cut):
         part_of = cut.partial.cut if cut.partial and row is cut.partial.row else None
         if layout == "merged":
             task_bytes += sum(len(part) for part in copier.merge(row, part_of))
-        elif (new := copier.add(row, part_of)) is not None:
-            task_bytes += len(new.data.encode())
+        else:
+            task_bytes += copier.size(row, part_of)
     return task_bytes + len(copier.merged_end() or b"")
 
 

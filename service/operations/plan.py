@@ -171,15 +171,19 @@ def closed_warning(task_id: str, state: str | None) -> str:
 class TaskCopier:
     """Builds the fork's task rows from the kept source tasks, fed oldest first.
 
-    per_task: each task is copied with a new id (`add` gives its row). merged: the kept histories become
-    one completed task, whose text comes in pieces (`merge`, then `merged_end`) so that it can be
-    written while it is made; `add` and `finish` gather the pieces into one row instead.
+    per_task: each task is copied with a new id (`add` gives its row, `size` only its bytes). merged: the
+    kept histories become one completed task, whose text comes in pieces (`merge`, then `merged_end`) so
+    that it can be written while it is made; `add` and `finish` gather the pieces into one row instead.
+
+    `dry_run`: nothing made is written, only counted and measured, so the new task ids are
+    dialects.PLACEHOLDER_ID (a uuid4's length: the same bytes), not a uuid4 each.
     """
 
     layout: Layout
     session_id: str
     user_id: str
     now: datetime
+    dry_run: bool = False
     messages: int = 0
     written: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -189,7 +193,8 @@ class TaskCopier:
     _gathered: list[bytes] = field(default_factory=list)
 
     def _rewrite(self) -> dialects.Rewrite:
-        return dialects.Rewrite(task_id=str(uuid.uuid4()), context_id=self.session_id, user_id=self.user_id)
+        task_id = dialects.PLACEHOLDER_ID if self.dry_run else str(uuid.uuid4())
+        return dialects.Rewrite(task_id=task_id, context_id=self.session_id, user_id=self.user_id)
 
     def _prepared(self, row: TaskRow, cut: int | None) -> dialects.JSON:
         """The source task decoded, cut (only history[:cut]) when cut is given, closed if unfinished."""
@@ -212,11 +217,19 @@ class TaskCopier:
         if self.layout == "merged":
             self._gathered += self.merge(row, cut)
             return None
+        rw = self._rewrite()
+        return self._row(rw.task_id, row.created_at, dialects.encode(self._copy(row, cut, rw)), row.protocol_version)
+
+    def size(self, row: TaskRow, cut: int | None = None) -> int:
+        """per_task: the bytes (UTF-8) of the data of the row `add` makes of the task, counted as add counts it."""
+        return dialects.encoded_size(self._copy(row, cut, self._rewrite()))
+
+    def _copy(self, row: TaskRow, cut: int | None, rw: dialects.Rewrite) -> dialects.JSON:
+        """per_task: the task's copy, counted."""
         data = self._prepared(row, cut)
         self.messages += len(dialects.history(data))
         self.written += 1
-        rw = self._rewrite()
-        return self._row(rw.task_id, row.created_at, dialects.encode(dialects.rewrite(data, rw)), row.protocol_version)
+        return dialects.rewrite(data, rw)
 
     def merge(self, row: TaskRow, cut: int | None = None) -> list[bytes]:
         """Merged layout: the merged task's next pieces of text, from this kept task (the first call's
