@@ -153,9 +153,12 @@ async def _adk_page(
     there, and here the tasks that can change the page, read again and decoded (the others only complete
     turns the page does not hold)."""
     store, sid, owner = svc.store, source.id, source.user_id
-    async with copying.snapshot_reader(svc, conn, wanted=True) as reader:
-        events = reader or conn
-        heads_read = asyncio.ensure_future(store.events.event_heads(events, sid, owner))
+    async with (
+        copying.snapshot_reader(svc, conn, wanted=True) as reader,
+        copying.snapshot_reader(svc, conn, wanted=reader is not None) as second,
+    ):
+        readers = [r for r in (reader, second) if r is not None]
+        heads_read = asyncio.ensure_future(store.events.event_heads(readers or [conn], sid, owner))
         texts_read: asyncio.Future[dict[str, str]] | None = None
         try:
             if reader is None:
@@ -172,6 +175,7 @@ async def _adk_page(
             rows = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
                     for r in sorted(fetched, key=lambda r: rank[r.id])]  # in the order scanned  # fmt: skip
             page, start, total = _page_of(heads, [c for row in rows if (c := _carried(row))], limit, after)
+            _with_page_tasks(page, rows)  # here while the reader reads the texts
             wanted_texts = await texts_read if texts_read is not None else None
         finally:
             if texts_read is not None:
@@ -182,8 +186,9 @@ async def _adk_page(
         texts = await store.events.event_texts(conn, sid, owner, [by_id[t.invocation_id] for t in page
                                                                    if t.invocation_id in by_id])  # fmt: skip
     for turn in page:
-        turn.user_text = texts.get(turn.invocation_id) if turn.invocation_id in by_id else None
-    _with_page_tasks(page, rows)
+        # The events' user text, else the tasks' (_with_page_tasks, as `_complete` completes a turn).
+        if (text := texts.get(turn.invocation_id)) is not None:
+            turn.user_text = text
     return Page(items=[_item(t, framework) for t in page], last=start + limit >= total)
 
 
@@ -223,8 +228,8 @@ def _page_of(
 
 def _with_page_tasks(page: list[TurnInfo], rows: list[TaskRow]) -> None:
     """The page's turns completed as `_complete` completes them (each one's chat marks from every task carrying
-    it, its user text from its tasks when its events have none), from `rows` (every task carrying a page's
-    turn among them), in the order read."""
+    it, and the user text of its first task holding one: the caller keeps its events' text if it has one),
+    from `rows` (every task carrying a page's turn among them), in the order read."""
     wanted = {t.invocation_id: t for t in page}
     for row in rows:
         try:

@@ -40,18 +40,33 @@ FROM (
     CROSS JOIN LATERAL
 
 -- fragment: event_heads_of_doc
--- event_heads up to the LATERAL that parses each event row `e` into `doc` (event_turns_where follows it):
+-- event_heads up to the LATERAL that parses each event row `e` into `doc` (event_heads_where follows it):
 -- event_turns without the user's text, whose ordered aggregate made the grouping sort every row.
-SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count
+SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count,
+       bool_or(has_messages) AS has_messages, min(created_at) FILTER (WHERE from_user) AS first_user_at
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
-           EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages
+           EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages,
+           p.doc ->> 'author' = 'user' AS from_user
     FROM event AS e
     CROSS JOIN LATERAL
 
+-- fragment: event_heads_where
+-- event_heads after its LATERAL: of the session's live rows, part $4 of $3 (split by a hash of the row id, so
+-- that parts read on several connections at once make every row's turn once), grouped by invocation.
+    AS p
+    WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
+      AND mod(hashtext(e.id)::bigint + 2147483648, $3) = $4
+      AND jsonb_typeof(p.doc) = 'object'
+    OFFSET 0
+) AS turns
+WHERE invocation_id IS NOT NULL
+GROUP BY invocation_id
+
 -- fragment: event_texts_of_doc
 -- event_texts up to the LATERAL that parses each event row `e` into `doc` (event_texts_where follows it).
-SELECT invocation_id, {first_user_text} AS user_text
+SELECT invocation_id, {first_user_text} AS user_text,
+       min(created_at) FILTER (WHERE user_text IS NOT NULL) AS text_at
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
            {user_text_of_p} AS user_text
@@ -59,10 +74,11 @@ FROM (
     CROSS JOIN LATERAL
 
 -- fragment: event_texts_where
--- event_texts after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5.
+-- event_texts after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5,
+-- only those of the times $6 unless it is NULL.
     AS p
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
-      AND e.created_at >= $3 AND e.created_at <= $4
+      AND e.created_at >= $3 AND e.created_at <= $4 AND ($6::timestamptz[] IS NULL OR e.created_at = ANY($6))
       AND jsonb_typeof(p.doc) = 'object'
     OFFSET 0
 ) AS turns
