@@ -147,11 +147,10 @@ async def _adk_page(
     svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
 ) -> Page:
     """A page of an ADK session read from kagent's rows, as `ordered_turns` orders them. The events' pass
-    (event_heads: every turn's first and last time and its events) runs on a second connection in the same
-    snapshot while the tasks' texts are scanned here (each side reads all of the session's rows of its table:
-    at once, on two cores). Then, also at once: the user texts of the turns the page could hold (event_texts)
-    there, and here the tasks that can change the page, read again and decoded (the others only complete
-    turns the page does not hold)."""
+    (event_heads: every turn's first and last time, its events and its user text) runs in two parts on two more
+    connections in the same snapshot while the tasks' texts are scanned here (each side reads all of the
+    session's rows of its table: at once, on two cores). Then only the tasks that can change the page are read
+    again and decoded (the others only complete turns the page does not hold)."""
     store, sid, owner = svc.store, source.id, source.user_id
     async with (
         copying.snapshot_reader(svc, conn, wanted=True) as reader,
@@ -159,35 +158,30 @@ async def _adk_page(
     ):
         readers = [r for r in (reader, second) if r is not None]
         heads_read = asyncio.ensure_future(store.events.event_heads(readers or [conn], sid, owner))
-        texts_read: asyncio.Future[dict[str, str]] | None = None
         try:
             if reader is None:
                 await asyncio.wait((heads_read,))  # one connection: the events first
             scanned = [_scanned(row) async for row in store.tasks.stream_tasks_before(conn, sid, owner, None)]
             heads = await heads_read
-            by_id = {h.invocation_id: h for h in heads}
-            wanted = _wanted(heads, after, limit)
-            if wanted is not None and reader is not None:
-                texts_read = asyncio.ensure_future(store.events.event_texts(reader, sid, owner,
-                                                                            [by_id[i] for i in wanted]))  # fmt: skip
-            rank = {t.id: i for i, t in enumerate(scanned) if _needed(t, by_id, wanted)}
-            fetched = await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []
-            rows = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
-                    for r in sorted(fetched, key=lambda r: rank[r.id])]  # in the order scanned  # fmt: skip
-            page, start, total = _page_of(heads, [c for row in rows if (c := _carried(row))], limit, after)
-            _with_page_tasks(page, rows)  # here while the reader reads the texts
-            wanted_texts = await texts_read if texts_read is not None else None
         finally:
-            if texts_read is not None:
-                await copying.cancelled(texts_read)
             await copying.cancelled(heads_read)
-    texts = wanted_texts
-    if texts is None:
-        texts = await store.events.event_texts(conn, sid, owner, [by_id[t.invocation_id] for t in page
-                                                                   if t.invocation_id in by_id])  # fmt: skip
+    by_id = {h.invocation_id: h for h in heads}
+    wanted = _wanted(heads, after, limit)
+    rank = {t.id: i for i, t in enumerate(scanned) if _needed(t, by_id, wanted)}
+    fetched = await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []
+    rows = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
+            for r in sorted(fetched, key=lambda r: rank[r.id])]  # in the order scanned  # fmt: skip
+    page, start, total = _page_of(heads, [c for row in rows if (c := _carried(row))], limit, after)
+    _with_page_tasks(page, rows)
+    unknown = [
+        by_id[t.invocation_id] for t in page if t.invocation_id in by_id and not by_id[t.invocation_id].text_known
+    ]
+    texts = await store.events.event_texts(conn, sid, owner, unknown) if unknown else {}
     for turn in page:
         # The events' user text, else the tasks' (_with_page_tasks, as `_complete` completes a turn).
-        if (text := texts.get(turn.invocation_id)) is not None:
+        head = by_id.get(turn.invocation_id)
+        text = None if head is None else head.user_text if head.text_known else texts.get(turn.invocation_id)
+        if text is not None:
             turn.user_text = text
     return Page(items=[_item(t, framework) for t in page], last=start + limit >= total)
 

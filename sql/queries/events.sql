@@ -84,10 +84,9 @@ LIMIT 1;
 {event_turns_of_doc} (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) {event_turns_where};
 
 -- name: event_heads
--- What event_turns makes of each invocation but its user text (a hash aggregate: no ordered aggregate to
--- sort every row for, the floor's own pass), and its last event's time and whether any of its events holds
--- a message, of one part of the rows (Events.event_heads merges the parts): for a listing of a session
--- without a map, which reads the texts of its page's turns only (event_texts).
+-- What event_turns makes of each invocation (a hash aggregate: no ordered aggregate to sort every row for),
+-- its last event's time and whether any of its events holds a message, of one part of the rows
+-- (Events.event_heads merges the parts): for a listing of a session without a map.
 {event_heads_of_doc} (SELECT e.data::jsonb AS doc OFFSET 0) {event_heads_where};
 
 -- name: event_heads_tolerant
@@ -96,8 +95,7 @@ LIMIT 1;
 
 -- name: event_texts
 -- The user text event_turns gives each of the invocations $5, read from their events between $3 and $4
--- (the first of their events and the last), or only from those at the times $6 (each one's first user
--- event, event_heads): only those rows are parsed.
+-- (the first of their events and the last): only those rows are parsed.
 {event_texts_of_doc} (SELECT e.data::jsonb AS doc OFFSET 0) {event_texts_where};
 
 -- name: event_texts_tolerant

@@ -41,13 +41,16 @@ FROM (
 
 -- fragment: event_heads_of_doc
 -- event_heads up to the LATERAL that parses each event row `e` into `doc` (event_heads_where follows it):
--- event_turns without the user's text, whose ordered aggregate made the grouping sort every row.
+-- event_turns without the ordered aggregate of its user text, which made the grouping sort every row. The
+-- text is the least (time as text, text) pair instead, and text_at the time it must be (the caller checks).
 SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count,
-       bool_or(has_messages) AS has_messages, min(created_at) FILTER (WHERE from_user) AS first_user_at
+       bool_or(has_messages) AS has_messages, min(created_at) FILTER (WHERE user_text IS NOT NULL) AS text_at,
+       min(ARRAY[to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), left(user_text, 200)])
+           FILTER (WHERE user_text IS NOT NULL) AS first_text
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
            EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages,
-           p.doc ->> 'author' = 'user' AS from_user
+           {user_text_of_p} AS user_text
     FROM event AS e
     CROSS JOIN LATERAL
 
@@ -65,8 +68,7 @@ GROUP BY invocation_id
 
 -- fragment: event_texts_of_doc
 -- event_texts up to the LATERAL that parses each event row `e` into `doc` (event_texts_where follows it).
-SELECT invocation_id, {first_user_text} AS user_text,
-       min(created_at) FILTER (WHERE user_text IS NOT NULL) AS text_at
+SELECT invocation_id, {first_user_text} AS user_text
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
            {user_text_of_p} AS user_text
@@ -74,11 +76,10 @@ FROM (
     CROSS JOIN LATERAL
 
 -- fragment: event_texts_where
--- event_texts after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5,
--- only those of the times $6 unless it is NULL.
+-- event_texts after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5.
     AS p
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
-      AND e.created_at >= $3 AND e.created_at <= $4 AND ($6::timestamptz[] IS NULL OR e.created_at = ANY($6))
+      AND e.created_at >= $3 AND e.created_at <= $4
       AND jsonb_typeof(p.doc) = 'object'
     OFFSET 0
 ) AS turns

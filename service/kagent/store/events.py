@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -35,7 +35,8 @@ class EventHead:
     started_at: datetime
     ended_at: datetime
     event_count: int
-    first_user_at: datetime | None  # its first event the user wrote
+    user_text: str | None
+    text_known: bool  # False: user_text is to be read (event_texts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,64 +244,46 @@ class Events:
         return "\n".join(texts) or None
 
     async def event_heads(self, conns: list[Connection], session_id: str, owner: str) -> list[EventHead]:
-        """The turns the events show, in order, as event_turns gives them but for their user texts (event_texts):
-        read in parts, one on each connection at once (each in the caller's snapshot), and merged."""
+        """The turns the events show, in order, as event_turns gives them: read in parts, one on each connection
+        at once (each in the caller's snapshot), and merged. A turn's text is its least (time, text) pair's when
+        that time is its first text's (text_known), as it is unless the time's text sorts otherwise (a year
+        past 9999)."""
         parts = await asyncio.gather(*(
             fetch_parsed(conn, self.q["event_heads"], self.q["event_heads_tolerant"], session_id, owner, len(conns), i)
             for i, conn in enumerate(conns)
         ))  # fmt: skip
         merged: dict[str, list[Any]] = {}
         for r in (r for rows in parts for r in rows):
-            seen = merged.get(r["invocation_id"])
-            if seen is None:
-                merged[r["invocation_id"]] = [r["started_at"], r["ended_at"], r["event_count"], r["has_messages"],
-                                              r["first_user_at"]]  # fmt: skip
-            else:
-                seen[0], seen[1] = min(seen[0], r["started_at"]), max(seen[1], r["ended_at"])
-                seen[2] += r["event_count"]
-                seen[3] = seen[3] or r["has_messages"]
-                seen[4] = min((t for t in (seen[4], r["first_user_at"]) if t is not None), default=None)
-        # An invocation none of whose events holds a message is no turn (event_turns' HAVING).
-        heads = [
-            EventHead(
-                invocation_id=invocation_id,
-                started_at=started,
-                ended_at=ended,
-                event_count=int(count),
-                first_user_at=first_user_at,
-            )
-            for invocation_id, (started, ended, count, messages, first_user_at) in merged.items()
-            if messages
-        ]
+            new = [r["started_at"], r["ended_at"], r["event_count"], r["has_messages"], r["text_at"], r["first_text"]]
+            seen = merged.setdefault(r["invocation_id"], new)
+            if seen is not new:
+                seen[0], seen[1] = min(seen[0], new[0]), max(seen[1], new[1])
+                seen[2] += new[2]
+                seen[3] = seen[3] or new[3]
+                seen[4] = min((t for t in (seen[4], new[4]) if t is not None), default=None)
+                seen[5] = min((t for t in (seen[5], new[5]) if t is not None), default=None)
+        heads = []
+        for invocation_id, (started, ended, count, messages, text_at, first_text) in merged.items():
+            if not messages:  # an invocation none of whose events holds a message is no turn (event_turns)
+                continue
+            known = text_at is None or first_text[0] == text_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+            heads.append(EventHead(invocation_id=invocation_id, started_at=started, ended_at=ended,
+                                   event_count=int(count), user_text=first_text[1] if known and first_text else None,
+                                   text_known=known))  # fmt: skip
         return sorted(heads, key=lambda h: h.started_at)
 
     async def event_texts(
         self, conn: Connection, session_id: str, owner: str, heads: list[EventHead]
     ) -> dict[str, str]:
-        """The user text event_turns gives each of these turns (those that have one), from their events only: their
-        first user events', and for a turn whose first user event holds no text, its own events'."""
-        heads = [h for h in heads if h.first_user_at is not None]  # no user event: no text
-        texts = await self._texts(conn, session_id, owner, heads, [h.first_user_at for h in heads])
-        rest = [h for h in heads if h.invocation_id not in texts]
-        return texts | (await self._texts(conn, session_id, owner, rest, None) if rest else {})
-
-    async def _texts(
-        self, conn: Connection, session_id: str, owner: str, heads: list[EventHead], times: list[Any] | None
-    ) -> dict[str, str]:
+        """The user text event_turns gives each of these turns (those that have one), from their events only."""
         if not heads:
             return {}
         start, end = min(h.started_at for h in heads), max(h.ended_at for h in heads)
         ids = [h.invocation_id for h in heads]
         rows = await fetch_parsed(
-            conn, self.q["event_texts"], self.q["event_texts_tolerant"], session_id, owner, start, end, ids, times
+            conn, self.q["event_texts"], self.q["event_texts_tolerant"], session_id, owner, start, end, ids
         )
-        # Read by times, a turn's text is its first user event's only (another turn's time may hold a later one).
-        first = {h.invocation_id: h.first_user_at for h in heads} if times is not None else None
-        return {
-            r["invocation_id"]: r["user_text"]
-            for r in rows
-            if r["user_text"] is not None and (first is None or r["text_at"] == first[r["invocation_id"]])
-        }
+        return {r["invocation_id"]: r["user_text"] for r in rows if r["user_text"] is not None}
 
     async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
         """The turns the events show, in order."""
