@@ -5,6 +5,7 @@ with the map built (docs/turn-map.md, "The first touch")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -183,6 +184,41 @@ async def test_a_first_page_reads_only_the_tasks_that_can_change_it_and_answers_
     assert tasks[-1]["id"] in page.items[0].task_ids  # the merged task, read although its own turn is the last
     assert tasks[3]["id"] not in decoded  # a task of later turns only: not decoded
     assert last not in [t.invocation_id for t in page.items]
+
+
+@pytest.mark.parametrize("lent", [0, 1], ids=["no-reader", "one-reader"])
+async def test_a_first_listing_with_fewer_readers_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch, lent: int
+) -> None:
+    """A pool that lends no second connection (the events read first, on the listing's own) or only one (the
+    events' pass in one part): the same pages."""
+    lend = copying.snapshot_reader
+    open_readers: list[Any] = []
+    lent_most = [0]
+
+    @contextlib.asynccontextmanager
+    async def fewer(svc: Services, conn: Any, *, wanted: bool) -> AsyncIterator[Any]:
+        async with lend(svc, conn, wanted=wanted and len(open_readers) < lent) as reader:
+            if reader is not None:
+                open_readers.append(reader)
+            lent_most[0] = max(lent_most[0], len(open_readers))
+            try:
+                yield reader
+            finally:
+                if reader is not None:
+                    open_readers.remove(reader)
+
+    monkeypatch.setattr(copying, "snapshot_reader", fewer)
+    conv = await seed(svc.pool, dialect="legacy", turns=4, tool_calls=True, approval_turn=1)
+    for limit in (1, 3, 100):
+        await _same_first_and_mapped(
+            svc,
+            deferred,
+            conv.session_id,
+            conv.user_id,
+            _pages(svc, Caller(user_id=conv.user_id), conv.session_id, limit),
+        )
+    assert lent_most[0] == lent  # as many readers as the pool lent, no more
 
 
 def test_the_candidates_of_a_task_hold_every_invocation_it_carries() -> None:
