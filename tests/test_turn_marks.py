@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from service.kagent import dialects
 from tests.helpers import seed
 from tests.support import kagent_reads
 from tests.support.ui_transcript import _extract_messages_main, _extract_messages_v010
@@ -107,3 +108,19 @@ async def test_a_turn_without_a_task_lists_empty_marks(client: Any, pool: asyncp
     assert first["task_ids"] == [conv.turns[0].task_id] and first["text_count"] == 1
     # A running turn's task names no invocation yet (kagent): the turn is known from its events only.
     assert running["task_ids"] == [] and running["message_ids"] == [] and running["text_count"] == 0
+
+
+async def test_a_main_task_whose_history_alone_names_a_turn_lists_its_marks(pool: asyncpg.Pool) -> None:
+    """A kagent main task holding two turns, one named only by its history (the history of another turn's task
+    before it): its marks are made (the pairing of its user messages read no marks outside the history for
+    that turn, which it used to look up and fail on)."""
+    conv = await seed(pool, dialect="v1", turns=2, tool_calls=True)
+    async with pool.acquire() as conn:
+        first, last = await conn.fetch(
+            "SELECT data FROM task WHERE session_id = $1 ORDER BY created_at", conv.session_id
+        )
+    task = json.loads(last["data"])
+    task["history"] = [*json.loads(first["data"])["history"], *task["history"]]
+    marks = dialects.chat_marks(task, dialects.TaskDialect.V1)
+    assert set(marks) == set(conv.invocation_ids)
+    assert marks[conv.invocation_ids[0]].message_ids  # the first turn's history messages are its own

@@ -496,7 +496,7 @@ def _paired_turns(task: JSON, dialect: TaskDialect, messages: list[JSON], turns:
     calls: set[str] = set()
     opening = []
     for inv in turns:
-        mark = per_turn[inv]
+        mark = per_turn.get(inv, ChatMarks())  # a turn only the history names: no call outside it
         if not (mark.response_ids and set(mark.response_ids) <= calls):
             opening.append(inv)
         calls.update(mark.call_ids)
