@@ -221,6 +221,40 @@ async def test_a_first_listing_with_fewer_readers_answers_as_with_the_map(
     assert lent_most[0] == lent  # as many readers as the pool lent, no more
 
 
+async def test_a_user_text_whose_time_does_not_sort_as_text_is_read_again(
+    svc: Services, deferred: list[tuple[str, str]]
+) -> None:
+    """The events' pass takes a turn's user text as its least (time as text, text) pair, checked against the time
+    of its first text: a year before 1000 is written with fewer digits by Python than by PostgreSQL, so the
+    check fails and the page's turns read their texts again (event_texts). The same pages."""
+    conv = await seed(svc.pool, dialect="v1", turns=3, tool_calls=True)
+    args = (conv.session_id, conv.user_id)
+    async with svc.pool.acquire() as conn:
+        for table in ("event", "task"):
+            await conn.execute(
+                f"UPDATE {table} SET created_at = created_at - interval '1100 years' WHERE session_id = $1",
+                conv.session_id,
+            )
+        async with conn.transaction():
+            heads = await svc.store.events.event_heads([conn], conv.session_id, conv.user_id)
+            events_say = {t.invocation_id: t.user_text for t in await svc.store.events.event_turns(conn, *args)}
+        for text in filter(None, events_say.values()):  # the tasks say otherwise: only the events' text is right
+            await conn.execute("UPDATE task SET data = replace(data, $2, $2 || ' (the task)') WHERE session_id = $1",
+                               conv.session_id, text)  # fmt: skip
+    assert heads and not any(h.text_known for h in heads)
+    for limit in (2, 100):
+        await _same_first_and_mapped(
+            svc,
+            deferred,
+            conv.session_id,
+            conv.user_id,
+            _pages(svc, Caller(user_id=conv.user_id), conv.session_id, limit),
+        )
+    await _forget(svc, conv.session_id, conv.user_id)
+    page = await reading.pages(svc, Caller(user_id=conv.user_id), conv.session_id, 100)
+    assert {item["invocation_id"]: item["user_text"] for item in page[0][:-1]} == events_say  # read again
+
+
 def test_the_candidates_of_a_task_hold_every_invocation_it_carries() -> None:
     """invocation_id_candidates never misses an invocation invocation_ids reads, whatever the text's spacing,
     and gives up (None) where the text could hide one (a \\u escape, a value holding an escape)."""
