@@ -133,7 +133,9 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             "VALUES ($1, $2, $3, '{}', NOW())",
             str(uuid.uuid4()), ended[0], user,
         )  # fmt: skip
-    explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user)
+    # Its own agent is one the test agents serve, so that an experiment or a what-if that names no agent (the
+    # source's, by default) reaches the real thing too, not only the card check's refusal.
+    explored = await seed(pool, dialect="v1", turns=3, tool_calls=True, user_id=user, agent_id="kagent__NS__v1_agent")
     # Experiments that ended on the conversation no fuzzed rewind touches, each with one completed branch:
     # judged and voted on (issue 35).
     judged = [(str(uuid.uuid4()), str(uuid.uuid4())) for _ in range(2)]
