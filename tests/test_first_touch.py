@@ -94,6 +94,15 @@ def _plan(svc: Services, caller: Caller, session_id: str, invocation_id: str | N
     return ask
 
 
+async def _same_pages(svc: Services, deferred: list[tuple[str, str]], conv: Any, limits: tuple[int, ...]) -> None:
+    """Every page of each size in `limits`, first without a map and then with it: the same."""
+    caller = Caller(user_id=conv.user_id)
+    for limit in limits:
+        await _same_first_and_mapped(
+            svc, deferred, conv.session_id, conv.user_id, _pages(svc, caller, conv.session_id, limit)
+        )
+
+
 def _pages(svc: Services, caller: Caller, session_id: str, limit: int) -> Any:
     async def ask() -> Any:
         return await reading.pages(svc, caller, session_id, limit)
@@ -210,14 +219,7 @@ async def test_a_first_listing_with_fewer_readers_answers_as_with_the_map(
 
     monkeypatch.setattr(copying, "snapshot_reader", fewer)
     conv = await seed(svc.pool, dialect="legacy", turns=4, tool_calls=True, approval_turn=1)
-    for limit in (1, 3, 100):
-        await _same_first_and_mapped(
-            svc,
-            deferred,
-            conv.session_id,
-            conv.user_id,
-            _pages(svc, Caller(user_id=conv.user_id), conv.session_id, limit),
-        )
+    await _same_pages(svc, deferred, conv, (1, 3, 100))
     assert lent_most[0] == lent  # as many readers as the pool lent, no more
 
 
@@ -242,14 +244,7 @@ async def test_a_user_text_whose_time_does_not_sort_as_text_is_read_again(
             await conn.execute("UPDATE task SET data = replace(data, $2, $2 || ' (the task)') WHERE session_id = $1",
                                conv.session_id, text)  # fmt: skip
     assert heads and not any(h.text_known for h in heads)
-    for limit in (2, 100):
-        await _same_first_and_mapped(
-            svc,
-            deferred,
-            conv.session_id,
-            conv.user_id,
-            _pages(svc, Caller(user_id=conv.user_id), conv.session_id, limit),
-        )
+    await _same_pages(svc, deferred, conv, (2, 100))
     await _forget(svc, conv.session_id, conv.user_id)
     page = await reading.pages(svc, Caller(user_id=conv.user_id), conv.session_id, 100)
     assert {item["invocation_id"]: item["user_text"] for item in page[0][:-1]} == events_say  # read again

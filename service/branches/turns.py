@@ -89,12 +89,15 @@ async def with_tasks(
 
 @dataclass(frozen=True, kw_only=True)
 class _Carried:
-    """What the listing's order needs of one task, read before the turns are: the turns it carries, its state."""
+    """What the listing's order needs of one task, read before the turns are: the turns it carries, its state;
+    and the task decoded, for its chat marks if it carries a page's turn."""
 
     id: str
     created_at: datetime
     state: str | None
     carried: list[str]
+    data: dialects.JSON
+    dialect: dialects.TaskDialect
 
 
 def _carried(row: TaskRow) -> _Carried | None:
@@ -103,9 +106,9 @@ def _carried(row: TaskRow) -> _Carried | None:
         data = dialects.decode(row.data)
     except dialects.TaskFormatError:
         return None
-    plan.dialect_of(row)  # an unknown protocol_version is refused here, as `_complete` refuses it
+    dialect = plan.dialect_of(row)  # an unknown protocol_version is refused here, as `_complete` refuses it
     return _Carried(id=row.id, created_at=row.created_at, state=dialects.state(data),
-                    carried=dialects.invocation_ids(data))  # fmt: skip
+                    carried=dialects.invocation_ids(data), data=data, dialect=dialect)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,8 +174,9 @@ async def _adk_page(
     fetched = await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []
     rows = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
             for r in sorted(fetched, key=lambda r: rank[r.id])]  # in the order scanned  # fmt: skip
-    page, start, total = _page_of(heads, [c for row in rows if (c := _carried(row))], limit, after)
-    _with_page_tasks(page, rows)
+    tasks = [c for row in rows if (c := _carried(row))]
+    page, start, total = _page_of(heads, tasks, limit, after)
+    _with_page_tasks(page, tasks)
     unknown = [
         by_id[t.invocation_id] for t in page if t.invocation_id in by_id and not by_id[t.invocation_id].text_known
     ]
@@ -220,19 +224,15 @@ def _page_of(
     return page, start, len(keys)
 
 
-def _with_page_tasks(page: list[TurnInfo], rows: list[TaskRow]) -> None:
+def _with_page_tasks(page: list[TurnInfo], tasks: list[_Carried]) -> None:
     """The page's turns completed as `_complete` completes them (each one's chat marks from every task carrying
     it, and the user text of its first task holding one: the caller keeps its events' text if it has one),
-    from `rows` (every task carrying a page's turn among them), in the order read."""
+    from `tasks` (every task carrying a page's turn among them), in the order read."""
     wanted = {t.invocation_id: t for t in page}
-    for row in rows:
-        try:
-            data = dialects.decode(row.data)
-        except dialects.TaskFormatError:
-            continue  # skipped, as `_carried` skipped it
-        dialect = plan.dialect_of(row)
+    for task in tasks:
+        data, dialect = task.data, task.dialect
         marks = dialects.chat_marks(data, dialect)
-        for invocation_id in dialects.invocation_ids(data):
+        for invocation_id in task.carried:
             turn = wanted.get(invocation_id)
             if turn is None:
                 continue
