@@ -19,6 +19,7 @@ import pytest
 from bench.generate import SessionSpec, insert_session
 from service.branches import turns
 from service.config import Settings
+from service.errors import BadRequest
 from service.identity import Caller
 from service.kagent import dialects, turn_map
 from service.kagent.migrate import migrate
@@ -195,6 +196,58 @@ async def test_a_first_page_reads_only_the_tasks_that_can_change_it_and_answers_
     assert last not in [t.invocation_id for t in page.items]
 
 
+async def test_invocations_that_may_hold_a_message_but_hold_none_answer_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]]
+) -> None:
+    """The first pass takes an invocation whose events have a first content part as one that may be a turn; only
+    the page's places are read exactly (event_heads). Invocations that test it: one whose only event holds a
+    thought (no message: no turn) among the first turns; one whose parts are empty (no turn, known from the first
+    pass); one holding a thought late in the session whose task is early (no turn of the events, so its task
+    shows it as a turn at the task's time, in the first page). Every page of every size, and `after` naming the
+    thought, answer as with the map."""
+    conv = await seed(svc.pool, dialect="v1", turns=6, tool_calls=True)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    async with svc.pool.acquire() as conn:
+        event = await conn.fetchrow("SELECT * FROM event WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1", sid)
+        task = await conn.fetchrow("SELECT * FROM task WHERE session_id = $1 ORDER BY created_at LIMIT 1", sid)
+        doc = msgspec.json.decode(event["data"])
+        for invocation_id, parts, at in (
+            (
+                "e-a-thought",
+                [{"text": "thinking", "thought": True}],
+                conv.turns[1].started_at + timedelta(microseconds=1),
+            ),
+            ("e-no-parts", [], conv.turns[2].started_at + timedelta(microseconds=1)),
+            ("e-late-thought", [{"text": "later", "thought": True}], event["created_at"] + timedelta(seconds=1)),
+        ):
+            data = {**doc, "id": str(uuid.uuid4()), "invocation_id": invocation_id,
+                    "content": {"role": "model", "parts": parts}}  # fmt: skip
+            await conn.execute(
+                "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) "
+                "VALUES ($1, $2, $3, $4, $4, $5)",
+                data["id"], owner, sid, at, msgspec.json.encode(data).decode(),
+            )  # fmt: skip
+        carried = task["data"].replace(conv.invocation_ids[0], "e-late-thought")
+        await conn.execute(
+            "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+            "VALUES ($1, $2, $2, $3, $4, $5, $6)",
+            str(uuid.uuid4()), conv.turns[0].started_at + timedelta(microseconds=2), carried, sid,
+            task["protocol_version"], task["user_id"],
+        )  # fmt: skip
+    for limit in (1, 2, 3, 100):
+        await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
+    await _forget(svc, sid, owner)
+    page = await turns.invocations(svc, caller, sid, limit=3)
+    assert [t.invocation_id for t in page.items] == [conv.invocation_ids[0], "e-late-thought", conv.invocation_ids[1]]
+
+    async def after_a_thought() -> str:
+        with pytest.raises(BadRequest) as refused:
+            await turns.invocations(svc, caller, sid, limit=2, after="e-a-thought")
+        return str(refused.value)
+
+    await _same_first_and_mapped(svc, deferred, sid, owner, after_a_thought)
+
+
 @pytest.mark.parametrize("lent", [0, 1], ids=["no-reader", "one-reader"])
 async def test_a_first_listing_with_fewer_readers_answers_as_with_the_map(
     svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch, lent: int
@@ -223,12 +276,12 @@ async def test_a_first_listing_with_fewer_readers_answers_as_with_the_map(
     assert lent_most[0] == lent  # as many readers as the pool lent, no more
 
 
-async def test_a_user_text_whose_time_does_not_sort_as_text_is_read_again(
+async def test_a_user_text_before_the_year_1000_is_the_events_text(
     svc: Services, deferred: list[tuple[str, str]]
 ) -> None:
-    """The events' pass takes a turn's user text as its least (time as text, text) pair, checked against the time
-    of its first text: a year before 1000 is written with fewer digits by Python than by PostgreSQL, so the
-    check fails and the page's turns read their texts again (event_texts). The same pages."""
+    """A year before 1000 is written with fewer digits by Python than by PostgreSQL, so a time taken as text does
+    not sort as the time does (an earlier reading of the first pass took a turn's user text so): the page's turns
+    still answer their events' user text, not their tasks', and the same pages as with the map."""
     conv = await seed(svc.pool, dialect="v1", turns=3, tool_calls=True)
     args = (conv.session_id, conv.user_id)
     async with svc.pool.acquire() as conn:
@@ -238,16 +291,14 @@ async def test_a_user_text_whose_time_does_not_sort_as_text_is_read_again(
                 conv.session_id,
             )
         async with conn.transaction():
-            heads = await svc.store.events.event_heads([conn], conv.session_id, conv.user_id)
             events_say = {t.invocation_id: t.user_text for t in await svc.store.events.event_turns(conn, *args)}
         for text in filter(None, events_say.values()):  # the tasks say otherwise: only the events' text is right
             await conn.execute("UPDATE task SET data = replace(data, $2, $2 || ' (the task)') WHERE session_id = $1",
                                conv.session_id, text)  # fmt: skip
-    assert heads and not any(h.text_known for h in heads)
     await _same_pages(svc, deferred, conv, (2, 100))
     await _forget(svc, conv.session_id, conv.user_id)
     page = await reading.pages(svc, Caller(user_id=conv.user_id), conv.session_id, 100)
-    assert {item["invocation_id"]: item["user_text"] for item in page[0][:-1]} == events_say  # read again
+    assert {item["invocation_id"]: item["user_text"] for item in page[0][:-1]} == events_say  # not the tasks' text
 
 
 def test_the_candidates_of_a_task_hold_every_invocation_it_carries() -> None:

@@ -13,7 +13,7 @@ from service.errors import BadRequest
 from service.identity import Caller, visible_session
 from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
-from service.kagent.store.events import EventHead, EventTurn
+from service.kagent.store.events import EventHead, EventSpan, EventTurn
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
 from service.kagent.store.turn_map import MapTurn
@@ -117,15 +117,17 @@ class _Scanned:
     (dialects.invocation_id_candidates; None: only decoding it tells, as for a protocol_version unknown here)."""
 
     id: str
+    created_at: datetime
     candidates: set[str] | None
 
 
 def _scanned(row: TaskRow) -> _Scanned:
     known = dialects.TaskDialect.of(row.protocol_version) is not None
-    return _Scanned(id=row.id, candidates=dialects.invocation_id_candidates(row.data) if known else None)
+    return _Scanned(id=row.id, created_at=row.created_at,
+                    candidates=dialects.invocation_id_candidates(row.data) if known else None)  # fmt: skip
 
 
-def _wanted(heads: list[EventHead], after: str | None, limit: int) -> set[str] | None:
+def _wanted(heads: list[EventSpan], after: str | None, limit: int) -> set[str] | None:
     """The event turns a page could hold: the `limit` first after `after` (turns only tasks show may take some
     of their places, never bring others in). None: `after` names no turn of the events, so every task is read."""
     start = 0
@@ -149,79 +151,131 @@ def _needed(task: _Scanned, events: Container[str], wanted: set[str] | None) -> 
 async def _adk_page(
     svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
 ) -> Page:
-    """A page of an ADK session read from kagent's rows, as `ordered_turns` orders them. The events' pass
-    (event_heads: every turn's first and last time, its events and its user text) runs in two parts on two more
-    connections in the same snapshot while the tasks' texts are scanned here (each side reads all of the
-    session's rows of its table: at once, on two cores). Then only the tasks that can change the page are read
-    again and decoded (the others only complete turns the page does not hold)."""
+    """A page of an ADK session read from kagent's rows, as `ordered_turns` orders them, in two passes over the
+    events. The first (event_spans: each invocation's first and last time and its events, and whether it may be a
+    turn) runs in two parts on two more connections in the same snapshot while the tasks' texts are scanned here
+    (each side reads all of the session's rows of its table: at once, on two cores). Then only the tasks that can
+    change the page are read again and decoded, and only the page's invocations are read exactly (event_heads:
+    whether each is a turn, its user text), until every place of the page (and the one after it) is a turn known
+    exactly (`_unread`)."""
     store, sid, owner = svc.store, source.id, source.user_id
     async with (
         copying.snapshot_reader(svc, conn, wanted=True) as reader,
         copying.snapshot_reader(svc, conn, wanted=reader is not None) as second,
     ):
         readers = [r for r in (reader, second) if r is not None]
-        heads_read = asyncio.ensure_future(store.events.event_heads(readers or [conn], sid, owner))
+        spans_read = asyncio.ensure_future(store.events.event_spans(readers or [conn], sid, owner))
         try:
             if reader is None:
-                await asyncio.wait((heads_read,))  # one connection: the events first
-            scanned = [_scanned(row) async for row in store.tasks.stream_tasks_before(conn, sid, owner, None)]
-            heads = await heads_read
+                await asyncio.wait((spans_read,))  # one connection: the events first
+            scanned = [
+                _scanned(row)
+                async for rows in store.tasks.read_ahead_tasks_before(conn, sid, owner, None)
+                for row in rows
+            ]
+            spans = await spans_read
         finally:
-            await copying.cancelled(heads_read)
-    by_id = {h.invocation_id: h for h in heads}
-    wanted = _wanted(heads, after, limit)
-    rank = {t.id: i for i, t in enumerate(scanned) if _needed(t, by_id, wanted)}
-    fetched = await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []
-    rows = [TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
-            for r in sorted(fetched, key=lambda r: rank[r.id])]  # in the order scanned  # fmt: skip
-    tasks = [c for row in rows if (c := _carried(row))]
-    page, start, total = _page_of(heads, tasks, limit, after)
+            await copying.cancelled(spans_read)
+        exact: dict[str, EventHead | None] = {}  # the invocations read exactly (None: no turn)
+        decoded: dict[str, _Carried | None] = {}  # the tasks read again (None: not JSON)
+        while True:
+            heads = [h for s in spans if (h := exact.get(s.invocation_id, s)) is not None]
+            events = {h.invocation_id for h in heads}
+            wanted = _wanted(heads, after, limit + 1)
+            rank = {t.id: i for i, t in enumerate(scanned) if t.id not in decoded and _needed(t, events, wanted)}
+            tasks = [c for t in scanned if (c := decoded.get(t.id)) is not None]  # in the order scanned
+            keys, places, start = _order_of(heads, tasks, after)
+            unread = _unread(keys, places, start, limit, scanned, tasks) if start is not None else []
+            if not rank and not unread:
+                break
+            # Both at once: the tasks here, the invocations on a reader (the first time round, the places the events
+            # alone give: the tasks' turns can move the page, rarely, and then the next round reads what it needs).
+            reading = asyncio.ensure_future(store.events.event_heads(reader or conn, sid, owner, unread))
+            try:
+                if reader is None:
+                    await asyncio.wait((reading,))
+                for r in await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []:
+                    decoded[r.id] = _carried(
+                        TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
+                    )
+                exact |= await reading
+            finally:
+                await copying.cancelled(reading)
+    if start is None:
+        raise BadRequest(f"after names no turn of this session: {after}")
+    page = [_turn_of(places[key], tasks) for key in keys[start : start + limit]]
     _with_page_tasks(page, tasks)
-    unknown = [
-        by_id[t.invocation_id] for t in page if t.invocation_id in by_id and not by_id[t.invocation_id].text_known
-    ]
-    texts = await store.events.event_texts(conn, sid, owner, unknown) if unknown else {}
-    for turn in page:
-        # The events' user text, else the tasks' (_with_page_tasks, as `_complete` completes a turn).
-        head = by_id.get(turn.invocation_id)
-        text = None if head is None else head.user_text if head.text_known else texts.get(turn.invocation_id)
-        if text is not None:
-            turn.user_text = text
-    return Page(items=[_item(t, framework) for t in page], last=start + limit >= total)
+    return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(keys))
 
 
-def _page_of(
-    heads: list[EventHead], tasks: list[_Carried], limit: int, after: str | None
-) -> tuple[list[TurnInfo], int, int]:
-    """The page's turns (with their tasks and states), where it starts, and how many turns there are: the turns
-    of `heads` (in order) and those only `tasks` show (at their first task's time), ordered as `ordered_turns`
-    sorts them (by start, the events' turns first among equals). A TurnInfo is made only for the page's turns."""
-    index = {h.invocation_id: i for i, h in enumerate(heads)}
+_Place = EventSpan | TurnInfo  # a place in the order: an invocation of the events (a turn if an EventHead), or a
+# turn only tasks show
+
+
+def _order_of(
+    heads: list[EventSpan], tasks: list[_Carried], after: str | None
+) -> tuple[list[str], dict[str, _Place], int | None]:
+    """The keys of the turns (and invocations that may be turns) of `heads` (in order) and of the turns only
+    `tasks` show (at their first task's time), ordered as `ordered_turns` sorts them (by start, the events'
+    turns first among equals); each key's place; and where a page after `after` starts (None: `after` names
+    none of them)."""
+    places: dict[str, _Place] = {h.invocation_id: h for h in heads}
     order = [(h.started_at, i, h.invocation_id) for i, h in enumerate(heads)]
-    only_tasks: dict[str, TurnInfo] = {}
-    carrying: dict[str, list[_Carried]] = {}
     for task in tasks:
         for invocation_id in task.carried:
-            carrying.setdefault(invocation_id, []).append(task)
-            if invocation_id not in index and invocation_id not in only_tasks:
-                only_tasks[invocation_id] = TurnInfo(invocation_id=invocation_id, started_at=task.created_at)
+            if invocation_id not in places:
+                places[invocation_id] = TurnInfo(invocation_id=invocation_id, started_at=task.created_at)
                 order.append((task.created_at, len(order), invocation_id))
     order.sort()
     keys = [key for _, _, key in order]
-    start = _start_of(keys, after)
-    page = []
-    for key in keys[start : start + limit]:
-        turn = only_tasks.get(key)
-        if turn is None:
-            head = heads[index[key]]
-            turn = TurnInfo(invocation_id=key, started_at=head.started_at, event_count=head.event_count)
-        for task in carrying.get(key, []):
+    return keys, places, _found_start(keys, after)
+
+
+def _unread(
+    keys: list[str], places: dict[str, _Place], start: int, limit: int, scanned: list[_Scanned], tasks: list[_Carried]
+) -> list[EventSpan]:
+    """The invocations to read exactly before the page is known: those of its places and the one after it (is
+    there a turn after it?) and the one before it (`after`, which must name a turn) that may not be turns; and any
+    that may not be a turn carried by a task of the page's time (if it is none, the task shows it as a turn
+    there)."""
+
+    def maybe(key: str) -> EventSpan | None:
+        place = places.get(key)
+        return place if isinstance(place, EventSpan) and not isinstance(place, EventHead) else None
+
+    window = keys[max(start - 1, 0) : start + limit + 1]
+    unread = {key: span for key in window if (span := maybe(key)) is not None}
+    if window:
+        low = places[keys[start - 1]].started_at if start > 0 else None
+        high = places[window[-1]].started_at
+        for task in scanned:
+            if (low is None or task.created_at >= low) and task.created_at <= high:
+                for key in task.candidates if task.candidates is not None else ():
+                    if (span := maybe(key)) is not None:
+                        unread[key] = span
+        for carried in tasks:  # a task whose text could not tell (its candidates None) is read again
+            if (low is None or carried.created_at >= low) and carried.created_at <= high:
+                for key in carried.carried:
+                    if (span := maybe(key)) is not None:
+                        unread[key] = span
+    return list(unread.values())
+
+
+def _turn_of(place: _Place, tasks: list[_Carried]) -> TurnInfo:
+    """A page's turn, with its tasks and the first one's state (of `tasks`, in the order read)."""
+    if isinstance(place, TurnInfo):
+        turn = place
+    else:
+        assert isinstance(place, EventHead)  # _unread read every place of the page
+        turn = TurnInfo(invocation_id=place.invocation_id, started_at=place.started_at,
+                        event_count=place.event_count, user_text=place.user_text)  # fmt: skip
+    for task in tasks:
+        if turn.invocation_id in task.carried:
             if task.id not in turn.task_ids:
                 turn.task_ids.append(task.id)
             if turn.task_id is None:
                 turn.task_id, turn.state = task.id, task.state
-        page.append(turn)
-    return page, start, len(keys)
+    return turn
 
 
 def _with_page_tasks(page: list[TurnInfo], tasks: list[_Carried]) -> None:
@@ -384,12 +438,18 @@ def _start(ordered: list[TurnInfo], after: str | None) -> int:
 def _start_of(keys: list[str], after: str | None) -> int:
     """Where a page after `after` starts among the turns keyed `keys`, in order. A turn is named by its
     invocation id, or by its task when it has none."""
+    start = _found_start(keys, after)
+    if start is None:
+        raise BadRequest(f"after names no turn of this session: {after}")
+    return start
+
+
+def _found_start(keys: list[str], after: str | None) -> int | None:
+    """_start_of, None where `after` names no turn."""
     if after is None:
         return 0
     index = next((i for i, key in enumerate(keys) if after in (key, key.replace(TASK_TURN, "", 1))), None)
-    if index is None:
-        raise BadRequest(f"after names no turn of this session: {after}")
-    return index + 1
+    return None if index is None else index + 1
 
 
 async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, framework: str) -> list[TurnInfo]:

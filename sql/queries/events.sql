@@ -83,24 +83,24 @@ LIMIT 1;
 -- event_turns for a session holding a row that is not JSON (skipped, as no turn's).
 {event_turns_of_doc} (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) {event_turns_where};
 
+-- name: event_spans
+-- Each invocation's span (its first and last time, its events, whether one may hold a message) in one part of the
+-- rows (Events.event_spans merges the parts): the first pass of a listing of a session without a map.
+{event_spans_of_doc} (SELECT e.data::jsonb AS doc OFFSET 0) {event_spans_where};
+
+-- name: event_spans_tolerant
+-- event_spans for a session holding a row that is not JSON (skipped, as no turn's).
+{event_spans_of_doc} (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) {event_spans_where};
+
 -- name: event_heads
--- What event_turns makes of each invocation (a hash aggregate: no ordered aggregate to sort every row for),
--- its last event's time and whether any of its events holds a message, of one part of the rows
--- (Events.event_heads merges the parts): for a listing of a session without a map.
-{event_heads_of_doc} (SELECT e.data::jsonb AS doc OFFSET 0) {event_heads_where};
+-- What event_turns makes of each of the invocations $5 (and whether it is a turn: any of its events holds a
+-- message), read from their events between $3 and $4 (the first of their events and the last): only those
+-- rows are parsed.
+{event_heads_of_doc} (SELECT e.data::jsonb AS doc OFFSET 0) {event_range_where};
 
 -- name: event_heads_tolerant
--- event_heads for a session holding a row that is not JSON (skipped, as no turn's).
-{event_heads_of_doc} (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) {event_heads_where};
-
--- name: event_texts
--- The user text event_turns gives each of the invocations $5, read from their events between $3 and $4
--- (the first of their events and the last): only those rows are parsed.
-{event_texts_of_doc} (SELECT e.data::jsonb AS doc OFFSET 0) {event_texts_where};
-
--- name: event_texts_tolerant
--- event_texts for a session holding a row that is not JSON.
-{event_texts_of_doc} (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) {event_texts_where};
+-- event_heads for a session holding a row that is not JSON.
+{event_heads_of_doc} (SELECT {schema}.try_jsonb(e.data) AS doc OFFSET 0) {event_range_where};
 
 -- name: events_tally
 -- What the live events with $3 <= created_at < $4 (NULL: no end) hold, for a branch summary, a

@@ -39,24 +39,22 @@ FROM (
     FROM event AS e
     CROSS JOIN LATERAL
 
--- fragment: event_heads_of_doc
--- event_heads up to the LATERAL that parses each event row `e` into `doc` (event_heads_where follows it):
--- event_turns without the ordered aggregate of its user text, which made the grouping sort every row. The
--- text is the least (time as text, text) pair instead, and text_at the time it must be (the caller checks).
+-- fragment: event_spans_of_doc
+-- event_spans up to the LATERAL that parses each event row `e` into `doc` (event_spans_where follows it): per
+-- invocation, its first and last time, its events, and whether one of them may hold a message. A message is an
+-- element of the event's content.parts (event_messages), so an event whose parts have no first element holds
+-- none: a superset, read without event_messages (a third of the pass). A hash aggregate, no sort.
 SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count,
-       bool_or(has_messages) AS has_messages, min(created_at) FILTER (WHERE user_text IS NOT NULL) AS text_at,
-       min(ARRAY[to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), left(user_text, 200)])
-           FILTER (WHERE user_text IS NOT NULL) AS first_text
+       bool_or(may_hold) AS may_hold
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
-           EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages,
-           {user_text_of_p} AS user_text
+           p.doc -> 'content' -> 'parts' -> 0 IS NOT NULL AS may_hold
     FROM event AS e
     CROSS JOIN LATERAL
 
--- fragment: event_heads_where
--- event_heads after its LATERAL: of the session's live rows, part $4 of $3 (split by a hash of the row id, so
--- that parts read on several connections at once make every row's turn once), grouped by invocation.
+-- fragment: event_spans_where
+-- event_spans after its LATERAL: of the session's live rows, part $4 of $3 (split by a hash of the row id, so
+-- that parts read on several connections at once make every row's invocation once), grouped by invocation.
     AS p
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
       AND mod(hashtext(e.id)::bigint + 2147483648, $3) = $4
@@ -66,17 +64,20 @@ FROM (
 WHERE invocation_id IS NOT NULL
 GROUP BY invocation_id
 
--- fragment: event_texts_of_doc
--- event_texts up to the LATERAL that parses each event row `e` into `doc` (event_texts_where follows it).
-SELECT invocation_id, {first_user_text} AS user_text
+-- fragment: event_heads_of_doc
+-- event_heads up to the LATERAL that parses each event row `e` into `doc` (event_range_where follows it): what
+-- event_turns makes of each invocation, its last time, and whether any of its events holds a message.
+SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count,
+       bool_or(has_messages) AS has_messages, {first_user_text} AS user_text
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
+           EXISTS (SELECT 1 FROM {schema}.event_messages(p.doc)) AS has_messages,
            {user_text_of_p} AS user_text
     FROM event AS e
     CROSS JOIN LATERAL
 
--- fragment: event_texts_where
--- event_texts after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5.
+-- fragment: event_range_where
+-- event_heads after its LATERAL: the session's live rows from $3 to $4 (both included) of the invocations $5.
     AS p
     WHERE e.session_id = $1 AND e.user_id = $2 AND e.deleted_at IS NULL AND e.created_at IS NOT NULL
       AND e.created_at >= $3 AND e.created_at <= $4

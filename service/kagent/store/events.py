@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -28,15 +28,21 @@ class EventTurn:
 
 
 @dataclass(frozen=True, kw_only=True)
-class EventHead:
-    """A turn as its events show it, without its user text (event_heads)."""
+class EventSpan:
+    """An invocation as a listing's first pass sees it (event_spans): it may be a turn (one of its events may hold
+    a message); event_heads tells."""
 
     invocation_id: str
     started_at: datetime
     ended_at: datetime
     event_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventHead(EventSpan):
+    """A turn as its events show it (event_heads): as event_turns gives it, with its last event's time."""
+
     user_text: str | None
-    text_known: bool  # False: user_text is to be read (event_texts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,47 +249,49 @@ class Events:
         texts = [p["text"] for p in decoded if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "\n".join(texts) or None
 
-    async def event_heads(self, conns: list[Connection], session_id: str, owner: str) -> list[EventHead]:
-        """The turns the events show, in order, as event_turns gives them: read in parts, one on each connection
-        at once (each in the caller's snapshot), and merged. A turn's text is its least (time, text) pair's when
-        that time is its first text's (text_known), as it is unless the time's text sorts otherwise (a year
-        past 9999)."""
+    async def event_spans(self, conns: list[Connection], session_id: str, owner: str) -> list[EventSpan]:
+        """The invocations that may be turns, in order of their first event: read in parts, one on each connection
+        at once (each in the caller's snapshot), and merged. An invocation none of whose events may hold a
+        message is no turn (event_turns), and is left out."""
         parts = await asyncio.gather(*(
-            fetch_parsed(conn, self.q["event_heads"], self.q["event_heads_tolerant"], session_id, owner, len(conns), i)
+            fetch_parsed(conn, self.q["event_spans"], self.q["event_spans_tolerant"], session_id, owner, len(conns), i)
             for i, conn in enumerate(conns)
         ))  # fmt: skip
         merged: dict[str, list[Any]] = {}
         for r in (r for rows in parts for r in rows):
-            new = [r["started_at"], r["ended_at"], r["event_count"], r["has_messages"], r["text_at"], r["first_text"]]
+            new = [r["started_at"], r["ended_at"], r["event_count"], r["may_hold"]]
             seen = merged.setdefault(r["invocation_id"], new)
             if seen is not new:
                 seen[0], seen[1] = min(seen[0], new[0]), max(seen[1], new[1])
                 seen[2] += new[2]
                 seen[3] = seen[3] or new[3]
-                seen[4] = min((t for t in (seen[4], new[4]) if t is not None), default=None)
-                seen[5] = min((t for t in (seen[5], new[5]) if t is not None), default=None)
-        heads = []
-        for invocation_id, (started, ended, count, messages, text_at, first_text) in merged.items():
-            if not messages:  # an invocation none of whose events holds a message is no turn (event_turns)
-                continue
-            known = text_at is None or first_text[0] == text_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-            heads.append(EventHead(invocation_id=invocation_id, started_at=started, ended_at=ended,
-                                   event_count=int(count), user_text=first_text[1] if known and first_text else None,
-                                   text_known=known))  # fmt: skip
-        return sorted(heads, key=lambda h: h.started_at)
+        spans = [
+            EventSpan(invocation_id=invocation_id, started_at=started, ended_at=ended, event_count=int(count))
+            for invocation_id, (started, ended, count, may_hold) in merged.items()
+            if may_hold
+        ]
+        return sorted(spans, key=lambda s: s.started_at)
 
-    async def event_texts(
-        self, conn: Connection, session_id: str, owner: str, heads: list[EventHead]
-    ) -> dict[str, str]:
-        """The user text event_turns gives each of these turns (those that have one), from their events only."""
-        if not heads:
+    async def event_heads(
+        self, conn: Connection, session_id: str, owner: str, spans: list[EventSpan]
+    ) -> dict[str, EventHead | None]:
+        """What event_turns makes of each of these invocations (None: none of its events holds a message, so it is
+        no turn), read from their events only (from the first span's start to the last one's end)."""
+        if not spans:
             return {}
-        start, end = min(h.started_at for h in heads), max(h.ended_at for h in heads)
-        ids = [h.invocation_id for h in heads]
+        start, end = min(s.started_at for s in spans), max(s.ended_at for s in spans)
+        ids = [s.invocation_id for s in spans]
         rows = await fetch_parsed(
-            conn, self.q["event_texts"], self.q["event_texts_tolerant"], session_id, owner, start, end, ids
+            conn, self.q["event_heads"], self.q["event_heads_tolerant"], session_id, owner, start, end, ids
         )
-        return {r["invocation_id"]: r["user_text"] for r in rows if r["user_text"] is not None}
+        heads: dict[str, EventHead | None] = dict.fromkeys(ids)
+        for r in rows:
+            if r["has_messages"]:
+                heads[r["invocation_id"]] = EventHead(
+                    invocation_id=r["invocation_id"], started_at=r["started_at"], ended_at=r["ended_at"],
+                    event_count=int(r["event_count"]), user_text=r["user_text"],
+                )  # fmt: skip
+        return heads
 
     async def event_turns(self, conn: Connection, session_id: str, owner: str) -> list[EventTurn]:
         """The turns the events show, in order."""

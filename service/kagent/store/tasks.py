@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from asyncpg import Record
 
 from service.kagent.store.base import (
     TASK_COLUMNS,
@@ -107,6 +110,27 @@ class Tasks:
         """The tasks in created_at order through a server-side cursor (needs a transaction)."""
         async for row in self._stream(conn, "tasks_before", session_id, owner, before):
             yield row
+
+    async def read_ahead_tasks_before(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None
+    ) -> AsyncIterator[list[TaskRow]]:
+        """stream_tasks_before a batch at a time, the next batch asked for before this one is given: PostgreSQL
+        reads it (decompressing each text) while the caller works on this one. The caller runs nothing else on
+        `conn` until the last batch (needs a transaction)."""
+        cursor = await conn.cursor(self.q["tasks_before"], session_id, owner, before)
+        pending: asyncio.Future[list[Record]] | None = asyncio.ensure_future(cursor.fetch(TASK_FETCH_BATCH))
+        try:
+            while pending is not None:
+                rows = await pending
+                pending = None
+                if len(rows) == TASK_FETCH_BATCH:
+                    pending = asyncio.ensure_future(cursor.fetch(TASK_FETCH_BATCH))
+                    await asyncio.sleep(0)  # its request sent before this batch is worked on
+                if rows:
+                    yield [_task(r) for r in rows]
+        finally:
+            if pending is not None:  # waited for, not cancelled: a cancelled statement would abort the transaction
+                await asyncio.wait((pending,))
 
     async def stream_runtime_tasks(
         self, conn: Connection, session_id: str, owner: str, users: list[str]
