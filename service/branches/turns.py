@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Container
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -168,11 +169,8 @@ async def _adk_page(
         try:
             if reader is None:
                 await asyncio.wait((spans_read,))  # one connection: the events first
-            scanned = [
-                _scanned(row)
-                async for rows in store.tasks.read_ahead_tasks_before(conn, sid, owner, None)
-                for row in rows
-            ]
+            async with aclosing(store.tasks.read_ahead_tasks_before(conn, sid, owner, None)) as batches:
+                scanned = [_scanned(row) async for rows in batches for row in rows]
             spans = await spans_read
         finally:
             await copying.cancelled(spans_read)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -113,7 +113,7 @@ class Tasks:
 
     async def read_ahead_tasks_before(
         self, conn: Connection, session_id: str, owner: str, before: datetime | None
-    ) -> AsyncIterator[list[TaskRow]]:
+    ) -> AsyncGenerator[list[TaskRow], None]:
         """stream_tasks_before a batch at a time, the next batch asked for before this one is given: PostgreSQL
         reads it (decompressing each text) while the caller works on this one. The caller runs nothing else on
         `conn` until the last batch (needs a transaction)."""
