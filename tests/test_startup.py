@@ -4,6 +4,7 @@ served OpenAPI document is the committed one and matches the routes and request 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -19,10 +20,12 @@ import asyncpg
 import msgspec
 import pytest
 import yaml
+from litestar.testing import AsyncTestClient
 
 from service.agents.discard import DiscardRequest
 from service.agents.experiments import ExperimentRequest, JudgeRequest, VoteRequest
 from service.agents.whatif import WhatifRequest
+from service.app import create_app
 from service.config import ConfigError, Settings, from_env
 from service.database import open_pool, prepare_database
 from service.doors import experiments_http
@@ -102,6 +105,17 @@ async def test_migrations_run_once_even_from_two_replicas(server_url: str) -> No
             await c.close()
     finally:
         await drop_database(server_url, url)
+
+
+async def test_the_app_leaves_what_it_made_to_start_out_of_full_collections(
+    settings: Settings, database_url: str, pool: asyncpg.Pool
+) -> None:
+    """While it serves, the objects the app made to start are frozen (gc.freeze: a full collection walked them all,
+    75 ms in the middle of a request); at shutdown they are given back to the collector."""
+    async with AsyncTestClient(app=create_app(settings, database_url)) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        assert gc.get_freeze_count() > 10_000
+    assert gc.get_freeze_count() == 0
 
 
 def test_settings_from_env_fail_with_the_variable_named() -> None:
