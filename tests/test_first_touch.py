@@ -19,7 +19,7 @@ import pytest
 from bench.generate import SessionSpec, insert_session
 from service.branches import turns
 from service.config import Settings
-from service.errors import BadRequest
+from service.errors import BadRequest, Unprocessable
 from service.identity import Caller
 from service.kagent import dialects, turn_map
 from service.kagent.migrate import migrate
@@ -133,6 +133,65 @@ async def test_a_first_listing_and_dry_run_answer_as_with_the_map(
         await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
     for invocation_id in [*conv.invocation_ids, None, "e-not-a-turn"]:
         await _same_first_and_mapped(svc, deferred, sid, owner, _plan(svc, caller, sid, invocation_id))
+
+
+async def test_a_first_dry_run_reads_the_tasks_once_and_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large v1 session's first dry run reads its tasks once, in order, up to the first that carries the boundary
+    (forking._streamed_plan), counting each as it comes. Tasks that test it: one that is not JSON (refused only when
+    the cut keeps it), one created at the same time as a boundary task, a later task carrying the first turn again
+    (the first one is the boundary task), and a turn whose task is gone (no task carries it: every task is counted,
+    and those from its first event on are taken off again)."""
+    monkeypatch.setattr(copying, "LARGE_FORK_TASKS", 0)
+    streamed: list[bool] = []
+    plan_it = forking._streamed_plan
+
+    async def noted(*args: Any) -> Any:
+        try:
+            answer = await plan_it(*args)
+        except Unprocessable:
+            streamed.append(True)  # it read the tasks, and refused one the cut keeps
+            raise
+        streamed.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(forking, "_streamed_plan", noted)
+    conv = await seed(svc.pool, dialect="v1", turns=6, tool_calls=True)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    async with svc.pool.acquire() as conn:
+        tasks = await conn.fetch("SELECT * FROM task WHERE session_id = $1 ORDER BY created_at", sid)
+        insert = (
+            "INSERT INTO task (id, created_at, updated_at, data, session_id, protocol_version, user_id) "
+            "VALUES ($1, $2, $2, $3, $4, $5, $6)"
+        )
+        for at, data in (
+            (tasks[4]["created_at"] - timedelta(microseconds=1), "{not json"),
+            (tasks[2]["created_at"], tasks[1]["data"].replace(tasks[1]["id"], "twin-of-the-second")),
+            (tasks[-1]["created_at"] + timedelta(seconds=1), tasks[0]["data"].replace(tasks[0]["id"], "late-first")),
+        ):
+            await conn.execute(insert, str(uuid.uuid4()), at, data, sid, tasks[0]["protocol_version"], owner)
+        await conn.execute("DELETE FROM task WHERE id = $1", tasks[3]["id"])
+
+    def plan_or_refusal(invocation_id: str | None) -> Any:
+        ask = _plan(svc, caller, sid, invocation_id)
+
+        async def answer() -> Any:
+            try:
+                return await ask()
+            except Unprocessable as exc:
+                return f"422: {exc}"
+
+        return answer
+
+    answers = []
+    for invocation_id in [*conv.invocation_ids, None]:
+        streamed.clear()
+        await _same_first_and_mapped(svc, deferred, sid, owner, plan_or_refusal(invocation_id))
+        answers.append(await plan_or_refusal(invocation_id)())
+        assert streamed[0] is (invocation_id is not None)  # the first ask (no map) streamed, if a turn is named
+    refused = [isinstance(a, str) for a in answers]
+    assert refused == [False] * 4 + [True] * 3  # the task that is not JSON is kept from the fifth turn's cut on
 
 
 async def test_a_long_session_first_touch_answers_as_with_the_map(

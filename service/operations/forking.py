@@ -9,7 +9,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -77,6 +77,44 @@ async def _find_cut(
 ) -> Cut:
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = named.invocation_id
+    events_before = boundary_task = None
+    if boundary is not None and mapped:
+        events_before, candidates = await mapped_boundary(svc, conn, source, boundary)
+        boundary_task = plan.find_boundary_task(candidates, boundary)
+    elif boundary is not None:
+        prefilter = dialects.verbatim_in_json(boundary)
+        event_search = store.events.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
+        if reader is not None:
+            # Neither search has an index to use: each reads all of the session's rows of its table, so
+            # with a reader they run at once, on two connections in one snapshot.
+            events_before, candidates = await together(
+                event_search, store.tasks.tasks_mentioning(reader, sid, owner, boundary, prefilter=prefilter)
+            )
+        else:
+            events_before = await event_search
+            candidates = await store.tasks.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
+        boundary_task = plan.find_boundary_task(candidates, boundary)
+    return await _cut_of(
+        svc, conn, source, req, last_task, mapped=mapped, named=named, events_at=events_before, task=boundary_task
+    )
+
+
+async def _cut_of(
+    svc: Services,
+    conn: Connection,
+    source: SessionRow,
+    req: ForkRequest,
+    last_task: TaskRow | None,
+    *,
+    mapped: bool,
+    named: NamedTurn,
+    events_at: datetime | None,
+    task: plan.BoundaryTask | None,
+) -> Cut:
+    """The cut at the named turn, given where its events begin (`events_at`, boundary_event's answer) and its
+    first task (`task`, plan.find_boundary_task's), when it is named by its invocation."""
+    store, sid, owner = svc.store, source.id, source.user_id
+    boundary = named.invocation_id
     warnings: list[str] = []
     events_before = tasks_before = None
     partial = None
@@ -91,35 +129,21 @@ async def _find_cut(
         if req.if_boundary_missing == "error":
             raise NotFound(f"task {named.missing} not found in session {sid}")
         warnings.append(f"task {named.missing} not found in the session: the whole conversation is copied")
-    if boundary is not None and mapped:
-        events_before, candidates = await mapped_boundary(svc, conn, source, boundary)
-    elif boundary is not None:
-        prefilter = dialects.verbatim_in_json(boundary)
-        event_search = store.events.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
-        if reader is not None:
-            # Neither search has an index to use: each reads all of the session's rows of its table, so
-            # with a reader they run at once, on two connections in one snapshot.
-            events_before, candidates = await together(
-                event_search, store.tasks.tasks_mentioning(reader, sid, owner, boundary, prefilter=prefilter)
-            )
-        else:
-            events_before = await event_search
-            candidates = await store.tasks.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
     if boundary is not None:
-        boundary_task = plan.find_boundary_task(candidates, boundary)
-        found = events_before is not None or boundary_task is not None
+        events_before = events_at
+        found = events_before is not None or task is not None
         if not found:
             if req.if_boundary_missing == "error":
                 raise NotFound(f"invocation {boundary} not found in session {sid}")
             warnings.append(f"invocation {boundary} not found in the session: the whole conversation is copied")
-        elif boundary_task is None:
+        elif task is None:
             tasks_before = events_before
             warnings.append(f"no task carries invocation {boundary}: tasks created before its first event are copied")
         else:
-            tasks_before = boundary_task.row.created_at
-            partial = boundary_task if boundary_task.cut > 0 else None
+            tasks_before = task.row.created_at
+            partial = task if task.cut > 0 else None
             if events_before is None:
-                events_before = boundary_task.row.created_at
+                events_before = task.row.created_at
     if partial is None:
         running = _running_turn(last_task, tasks_before)
         if running is not None:
@@ -375,6 +399,8 @@ async def _fork_in_transaction(
             )
         reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
         fork = dataclasses.replace(fork, reader=reader)
+        if (planned := await _streamed_plan(fork, named, last_task)) is not None:
+            return _noted(written, planned)
         boundary = req.rewind_before_invocation_id
         # Without the turn map the exact cut decompresses every task of the session; a guess from the last
         # turns, proven by the server copy, spares that. With it the exact cut is a read of the map.
@@ -561,23 +587,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
 
     if req.dry_run:
         stats, task_bytes, left = await _dry_run_figures(fork, cut, copier, layout)
-        if (cap := svc.settings.max_fork_events) and stats.events > cap:
-            warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
-        text_chars = stats.text_chars
-        if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
-            text_chars += await summary.tasks_text_chars(store, conn, sid, owner, cut.tasks_before)
-        return ForkOutcome(
-            data=ForkPlan(
-                dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
-                depth=fork.depth, rewind_before_invocation_id=req.rewind_before_invocation_id,
-                rewind_before_task_id=req.rewind_before_task_id, framework=fork.framework,
-                boundary_found=cut.boundary_found, events_copied=stats.events,
-                tasks_copied=copier.written, messages_copied=copier.messages, task_layout=layout,
-                warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
-                estimated_context_tokens=math.ceil(text_chars / 4),
-            ),
-            created=False, replayed=False, session_id=None,
-        )  # fmt: skip
+        return await _plan_answer(fork, cut, copier, warnings, stats, task_bytes, left)
 
     new_session = await store.sessions.insert_session(
         conn,
@@ -645,6 +655,153 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
     return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+
+
+async def _plan_answer(
+    fork: _Fork,
+    cut: Cut,
+    copier: plan.TaskCopier,
+    warnings: list[str],
+    stats: EventStats,
+    task_bytes: int,
+    left: Summary | None,
+) -> ForkOutcome:
+    """A dry run's answer: the plan, from its kept events' figures (`stats`), its kept tasks counted into
+    `copier` (`task_bytes` of them) and the summary of what it leaves behind (`left`)."""
+    svc, req, sid = fork.svc, fork.req, fork.source.id
+    if (cap := svc.settings.max_fork_events) and stats.events > cap:
+        warnings.append(f"a fork would be refused: {stats.events} events is over MAX_FORK_EVENTS ({cap})")
+    text_chars = stats.text_chars
+    if fork.framework in frameworks.TASK_CHAT:  # its chat is in its tasks (docs/frameworks.md)
+        text_chars += await summary.tasks_text_chars(svc.store, fork.conn, sid, fork.source.user_id, cut.tasks_before)
+    return ForkOutcome(
+        data=ForkPlan(
+            dry_run=True, name=fork.name, parent_session_id=sid, fork_root_session_id=fork.root_id,
+            depth=fork.depth, rewind_before_invocation_id=req.rewind_before_invocation_id,
+            rewind_before_task_id=req.rewind_before_task_id, framework=fork.framework,
+            boundary_found=cut.boundary_found, events_copied=stats.events,
+            tasks_copied=copier.written, messages_copied=copier.messages, task_layout=copier.layout,
+            warnings=warnings + copier.warnings, summary=left, bytes_to_copy=stats.bytes + task_bytes,
+            estimated_context_tokens=math.ceil(text_chars / 4),
+        ),
+        created=False, replayed=False, session_id=None,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Mark:
+    """Where a streamed dry run's count stood before one task (`copier`'s counts, the bytes measured so far), so
+    that the tasks the cut does not keep can be taken off again; and why the task cannot be copied, if it cannot
+    (raised only if the cut keeps it)."""
+
+    created_at: datetime
+    written: int
+    messages: int
+    warnings: int
+    bytes: int
+    refused: Unprocessable | None = None
+
+
+async def _streamed_plan(fork: _Fork, named: NamedTurn, last_task: TaskRow | None) -> ForkOutcome | None:
+    """The first dry run (no map) of a large session whose kept tasks are all copied per_task, each side of it
+    read once (docs/turn-map.md, "The first touch"). Here the tasks are read in order, each measured, up to the
+    first that carries the boundary (plan.find_boundary_task's): no search of every task's text before; then the
+    summary of what the fork leaves behind. On the reader, meanwhile, where the boundary's events begin, and then
+    the events before it counted in two parts (with a second reader). The plan _find_cut and _plan_and_write
+    make (the events read again if the cut ends them elsewhere: a running last turn). None: not such a dry run."""
+    svc, conn, reader, source, req = fork.svc, fork.conn, fork.reader, fork.source, fork.req
+    boundary = req.rewind_before_invocation_id
+    if (
+        not req.dry_run or fork.mapped or reader is None or boundary is None or named.task is not None
+        or named.missing is not None or fork.framework in frameworks.TASK_CHAT
+    ):  # fmt: skip
+        return None
+    store, sid, owner = svc.store, source.id, source.user_id
+    found = {dialects.TaskDialect.of(v) for v in await store.tasks.task_versions_before(conn, sid, owner, None)}
+    known = {d for d in found if d is not None}
+    if len(known) < len(found) or plan.choose_layout(req.task_layout, known) != "per_task":
+        return None
+    if req.task_layout == "auto" and dialects.TaskDialect.LEGACY in known:
+        return None  # a cut that keeps only legacy tasks would merge them
+    copier = plan.TaskCopier(layout="per_task", session_id=str(uuid.uuid4()), user_id=fork.runtime_user or
+                             fork.caller.user_id, now=await store.database.now(conn), dry_run=True)  # fmt: skip
+    prefilter = dialects.verbatim_in_json(boundary)
+    async with snapshot_reader(svc, conn, wanted=True) as second:
+        searched = asyncio.ensure_future(
+            store.events.boundary_event_at(reader, sid, owner, boundary, prefilter=prefilter)
+        )
+        counted = asyncio.ensure_future(_counted_before(fork, second, searched))
+        try:
+            marks, task_bytes, task = await _measure_until(fork, copier, boundary, prefilter)
+            at = await searched
+            cut = await _cut_of(svc, conn, source, req, last_task, mapped=False, named=named, events_at=at, task=task)
+            left = await _left_behind(fork, cut, cut.events_before)
+            stats = await counted
+        finally:
+            await cancelled(counted)
+            await cancelled(searched)
+    if stats is None or at != cut.events_before:  # the cut ends the events elsewhere than the boundary's start
+        stats = await store.events.event_stats(conn, sid, owner, cut.events_before)
+    kept = next((i for i, m in enumerate(marks) if cut.tasks_before is not None and m.created_at >= cut.tasks_before),
+                len(marks))  # fmt: skip
+    if (refused := next((m.refused for m in marks[:kept] if m.refused is not None), None)) is not None:
+        raise refused
+    if kept < len(marks):  # the tasks from the cut's on (in created_at order: all of the rest) are taken off
+        mark = marks[kept]
+        copier.written, copier.messages, task_bytes = mark.written, mark.messages, mark.bytes
+        del copier.warnings[mark.warnings :]
+    if cut.partial is not None:
+        task_bytes += copier.size(cut.partial.row, cut.partial.cut)
+    return await _plan_answer(fork, cut, copier, [*fork.notes, *cut.warnings], stats, task_bytes, left)
+
+
+async def _measure_until(
+    fork: _Fork, copier: plan.TaskCopier, boundary: str, prefilter: bool
+) -> tuple[list[_Mark], int, plan.BoundaryTask | None]:
+    """The tasks before the first that carries `boundary`, each counted into `copier` as it would copy it whole
+    (a mark before each), the bytes they would be, and that task (None: none carries it; then every task is
+    counted). Read a batch ahead."""
+    svc, conn, source = fork.svc, fork.conn, fork.source
+    marks: list[_Mark] = []
+    size = 0
+    async with aclosing(svc.store.tasks.read_ahead_tasks_before(conn, source.id, source.user_id, None)) as batches:
+        async for rows in batches:
+            for row in rows:
+                if not prefilter or boundary in row.data:
+                    task = plan.find_boundary_task([row], boundary)
+                    if task is not None:
+                        return marks, size, task  # the next batch, asked for, is waited for (aclosing) and dropped
+                mark = _Mark(created_at=row.created_at, written=copier.written, messages=copier.messages,
+                             warnings=len(copier.warnings), bytes=size)  # fmt: skip
+                try:
+                    size += copier.size(row)
+                except Unprocessable as exc:  # nothing counted: it is refused before it is made
+                    mark = dataclasses.replace(mark, refused=exc)
+                marks.append(mark)
+    return marks, size, None
+
+
+async def _counted_before(
+    fork: _Fork, second: Connection | None, searched: asyncio.Future[datetime | None]
+) -> EventStats | None:
+    """Once the reader has found where the boundary's events begin (`searched`), the figures of the events before
+    it, counted on the reader and `second` at once, in two parts. None when no event carries the boundary (its cut
+    is settled by its tasks)."""
+    svc, reader, source = fork.svc, fork.reader, fork.source
+    assert reader is not None
+    store, sid, owner = svc.store, source.id, source.user_id
+    at = await searched
+    if at is None:
+        return None
+    if second is None:
+        return await store.events.event_stats(reader, sid, owner, at)
+    mine = asyncio.ensure_future(store.events.event_stats_part(reader, sid, owner, at, 2, 0))
+    other = asyncio.ensure_future(store.events.event_stats_part(second, sid, owner, at, 2, 1))
+    try:
+        return await mine + await other
+    finally:
+        await cancelled(mine)
+        await cancelled(other)
 
 
 async def _left_behind(fork: _Fork, cut: Cut, events_from: datetime | None) -> Summary | None:

@@ -41,6 +41,17 @@ LEFT JOIN LATERAL (
 -- count_events_before for a session holding a row that is not JSON (counted, its text counted as none).
 {count_events_of_doc} (SELECT {schema}.try_jsonb(data) AS doc OFFSET 0) {count_events_where};
 
+-- name: count_events_before_part
+-- count_events_before of part $5 of $4 of the rows (split by a hash of the row id, so that parts read on
+-- several connections at once count every row once, and add up to count_events_before).
+{count_events_of_doc} (SELECT data::jsonb AS doc OFFSET 0) {count_events_where}
+  AND mod(hashtext(id)::bigint + 2147483648, $4) = $5;
+
+-- name: count_events_before_part_tolerant
+-- count_events_before_part for a session holding a row that is not JSON.
+{count_events_of_doc} (SELECT {schema}.try_jsonb(data) AS doc OFFSET 0) {count_events_where}
+  AND mod(hashtext(id)::bigint + 2147483648, $4) = $5;
+
 -- name: copy_events_before
 -- The fork's events: one server-side copy, payloads never leave PostgreSQL. Each copy gets a new
 -- row id (kagent's key is (id, user_id)), keeps data byte for byte and the source created_at (so

@@ -110,6 +110,10 @@ class EventStats:
     bytes: int
     text_chars: int
 
+    def __add__(self, other: EventStats) -> EventStats:
+        return EventStats(events=self.events + other.events, bytes=self.bytes + other.bytes,
+                          text_chars=self.text_chars + other.text_chars)  # fmt: skip
+
 
 class Events:
     """The queries over these rows; each takes the connection first, so the caller owns the transaction."""
@@ -220,8 +224,16 @@ class Events:
         rows = await fetch_parsed(
             conn, self.q["count_events_before"], self.q["count_events_before_tolerant"], session_id, owner, before
         )
-        row = rows[0]  # an aggregate always answers one row
-        return EventStats(events=int(row["events"]), bytes=int(row["bytes"]), text_chars=int(row["text_chars"]))
+        return _stats(rows[0])  # an aggregate always answers one row
+
+    async def event_stats_part(
+        self, conn: Connection, session_id: str, owner: str, before: datetime | None, parts: int, part: int
+    ) -> EventStats:
+        """event_stats of one part of the rows (of `parts`, split by a hash of the row id): parts read on several
+        connections at once (each in the caller's snapshot) add up to event_stats."""
+        rows = await fetch_parsed(conn, self.q["count_events_before_part"], self.q["count_events_before_part_tolerant"],
+                                  session_id, owner, before, parts, part)  # fmt: skip
+        return _stats(rows[0])
 
     async def copy_kept(
         self,
@@ -303,3 +315,7 @@ class Events:
             )
             for r in rows
         ]  # fmt: skip
+
+
+def _stats(row: Any) -> EventStats:
+    return EventStats(events=int(row["events"]), bytes=int(row["bytes"]), text_chars=int(row["text_chars"]))
