@@ -180,11 +180,11 @@ async def _adk_page(
             heads = [h for s in spans if (h := exact.get(s.invocation_id, s)) is not None]
             events = {h.invocation_id for h in heads}
             wanted = _wanted(heads, after, limit + 1)
-            rank = {t.id: i for i, t in enumerate(scanned) if t.id not in decoded and _needed(t, events, wanted)}
+            needed = [t.id for t in scanned if t.id not in decoded and _needed(t, events, wanted)]
             tasks = [c for t in scanned if (c := decoded.get(t.id)) is not None]  # in the order scanned
             keys, places, start = _order_of(heads, tasks, after)
             unread = _unread(keys, places, start, limit, scanned, tasks) if start is not None else []
-            if not rank and not unread:
+            if not needed and not unread:
                 break
             # Both at once: the tasks here, the invocations on a reader (the first time round, the places the events
             # alone give: the tasks' turns can move the page, rarely, and then the next round reads what it needs).
@@ -192,7 +192,7 @@ async def _adk_page(
             try:
                 if reader is None:
                     await asyncio.wait((reading,))
-                for r in await store.turn_maps.tasks_by_id(conn, sid, owner, list(rank)) if rank else []:
+                for r in await store.turn_maps.tasks_by_id(conn, sid, owner, needed) if needed else []:
                     decoded[r.id] = _carried(
                         TaskRow(id=r.id, created_at=r.created_at, protocol_version=r.protocol_version, data=r.data)
                     )
