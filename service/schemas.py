@@ -156,7 +156,8 @@ def rfc3339(value: datetime | None) -> str:
     if value is None:
         return "0001-01-01T00:00:00Z"
     value = value.astimezone(UTC)
-    text = value.strftime("%Y-%m-%dT%H:%M:%S")
+    # Not strftime: its %Y writes a year before 1000 with fewer than four digits, which Go (and RFC 3339) pad.
+    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
     if value.microsecond:
         text += f".{value.microsecond:06d}".rstrip("0")
     return text + "Z"
