@@ -183,7 +183,7 @@ async def _adk_page(
             needed = [t.id for t in scanned if t.id not in decoded and _needed(t, events, wanted)]
             tasks = [c for t in scanned if (c := decoded.get(t.id)) is not None]  # in the order scanned
             keys, places, start = _order_of(heads, tasks, after)
-            unread = _unread(keys, places, start, limit, scanned, tasks) if start is not None else []
+            unread = _unread(keys, places, start, limit, scanned, decoded) if start is not None else []
             if not needed and not unread:
                 break
             # Both at once: the tasks here, the invocations on a reader (the first time round, the places the events
@@ -201,7 +201,7 @@ async def _adk_page(
                 await copying.cancelled(reading)
     if start is None:
         raise BadRequest(f"after names no turn of this session: {after}")
-    page = [_turn_of(places[key], tasks) for key in keys[start : start + limit]]
+    page = [_turn_of(places[key]) for key in keys[start : start + limit]]
     _with_page_tasks(page, tasks)
     return Page(items=[_item(t, framework) for t in page], last=start + limit >= len(keys))
 
@@ -230,12 +230,13 @@ def _order_of(
 
 
 def _unread(
-    keys: list[str], places: dict[str, _Place], start: int, limit: int, scanned: list[_Scanned], tasks: list[_Carried]
-) -> list[EventSpan]:
+    keys: list[str], places: dict[str, _Place], start: int, limit: int, scanned: list[_Scanned],
+    decoded: dict[str, _Carried | None],
+) -> list[EventSpan]:  # fmt: skip
     """The invocations to read exactly before the page is known: those of its places and the one after it (is
     there a turn after it?) and the one before it (`after`, which must name a turn) that may not be turns; and any
     that may not be a turn carried by a task of the page's time (if it is none, the task shows it as a turn
-    there)."""
+    there): by its text's candidates, or, for a text that could not tell, by the task read again."""
 
     def maybe(key: str) -> EventSpan | None:
         place = places.get(key)
@@ -248,46 +249,40 @@ def _unread(
         high = places[window[-1]].started_at
         for task in scanned:
             if (low is None or task.created_at >= low) and task.created_at <= high:
-                for key in task.candidates if task.candidates is not None else ():
-                    if (span := maybe(key)) is not None:
-                        unread[key] = span
-        for carried in tasks:  # a task whose text could not tell (its candidates None) is read again
-            if (low is None or carried.created_at >= low) and carried.created_at <= high:
-                for key in carried.carried:
+                read = decoded.get(task.id)
+                carried = task.candidates if task.candidates is not None else read.carried if read else ()
+                for key in carried:
                     if (span := maybe(key)) is not None:
                         unread[key] = span
     return list(unread.values())
 
 
-def _turn_of(place: _Place, tasks: list[_Carried]) -> TurnInfo:
-    """A page's turn, with its tasks and the first one's state (of `tasks`, in the order read)."""
+def _turn_of(place: _Place) -> TurnInfo:
+    """A page's turn as its place knows it (its tasks come from _with_page_tasks)."""
     if isinstance(place, TurnInfo):
-        turn = place
-    else:
-        assert isinstance(place, EventHead)  # _unread read every place of the page
-        turn = TurnInfo(invocation_id=place.invocation_id, started_at=place.started_at,
-                        event_count=place.event_count, user_text=place.user_text)  # fmt: skip
+        return place
+    assert isinstance(place, EventHead)  # _unread read every place of the page
+    return TurnInfo(invocation_id=place.invocation_id, started_at=place.started_at, event_count=place.event_count,
+                    user_text=place.user_text)  # fmt: skip
+
+
+def _with_page_tasks(page: list[TurnInfo], tasks: list[_Carried]) -> None:
+    """The page's turns completed as `_complete` completes them (each one's tasks, the first one's state, its chat
+    marks from every task carrying it, and the user text of its first task holding one: the caller keeps its
+    events' text if it has one), from `tasks` (every task carrying a page's turn among them), in the order read.
+    Only the tasks carrying a page's turn are asked for their marks."""
+    wanted = {t.invocation_id: t for t in page}
     for task in tasks:
-        if turn.invocation_id in task.carried:
+        carried = [(inv, turn) for inv in task.carried if (turn := wanted.get(inv)) is not None]
+        if not carried:
+            continue
+        data, dialect = task.data, task.dialect
+        marks = dialects.chat_marks(data, dialect)
+        for invocation_id, turn in carried:
             if task.id not in turn.task_ids:
                 turn.task_ids.append(task.id)
             if turn.task_id is None:
                 turn.task_id, turn.state = task.id, task.state
-    return turn
-
-
-def _with_page_tasks(page: list[TurnInfo], tasks: list[_Carried]) -> None:
-    """The page's turns completed as `_complete` completes them (each one's chat marks from every task carrying
-    it, and the user text of its first task holding one: the caller keeps its events' text if it has one),
-    from `tasks` (every task carrying a page's turn among them), in the order read."""
-    wanted = {t.invocation_id: t for t in page}
-    for task in tasks:
-        data, dialect = task.data, task.dialect
-        marks = dialects.chat_marks(data, dialect)
-        for invocation_id in task.carried:
-            turn = wanted.get(invocation_id)
-            if turn is None:
-                continue
             mark = marks[invocation_id]
             turn.marks.message_ids += mark.message_ids
             turn.marks.call_ids += mark.call_ids
