@@ -25,6 +25,7 @@ from service.kagent import dialects, turn_map
 from service.kagent.migrate import migrate
 from service.kagent.store import Store
 from service.kagent.store.base import NOT_JSON_ERRORS
+from service.kagent.store.events import EventHead
 from service.operations import copying, forking
 from service.schemas import ForkRequest
 from service.services import Services
@@ -305,6 +306,57 @@ async def test_invocations_that_may_hold_a_message_but_hold_none_answer_as_with_
         return str(refused.value)
 
     await _same_first_and_mapped(svc, deferred, sid, owner, after_a_thought)
+
+
+# User events of each shape the first pass may meet, each the user event(s) of an invocation of its own: the parts
+# of each of its user events (none: no user event), and whether the first pass knows the turn without reading it again.
+_PLAIN = 'A question \u00e9\u00e9 \\"quoted\\" ' + "x" * 300  # over 200 characters, escapes in its JSON
+USER_SHAPES: list[tuple[str, list[Any], bool]] = [
+    ("e-plain", [[{"text": _PLAIN}]], True),
+    ("e-plain-after-empty", [[], [{"text": "asked once"}]], True),
+    ("e-two-texts", [[{"text": "first"}, {"text": "second"}]], False),
+    ("e-two-user-events", [[{"text": "one"}], [{"text": "two"}]], False),
+    ("e-thought", [[{"text": "hm", "thought": True}]], False),
+    ("e-user-response", [[{"function_response": {"id": "c1", "name": "t", "response": {"ok": True}}}]], False),
+    ("e-null-call-key", [[{"text": "a call key, null", "function_call": None}]], False),
+    ("e-number-text", [[{"text": 5}]], False),
+    ("e-parts-object", [{"text": "not a list"}], False),
+    ("e-no-user-event", [], False),
+]
+
+
+async def test_a_user_text_known_from_the_first_pass_answers_as_with_the_map(
+    svc: Services, deferred: list[tuple[str, str]]
+) -> None:
+    """The first pass knows a turn whose one user event with parts is one plain text part (its user text that
+    text); every other shape is read exactly. Invocations of each shape among the first turns (each with an agent
+    reply): every page answers as with the map, and the first pass knows exactly the plain ones."""
+    conv = await seed(svc.pool, dialect="v1", turns=4, tool_calls=True)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    async with svc.pool.acquire() as conn:
+        event = await conn.fetchrow("SELECT * FROM event WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1", sid)
+        doc = msgspec.json.decode(event["data"])
+        at = conv.turns[1].started_at
+        for invocation_id, user_parts, _ in USER_SHAPES:
+            reply = [{"text": f"the answer to {invocation_id}"}]
+            for author, parts in [*(("user", p) for p in user_parts), ("agent", reply)]:
+                at += timedelta(microseconds=1)
+                data = {**doc, "id": str(uuid.uuid4()), "invocation_id": invocation_id, "author": author,
+                        "content": {"role": "user" if author == "user" else "model", "parts": parts}}  # fmt: skip
+                await conn.execute(
+                    "INSERT INTO event (id, user_id, session_id, created_at, updated_at, data) "
+                    "VALUES ($1, $2, $3, $4, $4, $5)",
+                    data["id"], owner, sid, at, json.dumps(data),
+                )  # fmt: skip
+        async with conn.transaction(isolation="repeatable_read"):
+            known = {s.invocation_id for s in await svc.store.events.event_spans([conn], sid, owner)
+                     if isinstance(s, EventHead)}  # fmt: skip
+            exact = {t.invocation_id: t.user_text for t in await svc.store.events.event_turns(conn, sid, owner)}
+    assert {i for i, _, plain in USER_SHAPES if plain} <= known
+    assert not {i for i, _, plain in USER_SHAPES if not plain} & known
+    assert exact["e-plain"] == _PLAIN[:200] and exact["e-two-texts"] == "first\nsecond"
+    for limit in (1, 3, 100):
+        await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
 
 
 @pytest.mark.parametrize("lent", [0, 1], ids=["no-reader", "one-reader"])

@@ -41,14 +41,23 @@ FROM (
 
 -- fragment: event_spans_of_doc
 -- event_spans up to the LATERAL that parses each event row `e` into `doc` (event_spans_where follows it): per
--- invocation, its first and last time, its events, and whether one of them may hold a message. A message is an
--- element of the event's content.parts (event_messages), so an event whose parts have no first element holds
--- none: a superset, read without event_messages (a third of the pass). A hash aggregate, no sort.
+-- invocation, its first and last time, its events, whether one of them may hold a message, and its user's text
+-- when plain. A message is an element of the event's content.parts (event_messages), so an event whose parts have
+-- no first element holds none: a superset, read without event_messages (a third of the pass). A user event whose
+-- parts are one plain text part (plain_user_parts) holds that text as its only message: when it is the only user
+-- event with parts of its invocation (`user_events` 1, `plain_events` 1), the invocation is a turn and the text
+-- its user text (the caller reads any other exactly, with event_heads). Only the user's events are looked into.
+-- A hash aggregate, no sort.
 SELECT invocation_id, min(created_at) AS started_at, max(created_at) AS ended_at, count(*) AS event_count,
-       bool_or(may_hold) AS may_hold
+       bool_or(may_hold) AS may_hold,
+       count(*) FILTER (WHERE user_parts -> 0 IS NOT NULL) AS user_events,
+       count(*) FILTER (WHERE user_parts IS NOT NULL AND {plain_user_parts}) AS plain_events,
+       min(left(user_parts -> 0 ->> 'text', 200)) FILTER (WHERE user_parts IS NOT NULL AND {plain_user_parts})
+         AS user_text
 FROM (
     SELECT coalesce(p.doc ->> 'invocation_id', p.doc ->> 'invocationId') AS invocation_id, e.created_at,
-           p.doc -> 'content' -> 'parts' -> 0 IS NOT NULL AS may_hold
+           p.doc -> 'content' -> 'parts' -> 0 IS NOT NULL AS may_hold,
+           CASE WHEN p.doc ->> 'author' = 'user' THEN p.doc -> 'content' -> 'parts' END AS user_parts
     FROM event AS e
     CROSS JOIN LATERAL
 
@@ -97,6 +106,16 @@ CASE WHEN p.doc ->> 'author' = 'user'
      THEN (SELECT string_agg(m.text, E'\n' ORDER BY m.ord) FROM {schema}.event_messages(p.doc) AS m
            WHERE m.kind = 'text')
 END
+
+-- fragment: plain_user_parts
+-- Whether a user event's content.parts (`user_parts`, NULL for another author's event) is one plain text part:
+-- a JSON array of one object whose text is a string, that is no thought, and that names no function call or
+-- response (any of their keys, whatever its value, makes it not plain). event_messages reads such an event as
+-- exactly one text message, that text.
+(jsonb_typeof(user_parts) = 'array' AND user_parts -> 1 IS NULL
+ AND jsonb_typeof(user_parts -> 0 -> 'text') = 'string'
+ AND user_parts -> 0 -> 'thought' IS DISTINCT FROM 'true'::jsonb
+ AND NOT (user_parts -> 0 ?| array['function_call', 'functionCall', 'function_response', 'functionResponse']))
 
 -- fragment: event_turns_where
 -- event_turns after its LATERAL: the session's live rows, grouped by invocation. An invocation none of

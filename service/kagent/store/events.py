@@ -264,24 +264,25 @@ class Events:
     async def event_spans(self, conns: list[Connection], session_id: str, owner: str) -> list[EventSpan]:
         """The invocations that may be turns, in order of their first event: read in parts, one on each connection
         at once (each in the caller's snapshot), and merged. An invocation none of whose events may hold a
-        message is no turn (event_turns), and is left out."""
+        message is no turn (event_turns), and is left out; one whose only user event with parts is plain text is a
+        turn, given as the EventHead event_heads would make of it."""
         parts = await asyncio.gather(*(
             fetch_parsed(conn, self.q["event_spans"], self.q["event_spans_tolerant"], session_id, owner, len(conns), i)
             for i, conn in enumerate(conns)
         ))  # fmt: skip
         merged: dict[str, list[Any]] = {}
         for r in (r for rows in parts for r in rows):
-            new = [r["started_at"], r["ended_at"], r["event_count"], r["may_hold"]]
+            new = [r["started_at"], r["ended_at"], r["event_count"], r["may_hold"], r["user_events"],
+                   r["plain_events"], r["user_text"]]  # fmt: skip
             seen = merged.setdefault(r["invocation_id"], new)
             if seen is not new:
                 seen[0], seen[1] = min(seen[0], new[0]), max(seen[1], new[1])
                 seen[2] += new[2]
                 seen[3] = seen[3] or new[3]
-        spans = [
-            EventSpan(invocation_id=invocation_id, started_at=started, ended_at=ended, event_count=int(count))
-            for invocation_id, (started, ended, count, may_hold) in merged.items()
-            if may_hold
-        ]
+                seen[4] += new[4]
+                seen[5] += new[5]
+                seen[6] = seen[6] if seen[6] is not None else new[6]
+        spans = [_span(invocation_id, *figures) for invocation_id, figures in merged.items() if figures[3]]
         return sorted(spans, key=lambda s: s.started_at)
 
     async def event_heads(
@@ -315,6 +316,25 @@ class Events:
             )
             for r in rows
         ]  # fmt: skip
+
+
+def _span(
+    invocation_id: str,
+    started: datetime,
+    ended: datetime,
+    count: int,
+    _may_hold: bool,
+    user_events: int,
+    plain_events: int,
+    user_text: str | None,
+) -> EventSpan:
+    """An invocation of event_spans: an EventHead when its one user event with parts is plain text (a turn whose
+    user text that is, known exactly)."""
+    if user_events != 1 or plain_events != 1:
+        return EventSpan(invocation_id=invocation_id, started_at=started, ended_at=ended, event_count=int(count))
+    return EventHead(
+        invocation_id=invocation_id, started_at=started, ended_at=ended, event_count=int(count), user_text=user_text
+    )
 
 
 def _stats(row: Any) -> EventStats:
