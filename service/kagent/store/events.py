@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -270,20 +270,7 @@ class Events:
             fetch_parsed(conn, self.q["event_spans"], self.q["event_spans_tolerant"], session_id, owner, len(conns), i)
             for i, conn in enumerate(conns)
         ))  # fmt: skip
-        merged: dict[str, list[Any]] = {}
-        for r in (r for rows in parts for r in rows):
-            new = [r["started_at"], r["ended_at"], r["event_count"], r["may_hold"], r["user_events"],
-                   r["plain_events"], r["user_text"]]  # fmt: skip
-            seen = merged.setdefault(r["invocation_id"], new)
-            if seen is not new:
-                seen[0], seen[1] = min(seen[0], new[0]), max(seen[1], new[1])
-                seen[2] += new[2]
-                seen[3] = seen[3] or new[3]
-                seen[4] += new[4]
-                seen[5] += new[5]
-                seen[6] = seen[6] if seen[6] is not None else new[6]
-        spans = [_span(invocation_id, *figures) for invocation_id, figures in merged.items() if figures[3]]
-        return sorted(spans, key=lambda s: s.started_at)
+        return _merged_spans(r for rows in parts for r in rows)
 
     async def event_heads(
         self, conn: Connection, session_id: str, owner: str, spans: list[EventSpan]
@@ -316,6 +303,24 @@ class Events:
             )
             for r in rows
         ]  # fmt: skip
+
+
+def _merged_spans(rows: Iterable[Any]) -> list[EventSpan]:
+    """event_spans' rows of every part, each invocation's merged into one span, in order of their first event."""
+    merged: dict[str, list[Any]] = {}
+    for r in rows:
+        new = [r["started_at"], r["ended_at"], r["event_count"], r["may_hold"], r["user_events"],
+               r["plain_events"], r["user_text"]]  # fmt: skip
+        seen = merged.setdefault(r["invocation_id"], new)
+        if seen is not new:
+            seen[0], seen[1] = min(seen[0], new[0]), max(seen[1], new[1])
+            seen[2] += new[2]
+            seen[3] = seen[3] or new[3]
+            seen[4] += new[4]
+            seen[5] += new[5]
+            seen[6] = seen[6] if seen[6] is not None else new[6]
+    spans = [_span(invocation_id, *figures) for invocation_id, figures in merged.items() if figures[3]]
+    return sorted(spans, key=lambda s: s.started_at)
 
 
 def _span(
