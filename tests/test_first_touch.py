@@ -308,6 +308,33 @@ async def test_invocations_that_may_hold_a_message_but_hold_none_answer_as_with_
     await _same_first_and_mapped(svc, deferred, sid, owner, after_a_thought)
 
 
+async def test_a_first_page_decodes_its_oldest_tasks_as_it_scans_them(
+    svc: Services, deferred: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first page's tasks are the oldest (a task a turn): they are decoded as the tasks are scanned, none is
+    read again after the events' pass; a later page reads its tasks again by id. The speculated tasks that the page
+    does not need (the second page's, here) change nothing: the same pages as with the map."""
+    conv = await seed(svc.pool, dialect="v1", turns=6, tool_calls=True)
+    caller, sid, owner = Caller(user_id=conv.user_id), conv.session_id, conv.user_id
+    read_again: list[list[str]] = []
+    by_id = svc.store.turn_maps.tasks_by_id
+
+    async def noted(conn: Any, session_id: str, owner: str, ids: list[str]) -> Any:
+        read_again.append(ids)
+        return await by_id(conn, session_id, owner, ids)
+
+    monkeypatch.setattr(svc.store.turn_maps, "tasks_by_id", noted)
+    await _forget(svc, sid, owner)
+    first = await turns.invocations(svc, caller, sid, limit=3)
+    assert [t.invocation_id for t in first.items] == conv.invocation_ids[:3]
+    assert read_again == []  # the 4 oldest tasks decoded as scanned: the page's and the one after it
+    later = await turns.invocations(svc, caller, sid, limit=2, after=conv.invocation_ids[2])
+    assert [t.invocation_id for t in later.items] == conv.invocation_ids[3:5]
+    assert read_again  # a later page reads its tasks again
+    for limit in (1, 3):
+        await _same_first_and_mapped(svc, deferred, sid, owner, _pages(svc, caller, sid, limit))
+
+
 # User events of each shape the first pass may meet, each the user event(s) of an invocation of its own: the parts
 # of each of its user events (none: no user event), and whether the first pass knows the turn without reading it again.
 _PLAIN = 'A question \u00e9\u00e9 \\"quoted\\" ' + "x" * 300  # over 200 characters, escapes in its JSON

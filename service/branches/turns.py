@@ -155,8 +155,9 @@ async def _adk_page(
     """A page of an ADK session read from kagent's rows, as `ordered_turns` orders them, in two passes over the
     events. The first (event_spans: each invocation's first and last time and its events, and whether it may be a
     turn) runs in two parts on two more connections in the same snapshot while the tasks' texts are scanned here
-    (each side reads all of the session's rows of its table: at once, on two cores). Then only the tasks that can
-    change the page are read again and decoded, and only the page's invocations are read exactly (event_heads:
+    (each side reads all of the session's rows of its table: at once, on two cores); for the first page, the oldest
+    tasks are decoded as they come. Then only the other tasks that can change the page are read again and decoded,
+    and only the page's invocations not known from the first pass are read exactly (event_heads:
     whether each is a turn, its user text), until every place of the page (and the one after it) is a turn known
     exactly (`_unread`)."""
     store, sid, owner = svc.store, source.id, source.user_id
@@ -169,13 +170,22 @@ async def _adk_page(
         try:
             if reader is None:
                 await asyncio.wait((spans_read,))  # one connection: the events first
+            scanned: list[_Scanned] = []
+            decoded: dict[str, _Carried | None] = {}  # the tasks decoded (None: not JSON)
             async with aclosing(store.tasks.read_ahead_tasks_before(conn, sid, owner, None)) as batches:
-                scanned = [_scanned(row) async for rows in batches for row in rows]
+                async for rows in batches:
+                    for row in rows:
+                        scanned.append(_scanned(row))
+                        if after is None and len(decoded) <= limit:
+                            # The first page's turns are the oldest, and so, in a session of a task a turn, are
+                            # its tasks: the oldest are decoded as they are scanned, while the events' pass still
+                            # runs, not read again after it. Any other task is harmless here (_order_of and
+                            # _with_page_tasks take only what it carries that the page needs).
+                            decoded[row.id] = _carried(row)
             spans = await spans_read
         finally:
             await copying.cancelled(spans_read)
         exact: dict[str, EventHead | None] = {}  # the invocations read exactly (None: no turn)
-        decoded: dict[str, _Carried | None] = {}  # the tasks read again (None: not JSON)
         while True:
             heads = [h for s in spans if (h := exact.get(s.invocation_id, s)) is not None]
             events = {h.invocation_id for h in heads}
