@@ -16,6 +16,7 @@ is waited for, and the same request is timed once more: the later touch, read wi
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +56,17 @@ async def map_built(b: Bench, session_id: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise RuntimeError(f"the map of session {session_id} was not built in {WAIT_SECONDS} s")
+
+
+def steal_seconds() -> float | None:
+    """The CPU time the hypervisor took from this virtual machine so far (`steal` in /proc/stat), None where it
+    is not told. Read around each cell: a run on a machine whose neighbours take its cores says so."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 and fields[0] == "cpu" else None
 
 
 async def _forget(b: Bench, s: GeneratedSession) -> None:
@@ -104,6 +116,7 @@ async def measure(b: Bench, sessions: list[GeneratedSession]) -> None:
     for s in sessions:
         for kind in ("listing", "dry run", "whole fork"):
             firsts, laters, floors = [], [], []
+            stolen = steal_seconds()
             for _ in range(b.args.reps):
                 await _forget(b, s)
                 await b.quiesce()
@@ -112,8 +125,11 @@ async def measure(b: Bench, sessions: list[GeneratedSession]) -> None:
                 laters.append(await _ask(b, s, kind))
                 await b.quiesce()
                 floors.append(await (_floor_fork(b, s) if kind == "whole fork" else _floor_turns(b, s)))
+            after = steal_seconds()
+            took = None if after is None or stolen is None else after - stolen
+            steal = "" if took is None else f"; the hypervisor took {took:.1f} s of CPU meanwhile"
             print(f"    {kind}: first {[round(x * 1000) for x in firsts]} later {[round(x * 1000) for x in laters]} "
-                  f"floor {[round(x * 1000) for x in floors]} ms")  # fmt: skip
+                  f"floor {[round(x * 1000) for x in floors]} ms{steal}")  # fmt: skip
             first, floor = median_ms(firsts), median_ms(floors)
             ratio = first / floor
             what = "a listing page of 100 turns" if kind == "listing" else kind
@@ -122,7 +138,7 @@ async def measure(b: Bench, sessions: list[GeneratedSession]) -> None:
             b.report.add(
                 Row(
                     measure=f"first touch of a never-read session of {s.events:,} events: {what} (then, with the map "
-                    f"built after it: {median_ms(laters):.0f} ms), median of {b.args.reps}",
+                    f"built after it: {median_ms(laters):.0f} ms), median of {b.args.reps}{steal}",
                     value=f"{first:.0f} ms",
                     floor=f"{floor:.0f} ms",
                     ratio=f"{ratio:.2f}x",
