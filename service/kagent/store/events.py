@@ -305,41 +305,49 @@ class Events:
         ]  # fmt: skip
 
 
+@dataclass(kw_only=True)
+class _SpanSum:
+    """One invocation's event_spans rows, added up over the parts."""
+
+    started: datetime
+    ended: datetime
+    events: int
+    may_hold: bool
+    user_events: int  # its user events with parts
+    plain_events: int  # those of them that are one plain text part
+    user_text: str | None  # a plain one's text
+
+    def add(self, r: Any) -> None:
+        self.started, self.ended = min(self.started, r["started_at"]), max(self.ended, r["ended_at"])
+        self.events += r["event_count"]
+        self.may_hold = self.may_hold or r["may_hold"]
+        self.user_events += r["user_events"]
+        self.plain_events += r["plain_events"]
+        self.user_text = self.user_text if self.user_text is not None else r["user_text"]
+
+    def span(self, invocation_id: str) -> EventSpan:
+        """An EventHead when its one user event with parts is plain text (a turn whose user text that is, known
+        exactly); else the span of an invocation that may be a turn."""
+        if self.user_events != 1 or self.plain_events != 1:
+            return EventSpan(invocation_id=invocation_id, started_at=self.started, ended_at=self.ended,
+                             event_count=self.events)  # fmt: skip
+        return EventHead(invocation_id=invocation_id, started_at=self.started, ended_at=self.ended,
+                         event_count=self.events, user_text=self.user_text)  # fmt: skip
+
+
 def _merged_spans(rows: Iterable[Any]) -> list[EventSpan]:
     """event_spans' rows of every part, each invocation's merged into one span, in order of their first event."""
-    merged: dict[str, list[Any]] = {}
+    sums: dict[str, _SpanSum] = {}
     for r in rows:
-        new = [r["started_at"], r["ended_at"], r["event_count"], r["may_hold"], r["user_events"],
-               r["plain_events"], r["user_text"]]  # fmt: skip
-        seen = merged.setdefault(r["invocation_id"], new)
-        if seen is not new:
-            seen[0], seen[1] = min(seen[0], new[0]), max(seen[1], new[1])
-            seen[2] += new[2]
-            seen[3] = seen[3] or new[3]
-            seen[4] += new[4]
-            seen[5] += new[5]
-            seen[6] = seen[6] if seen[6] is not None else new[6]
-    spans = [_span(invocation_id, *figures) for invocation_id, figures in merged.items() if figures[3]]
+        if (seen := sums.get(r["invocation_id"])) is not None:
+            seen.add(r)
+            continue
+        sums[r["invocation_id"]] = _SpanSum(
+            started=r["started_at"], ended=r["ended_at"], events=int(r["event_count"]), may_hold=r["may_hold"],
+            user_events=int(r["user_events"]), plain_events=int(r["plain_events"]), user_text=r["user_text"],
+        )  # fmt: skip
+    spans = [total.span(invocation_id) for invocation_id, total in sums.items() if total.may_hold]
     return sorted(spans, key=lambda s: s.started_at)
-
-
-def _span(
-    invocation_id: str,
-    started: datetime,
-    ended: datetime,
-    count: int,
-    _may_hold: bool,
-    user_events: int,
-    plain_events: int,
-    user_text: str | None,
-) -> EventSpan:
-    """An invocation of event_spans: an EventHead when its one user event with parts is plain text (a turn whose
-    user text that is, known exactly)."""
-    if user_events != 1 or plain_events != 1:
-        return EventSpan(invocation_id=invocation_id, started_at=started, ended_at=ended, event_count=int(count))
-    return EventHead(
-        invocation_id=invocation_id, started_at=started, ended_at=ended, event_count=int(count), user_text=user_text
-    )
 
 
 def _stats(row: Any) -> EventStats:
