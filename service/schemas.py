@@ -144,6 +144,15 @@ def one_boundary(
         raise BadRequest(f"{names[0]} or {names[1]} is required")
 
 
+def is_utf8(body: bytes) -> bool:
+    """Whether a request body is valid UTF-8, by Python's own codec (no JSON library's wording)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def checked_id(value: str, what: str = "session id") -> str:
     """An id from a path, a query or a tool's arguments: 1 to 256 characters without NUL, as `Text`."""
     if not value or len(value) > 256 or "\x00" in value:

@@ -31,8 +31,8 @@ from service.kagent.migrate import migrate
 from service.kagent.store import Store
 from service.services import Services
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-SAMPLES = SHARED / "samples"
+# JSON made by google-adk and a2a-sdk, kept in the repository (tests/fixtures/samples/README.md says how).
+SAMPLES = Path(__file__).resolve().parent / "fixtures" / "samples"
 
 
 def _docker_answers() -> bool:

@@ -212,7 +212,8 @@ async def test_an_unexpected_failure_tells_no_internals() -> None:
     ("body", "status", "code", "says"),
     [
         (b"[" * 200_000 + b"]" * 200_000, 400, -32700, "nested too deeply"),
-        (b'{"jsonrpc": "2.0", "method": "tools/list", "id": 1, "params": {"x": "\xff"}}', 400, -32700, "UTF-8"),
+        (b'{"jsonrpc": "2.0", "method": "tools/list", "id": 1, "params": {"x": "\xff"}}', 400, -32700,
+         "not valid UTF-8"),
         (b"{not json", 400, -32700, "parse error"),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}', 413, -32600,
          "MAX_BODY_BYTES"),

@@ -634,8 +634,8 @@ async def test_state_set_in_hidden_turns_is_not_in_the_state_the_runtime_builds(
     assert [c.headers.get("authorization") for c in deleted] == [f"Bearer before-{t}"]
 
 
-def test_a_missing_runtime_environment_is_named_with_the_command_that_makes_it() -> None:
-    with pytest.raises(RuntimeUnavailable, match=r"\.venv-no-such-runtime is missing: run `scripts/runtime-venv"):
+def test_a_runtime_without_pinned_requirements_is_named_and_not_made() -> None:
+    with pytest.raises(RuntimeUnavailable, match=r"no-such-runtime is missing and no .*\.txt pins"):
         runtime_venv("no-such-runtime")
 
 

@@ -1,6 +1,7 @@
-"""scripts/_venv.sh (sourced by scripts/serve and scripts/test): the project is installed into .venv when
-something it depends on changed (pyproject.toml, the checkout's place, .venv's Python), or when the last install
-failed, and not at every start (issue 36: ./scripts/serve took 15-23 s against 6 s for the installed command).
+"""scripts/_venv.sh (sourced by scripts/serve and scripts/test): the locked dependencies and the project are
+installed into .venv when something they depend on changed (the lock, pyproject.toml, the checkout's place,
+.venv's Python), or when the last install failed, and not at every start (issue 36: ./scripts/serve took
+15-23 s against 6 s for the installed command).
 
 The script runs for real, in a copy of the scripts and pyproject.toml; .venv's Python is a stand-in that writes
 down each `pip install` it is asked for, so that a run costs milliseconds rather than a real install's 20 s."""
@@ -34,6 +35,7 @@ def _checkout(tmp: Path) -> Path:
     (tmp / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "_venv.sh", tmp / "scripts" / "_venv.sh")
     shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    shutil.copytree(ROOT / "requirements", tmp / "requirements")
     (tmp / ".venv" / "bin").mkdir(parents=True)
     python = tmp / ".venv" / "bin" / "python"
     python.write_text(STAND_IN)
@@ -49,29 +51,43 @@ def _source(checkout: Path, extra: str = "serve", **env: str) -> subprocess.Comp
 
 
 def _installs(checkout: Path) -> list[str]:
+    """The lock each install installed (`pip install --require-hashes -r LOCK`), each followed by the project's
+    own install with nothing resolved (`--no-deps --no-build-isolation -e .`)."""
     log = checkout / "installs.log"
-    return log.read_text().splitlines() if log.exists() else []
+    lines = log.read_text().splitlines() if log.exists() else []
+    locks = []
+    for lock, project in zip(lines[::2], lines[1::2], strict=True):
+        assert " --require-hashes -r requirements/" in lock and project.endswith(
+            " --no-deps --no-build-isolation -e ."
+        ), lines
+        locks.append(lock.rsplit(" ", 1)[-1])
+    return locks
 
 
 def test_the_project_is_installed_when_something_changed_and_only_then(tmp_path: Path) -> None:
     checkout = _checkout(tmp_path)
     assert _source(checkout).returncode == 0
-    assert _installs(checkout) == ["-m pip install --quiet --disable-pip-version-check -e .[serve]"]
+    assert _installs(checkout) == ["requirements/serve.txt"]
     assert (checkout / ".venv" / ".installed-serve").is_file()
     # nothing changed: no install
     assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 1
     # another extra is its own install
-    assert _source(checkout, "test").returncode == 0 and _installs(checkout)[-1].endswith("-e .[test]")
+    assert _source(checkout, "test").returncode == 0 and _installs(checkout)[-1] == "requirements/test.txt"
     assert _source(checkout, "test").returncode == 0 and len(_installs(checkout)) == 2
     # pyproject.toml changed (a dependency, an entry point, the version): installed again, once
     with (checkout / "pyproject.toml").open("a") as f:
         f.write("\n# a change\n")
     assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 3
     assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 3
+    # the lock changed (a deliberate upgrade by scripts/lock): installed again, once
+    with (checkout / "requirements" / "serve.txt").open("a") as f:
+        f.write("\n# an upgrade\n")
+    assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 4
+    assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 4
     # the command gone from .venv, or asked for: installed again
     (checkout / ".venv" / "bin" / "kagent-fork").unlink()
-    assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 4
-    assert _source(checkout, KAGENT_FORK_REINSTALL="1").returncode == 0 and len(_installs(checkout)) == 5
+    assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 5
+    assert _source(checkout, KAGENT_FORK_REINSTALL="1").returncode == 0 and len(_installs(checkout)) == 6
 
 
 def test_a_failed_install_is_tried_again(tmp_path: Path) -> None:
@@ -79,8 +95,11 @@ def test_a_failed_install_is_tried_again(tmp_path: Path) -> None:
     (checkout / "FAIL").touch()
     failed = _source(checkout)
     assert failed.returncode != 0 and not (checkout / ".venv" / ".installed-serve").exists()
+    # the lock's install failed, and nothing was installed after it
+    assert (checkout / "installs.log").read_text().count("pip install") == 1
+    (checkout / "installs.log").unlink()
     (checkout / "FAIL").unlink()
-    assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 2
+    assert _source(checkout).returncode == 0 and len(_installs(checkout)) == 1
     assert (checkout / ".venv" / ".installed-serve").is_file()
 
 

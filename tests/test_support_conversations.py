@@ -29,7 +29,7 @@ from tests.support.conversations import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT.parent / "shared" / "samples"
+SAMPLES = ROOT / "tests" / "fixtures" / "samples"
 
 DIALECTS = ("legacy", "v1")
 STYLES = ("python", "python_compact", "go", "openai")

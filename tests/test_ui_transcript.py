@@ -47,7 +47,7 @@ except ModuleNotFoundError:  # tests/ itself on sys.path (plain `pytest`, rootdi
         transcript_v010,
     )
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+SAMPLES = Path(__file__).resolve().parent / "fixtures" / "samples"
 
 CTX = "ctx-5b1e9d2a"
 APP = "kagent__NS__k8s_agent"

@@ -30,7 +30,16 @@ from service.kagent import invocation_index
 from service.kagent.migrate import check_kagent_schema
 from service.observability import FORKS, POOL, REWINDS, ROWS_COPIED, metrics_text
 from service.operations import forking, rewind
-from service.schemas import EmptyRequest, Envelope, ForkedSession, ForkRequest, RewindRequest, checked_id, worded
+from service.schemas import (
+    EmptyRequest,
+    Envelope,
+    ForkedSession,
+    ForkRequest,
+    RewindRequest,
+    checked_id,
+    is_utf8,
+    worded,
+)
 from service.services import Services
 
 T = TypeVar("T")
@@ -65,14 +74,16 @@ async def decode_body(request: AnyRequest, kind: type[T]) -> T:
     if media != "application/json" and not media.endswith("+json"):
         shown = repr(media) if media else "none"
         raise UnsupportedMediaType(f"Content-Type must be application/json (also with an empty body), got {shown}")
+    # Checked here, not left to the JSON library: how a decoder words bad UTF-8 changed between msgspec
+    # releases (0.22 raised UnicodeDecodeError, 0.23 a DecodeError), and the answer must not change with it.
+    if not is_utf8(body):
+        raise BadRequest("request body is not valid UTF-8")
     try:
         value = msgspec.json.decode(body if body.strip() else b"{}", type=kind)
     except msgspec.ValidationError as exc:
         raise BadRequest(f"invalid request body: {worded(str(exc))}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    except UnicodeDecodeError:
-        raise BadRequest("request body is not valid UTF-8") from None
     if body.strip():
         # msgspec keeps the last of two equal keys; a proxy in front may have read the first. Refuse
         # the ambiguity (the body is a flat object by now: msgspec accepted it).

@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from service.schemas import is_utf8
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -29,10 +31,10 @@ async def _error(send: Send, status: int, code: int, message: str) -> None:
 
 def _problem(body: bytes) -> str | None:
     """Why the body is not a JSON document the SDK can read; None if it is."""
+    if not is_utf8(body):  # our own check: msgspec's wording of it changed in 0.23
+        return "parse error: the body is not valid UTF-8"
     try:
         msgspec.json.decode(body)
-    except UnicodeDecodeError:
-        return "parse error: the body is not valid UTF-8"
     except RecursionError:
         return "parse error: the body is nested too deeply"
     except msgspec.DecodeError as exc:

@@ -3,10 +3,11 @@ way kagent's controller starts one in an agent's pod: a command, a directory of 
 rendered config) and environment variables (``KAGENT_URL``, ``KAGENT_NAME``, ``KAGENT_NAMESPACE``).
 
 A runtime's environment is ``.venv-<name>`` at the repository's top, made by ``scripts/runtime-venv <name>``
-from ``scripts/runtimes/<name>.txt`` (``scripts/test`` runs it). It is its own environment because kagent's
-0.10.x runtimes pin libraries the tests' environment has newer (google-adk below 2, a2a-sdk 0.3).
-When it is missing or stale, ``runtime_venv`` raises ``RuntimeUnavailable`` saying what to run: the tests
-then fail, they do not skip.
+from ``scripts/runtimes/<name>.txt`` when the first test that needs it asks for it (``runtime_venv``). It is
+its own environment because kagent's 0.10.x runtimes pin libraries the tests' environment has newer
+(google-adk below 2, a2a-sdk 0.3).
+When it cannot be made, ``runtime_venv`` raises ``RuntimeUnavailable`` saying why: the tests then fail, they
+do not skip.
 """
 
 from __future__ import annotations
@@ -32,14 +33,23 @@ class RuntimeUnavailable(RuntimeError):
 
 
 def runtime_venv(name: str) -> Path:
-    """The runtime's virtual environment, checked against its pinned requirements."""
+    """The runtime's virtual environment, made from its pinned requirements the first time a test needs it (so
+    that `./scripts/test -k EXPR` installs only the runtimes its tests use), and checked against them."""
     venv = ROOT / f".venv-{name}"
     requirements = ROOT / "scripts" / "runtimes" / f"{name}.txt"
-    how = f"run `scripts/runtime-venv {name}` (./scripts/test does) to install it from {requirements.name}"
-    if not (venv / "bin" / "python").exists():
-        raise RuntimeUnavailable(f"{name}'s virtual environment {venv} is missing: {how}")
-    stamp = venv / ".requirements.sha256"
+    how = f"`scripts/runtime-venv {name}` installs it from {requirements.name}"
+    if not requirements.exists():
+        raise RuntimeUnavailable(f"{name}'s virtual environment {venv} is missing and no {requirements} pins it")
     wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    stamp = venv / ".requirements.sha256"
+    if not (venv / "bin" / "python").exists() or not stamp.exists() or stamp.read_text().strip() != wanted:
+        made = subprocess.run(
+            [str(ROOT / "scripts" / "runtime-venv"), name], capture_output=True, text=True, check=False
+        )
+        if made.returncode != 0:
+            raise RuntimeUnavailable(
+                f"{name}'s virtual environment {venv} could not be made ({how}):\n{made.stderr[-3000:]}"
+            )
     if not stamp.exists() or stamp.read_text().strip() != wanted:
         raise RuntimeUnavailable(f"{venv} was not installed from the current {requirements.name}: {how}")
     return venv
