@@ -18,7 +18,7 @@ from litestar.types import Receive, Scope, Send
 from service.agents import whatif
 from service.config import Settings
 from service.database import open_pool, prepare_database
-from service.doors import api, experiments_http, mcp_apps, mcp_http, mcp_tools, replay_mcp
+from service.doors import api, experiments_http, mcp_apps, mcp_http, mcp_tools, replay_mcp, suites_http
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import turn_map
 from service.kagent.store import Store
@@ -172,7 +172,13 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             await close_pool(locks)
 
     app = Litestar(
-        route_handlers=[*api.handlers(), *experiments_http.handlers(), mcp_endpoint, replay_endpoint],
+        route_handlers=[
+            *api.handlers(),
+            *experiments_http.handlers(),
+            *suites_http.handlers(),
+            mcp_endpoint,
+            replay_endpoint,
+        ],
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,

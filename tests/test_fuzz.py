@@ -23,6 +23,8 @@ import yaml
 from schemathesis import Case, CheckContext, GenerationMode, Response
 from schemathesis.checks import CheckFunction
 
+from service.agents.suites import saved
+from service.agents.suites.cases import CaseSpec, SuiteRequest
 from service.app import create_app
 from service.config import Settings
 from service.identity import Caller
@@ -52,6 +54,7 @@ class Seeded:
         experiments: list[str],
         ended: list[str],
         judged: list[tuple[str, str]],
+        suites: list[tuple[str, list[str]]],
     ) -> None:
         self.conversations = conversations
         self.shares = shares
@@ -64,6 +67,7 @@ class Seeded:
         # that a discard hides none of the sessions the other operations use; the first one's is discarded.
         self.ended = ended
         self.judged = judged  # (experiment, its completed branch): to judge and to vote on
+        self.suites = suites  # the owner's suites, each with its cases' ids (a fuzzed DELETE removes some)
         self.random = random.Random(5)
 
     def conversation(self) -> Conversation:
@@ -152,7 +156,13 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             "VALUES ($1, $2, $3, $2, $3, $4, 'kagent/v1-agent', 'v1', '{}', 'completed', 'gone', $5, NOW())",
             [(b, user, explored.session_id, explored.invocation_ids[1], e) for e, b in judged],
         )
-    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged)
+    suites = []
+    for _ in range(2):
+        cases = [CaseSpec(session_id=c.session_id, rewind_before_invocation_id=i)
+                 for c in conversations for i in c.invocation_ids]  # fmt: skip
+        made = await saved.create(services, Caller(user_id=user), SuiteRequest(name="fuzzed", cases=cases))
+        suites.append((made.id, [c.case_id for c in made.cases]))
+    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged, suites)
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +219,16 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
                 case.body["agent"] = rnd.choice(["kagent/v1-agent", "kagent/no-such-agent"])
             if isinstance(case.body, dict) and isinstance(case.body.get("pair"), dict):
                 case.body["pair"] = {"a": None, "b": branch}
+    if case.path_parameters and "suite_id" in case.path_parameters:  # the owner's suites, and their cases
+        suite, cases = rnd.choice(seeded.suites)
+        case.path_parameters["suite_id"] = suite
+        if "case_id" in case.path_parameters:
+            case.path_parameters["case_id"] = rnd.choice(cases)
+        conv = seeded.conversations[1]
+    if path_has(case, "/suites") and not (case.headers and "X-User-Id" in case.headers):
+        case.headers = {**(case.headers or {}), "X-User-Id": seeded.conversations[1].user_id}
+    if isinstance(case.body, dict) and "session_id" in case.body:  # a suite's case, of a seeded conversation
+        case.body["session_id"] = conv.session_id
     if case.path_parameters and "job_id" in case.path_parameters:
         case.path_parameters["job_id"] = rnd.choice(seeded.jobs)
         conv = seeded.conversations[1]
@@ -312,7 +332,8 @@ def test_the_api_keeps_its_document(
     else:
         # the fuzzer reached the real thing, not only refusals (GET / is a redirect to the page)
         assert any(200 <= status < 300 or (path, status) == ("/", 307) for status in statuses), statuses
-        success = {"/fork": 201, "/whatif": 202, "/experiments": 202, "/judge": 202} if method.upper() == "POST" else {}
+        success = {"/fork": 201, "/whatif": 202, "/experiments": 202, "/judge": 202, "/suites": 201, "/cases": 201,
+                   "/import": 201} if method.upper() == "POST" else {}  # fmt: skip
         expected = 307 if path == "/" else next((c for end, c in success.items() if path.endswith(end)), 200)
         assert statuses[expected] > 0, statuses
 

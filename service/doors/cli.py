@@ -1,5 +1,6 @@
 """kagent-fork serve | fork | rewind | undo | invocations | tree | forks | show | rewinds | compare | whatif | whatifs |
-job | experiment | experiments | grid | judge | cancel | discard | index: one entry point for people and scripts.
+job | experiment | experiments | grid | judge | cancel | discard | suite | index: one entry point for people and
+scripts.
 
 The operator commands call the same operations as the HTTP API (not HTTP), against DATABASE_URL (or
 the embedded demo database when it is unset), acting as --user. Exit codes say what went wrong.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from service.config import ConfigError, Settings, from_env
+from service.doors import cli_suites
 
 if TYPE_CHECKING:
     import asyncpg
@@ -745,9 +747,10 @@ COMMANDS: dict[str, Command] = {
     "replay-twin": _replay_twin,
     "discard": _discard,
     "judge": _judge,
+    "suite": cli_suites.run,
 }  # fmt: skip
 # Commands that read what-if jobs and experiments (or cancel or discard them): the A2A client is loaded only if used.
-DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid", "discard"}
+DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid", "discard", "suite"}
 
 
 async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
@@ -994,6 +997,7 @@ def parser() -> argparse.ArgumentParser:
         "with --undo; a fork the user deleted in kagent is left as it is. Refused (exit 5) while the experiment "
         f"runs: cancel it first. Running it again changes nothing.\n\n{EXIT_HELP}"
     )
+    cli_suites.add_parser(commands, formatter, EXIT_HELP)
     ix = commands.add_parser(
         "index",
         help="the retired invocation index on kagent's tables: status, uninstall",

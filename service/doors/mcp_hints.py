@@ -38,6 +38,7 @@ HINTS: dict[str, ToolAnnotations] = {
     "list_sessions": _READ,
     "experiment_status": _READ,
     "fork_session": _ADDS,
+    "save_case": _ADDS,
     "rewind_session": _HIDES,
     "undo_rewind": _RESTORES,
     "start_whatif": _RUNS_AGENTS,

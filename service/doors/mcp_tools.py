@@ -22,6 +22,8 @@ from pydantic import Field
 
 from service import __version__ as service_version
 from service.agents import discard, experiments, whatif
+from service.agents.suites import saved
+from service.agents.suites.cases import CaseSpec
 from service.branches import compare, lineage, transcript, turns
 from service.doors import explorer
 from service.doors.mcp_hints import hints
@@ -591,6 +593,36 @@ async def judge_experiment(
     return await _run(ctx, op)
 
 
+async def save_case(
+    ctx: Context[Any, Any, Any],
+    suite_id: Annotated[str, Field(description="The suite to add the case to (kagent-fork suite list names them).")],
+    session_id: SessionId,
+    rewind_before_invocation_id: InvocationId = None,
+    rewind_before_task_id: TaskId = None,
+    # Strict: a bool is not a number of turns (pydantic's lax mode would read true as 1).
+    turns: Annotated[
+        pydantic.StrictInt | Literal["all"],
+        Field(description='How many turns a run of the suite replays from this one on, or "all".'),
+    ] = 1,
+    message_text: Annotated[
+        str | None, Field(description="Ask the case's first turn with this text instead of the user's own.")
+    ] = None,
+) -> CallToolResult:
+    """Save as a case: add a turn of a conversation to a suite, a saved set of real conversations that a suite
+    run continues on other agents and judges against the source's own answers. The turn is named by its
+    invocation id (list_turns), or by `rewind_before_task_id` for an agent that writes none. Answers the suite
+    with its cases."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        fields = {"session_id": session_id, "rewind_before_invocation_id": rewind_before_invocation_id,
+                  "rewind_before_task_id": rewind_before_task_id, "turns": turns,
+                  "message": {"text": message_text} if message_text is not None else None}  # fmt: skip
+        spec = msgspec.convert({k: v for k, v in fields.items() if v is not None}, CaseSpec)
+        return await saved.add_case(svc, caller, checked_id(suite_id, "suite id"), spec)
+
+    return await _run(ctx, op)
+
+
 TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_turns,
     show_transcript,
@@ -611,6 +643,7 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     discard_branches,
     undo_discard,
     judge_experiment,
+    save_case,
 ]
 
 

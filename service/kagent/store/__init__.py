@@ -1,6 +1,6 @@
 """The store: typed functions over the named SQL in sql/queries/, one small module per thing stored
 (agents, sessions, events, tasks, lineage and idempotency, rewinds, jobs, experiments, the replay endpoint's
-calls, the turn map, and the database itself); the only code that sees asyncpg rows. Imports nothing of the
+calls, the turn map, suites, and the database itself); the only code that sees asyncpg rows. Imports nothing of the
 service above kagent's data.
 """
 
@@ -22,6 +22,7 @@ from service.kagent.store.lineage import LineageStore
 from service.kagent.store.replay import Replay
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
+from service.kagent.store.suites import Suites
 from service.kagent.store.tasks import Tasks
 from service.kagent.store.turn_map import TurnMaps
 
@@ -39,6 +40,7 @@ _PARTS = (
     "replay",
     "rewinds",
     "sessions",
+    "suites",
     "tasks",
     "turn_map",
 )
@@ -76,6 +78,7 @@ class Store:
         self.replay = Replay(self.queries)
         self.judgments = Judgments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
+        self.suites = Suites(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).
         self.turn_map_min_tasks = turn_map_min_tasks
