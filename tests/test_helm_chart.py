@@ -379,3 +379,36 @@ def test_deploy_manifests_are_the_charts_render() -> None:
     hand_written = {"kustomization.yaml"}
     on_disk = {p.name for p in (ROOT / "deploy").glob("*.yaml")}
     assert on_disk == set(rendered) | hand_written, on_disk ^ (set(rendered) | hand_written)
+
+
+# --- kagent's own chart: the values that wire kagent-fork in ---------------------------------------------------------
+
+# The keys of kagent's chart these values use (helm/kagent/values.yaml and templates/ui-httproute.yaml on
+# release/v0.10.x and main): ui.env is written into the UI container's env list; a ui.httpRoute rule takes
+# matches, backendRefs, filters and timeouts, and a rule without backendRefs goes to kagent's UI Service.
+KAGENT_UI_KEYS = {"env", "httpRoute"}
+KAGENT_HTTPROUTE_KEYS = {"enabled", "labels", "annotations", "parentRefs", "hostnames", "rules"}
+KAGENT_RULE_KEYS = {"matches", "backendRefs", "filters", "timeouts"}
+
+
+def test_kagents_values_wire_the_ui_and_route_kagent_forks_calls() -> None:
+    from tests.test_deploy_manifests import KAGENT_PATHS, KAGENT_UI, fork_operations, route_backend
+
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "kagent-values.yaml").read_text())
+    assert set(values) == {"ui"} and set(values["ui"]) <= KAGENT_UI_KEYS
+    docs = render({"httpRoute": {"enabled": True, "parentRefs": [{"name": "gw"}]}})
+    service = one(docs, "Service")
+    url = f"http://{service['metadata']['name']}.kagent.svc:{service['spec']['ports'][0]['port']}"
+    assert values["ui"]["env"] == [{"name": "KAGENT_FORK_URL", "value": url}]
+    route = values["ui"]["httpRoute"]
+    assert set(route) <= KAGENT_HTTPROUTE_KEYS and route["enabled"] is True
+    assert all(set(rule) <= KAGENT_RULE_KEYS for rule in route["rules"])
+    ours = one(docs, "HTTPRoute")["spec"]["rules"][0]
+    assert route["rules"][0]["matches"] == ours["matches"], "the same matches as the chart's own HTTPRoute"
+    # The route as kagent's chart renders it: a rule without backendRefs goes to kagent's UI Service.
+    ui_ref = {"name": KAGENT_UI[0], "port": KAGENT_UI[1]}
+    rendered = {"spec": {"rules": [{**r, "backendRefs": r.get("backendRefs", [ui_ref])} for r in route["rules"]]}}
+    for method, path in fork_operations():
+        assert route_backend(rendered, method, path) == ("kagent-fork", 8083), f"{method} {path}"
+    for method, path in KAGENT_PATHS:
+        assert route_backend(rendered, method, path) == KAGENT_UI, f"{method} {path}"
