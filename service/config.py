@@ -114,7 +114,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     if tracing not in ("true", "false"):
         raise ConfigError(f"OTEL_TRACING_ENABLED must be 'true' or 'false', got {tracing!r}")
     return Settings(
-        database_url=env.get("DATABASE_URL") or None,
+        database_url=_database_url(env),
         otel_tracing_enabled=tracing == "true",
         service_schema=schema,
         auth_mode="trusted-proxy" if auth_mode == "trusted-proxy" else "unsecure",
@@ -144,6 +144,23 @@ def from_env(env: Mapping[str, str]) -> Settings:
         replay_mcp_url=_http_url("REPLAY_MCP_URL", env.get("REPLAY_MCP_URL") or None),
         replay_read_only_tools=_tool_names(env.get("REPLAY_READ_ONLY_TOOLS")),
     )
+
+
+def _database_url(env: Mapping[str, str]) -> str | None:
+    """DATABASE_URL_FILE, a file holding the URL (a mounted Secret, so that the password is in no pod spec), wins
+    over DATABASE_URL, as kagent's POSTGRES_DATABASE_URL_FILE wins over POSTGRES_DATABASE_URL: one Secret serves
+    both. Read here, once, like every setting, so that a bad path stops start-up with the variable named."""
+    path = env.get("DATABASE_URL_FILE")
+    if not path:
+        return env.get("DATABASE_URL") or None
+    try:
+        with open(path, encoding="utf-8") as file:
+            url = file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"DATABASE_URL_FILE {path!r} cannot be read: {type(exc).__name__}") from None
+    if not url:
+        raise ConfigError(f"DATABASE_URL_FILE {path!r} is empty")
+    return url
 
 
 def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:

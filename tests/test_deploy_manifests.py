@@ -1,11 +1,11 @@
-"""The Kubernetes manifests in deploy/, checked offline.
+"""The Kubernetes manifests in deploy/ (the Helm chart's render, tests/test_helm_chart.py), checked offline.
 
 - Every built-in resource validates against the Kubernetes JSON schemas bundled in the
   kubernetes-validate package (strict: unknown fields are errors), for the oldest Kubernetes the
   manifests support and the newest the package knows; a broken manifest is refused.
 - The Deployment keeps the promises of the docs: two replicas, probes on /healthz and /readyz,
-  non-root, read-only root filesystem, no privilege escalation, no capabilities, DATABASE_URL from
-  the Secret kagent-fork-db, a graceful-shutdown window longer than the service's.
+  non-root, read-only root filesystem, no privilege escalation, no capabilities, DATABASE_URL made
+  from kagent's own database Secret, a graceful-shutdown window longer than the service's.
 - The Ingress and the HTTPRoute send every kagent-fork operation of openapi.yaml to kagent-fork
   and everything else, kagent's own session API included, to kagent's UI Service.
 """
@@ -34,7 +34,7 @@ KUBERNETES_VERSIONS = sorted({OLDEST_KUBERNETES, kubernetes_validate.latest_vers
 KAGENT_UI = ("kagent-ui", 8080)
 KAGENT_FORK = "kagent-fork"
 UVICORN_GRACEFUL_SHUTDOWN_SECONDS = 30  # service/doors/cli.py: timeout_graceful_shutdown
-OPTIONAL_FILES = {"httproute.yaml", "secret.example.yaml", "servicemonitor.yaml"}  # not in kustomization.yaml
+OPTIONAL_FILES = {"httproute.yaml", "servicemonitor.yaml"}  # not in kustomization.yaml
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -87,7 +87,7 @@ def test_manifest_is_valid_kubernetes(path: str, version: str) -> None:
 
 def test_every_built_in_resource_is_schema_checked() -> None:
     kinds = {doc["kind"] for _, doc in manifests()}
-    assert {"Deployment", "Service", "Ingress", "PodDisruptionBudget", "Secret", "HTTPRoute"} <= kinds
+    assert {"Deployment", "Service", "ServiceAccount", "Ingress", "PodDisruptionBudget", "HTTPRoute"} <= kinds
     checked = sum(validate_file(p, OLDEST_KUBERNETES) for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
     crds = [d for _, d in manifests() if d["apiVersion"].startswith(CRD_GROUPS)]
     assert checked == len(manifests()) - len(crds) and len(crds) == 4  # HTTPRoute, ServiceMonitor, kagent's two
@@ -209,15 +209,19 @@ def test_runs_as_non_root_with_a_read_only_root_filesystem() -> None:
     assert "emptyDir" in volumes["tmp"]
 
 
-def test_database_url_comes_from_the_secret() -> None:
-    env = {e["name"]: e for e in container()["env"]}
-    assert env["DATABASE_URL"] == {
-        "name": "DATABASE_URL",
-        "valueFrom": {"secretKeyRef": {"name": "kagent-fork-db", "key": "url"}},
-    }
-    assert not any("value" in e and "postgres" in str(e["value"]) for e in env.values()), "no URL in plain text"
-    secret = one("Secret", "kagent-fork-db")
-    assert "url" in secret["stringData"]
+def test_database_url_comes_from_kagents_database_secret() -> None:
+    """kagent's bundled database (release kagent): the password from its Secret kagent-postgresql, never in the
+    manifest, put into the URL by the kubelet's $(VAR) expansion, which needs the variable defined before."""
+    env = container()["env"]
+    names = [e["name"] for e in env]
+    password = env[names.index("KAGENT_POSTGRES_PASSWORD")]
+    assert password["valueFrom"] == {"secretKeyRef": {"name": "kagent-postgresql", "key": "POSTGRES_PASSWORD"}}
+    url = env[names.index("DATABASE_URL")]
+    assert names.index("KAGENT_POSTGRES_PASSWORD") < names.index("DATABASE_URL")
+    assert url["value"] == (
+        "postgresql://kagent:$(KAGENT_POSTGRES_PASSWORD)@kagent-postgresql.kagent.svc:5432/kagent?sslmode=disable"
+    )
+    assert not any("secret" in str(e.get("value", "")).lower() for e in env), "no password in plain text"
 
 
 def test_resources_and_graceful_shutdown() -> None:

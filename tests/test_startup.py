@@ -134,6 +134,20 @@ def test_settings_from_env_fail_with_the_variable_named() -> None:
             from_env(env)
 
 
+def test_database_url_from_a_file_wins_as_kagents_does(tmp_path: Path) -> None:
+    """DATABASE_URL_FILE (the chart's database.postgres.urlFile, a mounted Secret) is read once, trimmed, and wins
+    over DATABASE_URL, as kagent's POSTGRES_DATABASE_URL_FILE does; a missing or empty file stops start-up."""
+    url = tmp_path / "url"
+    url.write_text("postgresql://kagent:secret@db:5432/kagent\n")
+    env = {"DATABASE_URL_FILE": str(url), "DATABASE_URL": "postgresql://other@db/kagent"}
+    assert from_env(env).database_url == "postgresql://kagent:secret@db:5432/kagent"
+    assert from_env({"DATABASE_URL": "postgresql://other@db/kagent"}).database_url == "postgresql://other@db/kagent"
+    (tmp_path / "empty").write_text(" \n")
+    for path in (tmp_path / "missing", tmp_path / "empty"):
+        with pytest.raises(ConfigError, match="DATABASE_URL_FILE"):
+            from_env({"DATABASE_URL_FILE": str(path)})
+
+
 async def test_served_openapi_is_the_committed_one(client: Any) -> None:
     r = await client.get("/openapi.yaml")
     assert r.status_code == 200 and r.content == (ROOT / "openapi.yaml").read_bytes()
