@@ -104,6 +104,43 @@ async def test_refuses_kagent_1x_saying_which_kagent_it_is(server_url: str, layo
         await drop_database(server_url, url)
 
 
+async def test_the_kagent_1x_line_names_whatever_ledger_is_there(server_url: str) -> None:
+    """Which ledger kagent 1.x's runner keeps is read, not assumed: golang-migrate's (kagent before its goose
+    switch), goose's under either name, none; a goose ledger alone, with none of 1.x's tables, is 1.x's too."""
+    url = await create_kagent_1x_database(server_url, "agent_instances")
+    store = Store("kagent_fork")
+    conn = await asyncpg.connect(url)
+    tables = "agent_history, agent_instance, agent_instance_checkpoint, agent_instance_task, agent_instance_task_event"
+
+    async def refusal() -> str:
+        with pytest.raises(KagentTooNew) as refused:
+            await check_kagent_schema(store, conn)
+        return str(refused.value).removesuffix(f": {SERVED_LINES}")
+
+    try:
+        assert await refusal() == f"this is kagent 1.x's schema ({tables}; schema_migrations version 1)"
+        await conn.execute("DROP TABLE schema_migrations")
+        assert await refusal() == f"this is kagent 1.x's schema ({tables}; no migration ledger)"
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version BIGINT NOT NULL PRIMARY KEY, dirty BOOLEAN NOT NULL)"
+        )
+        await conn.execute("INSERT INTO schema_migrations VALUES (16, true)")
+        assert await refusal() == f"this is kagent 1.x's schema ({tables}; schema_migrations version 16 (dirty))"
+        await conn.execute(
+            "DROP TABLE schema_migrations; DROP TABLE agent_instance_task_event, agent_instance_task, "
+            "agent_instance_checkpoint, agent_instance CASCADE; DROP TABLE agent_history CASCADE; "
+            "CREATE TABLE goose_db_version (id SERIAL PRIMARY KEY, version_id BIGINT NOT NULL, is_applied BOOLEAN "
+            "NOT NULL, tstamp TIMESTAMP NOT NULL DEFAULT NOW())"
+        )
+        assert (
+            await refusal()
+            == "this is kagent 1.x's schema (none of its conversation tables; goose_db_version version none)"
+        )
+    finally:
+        await conn.close()
+        await drop_database(server_url, url)
+
+
 async def test_refuses_a_dirty_kagent_migration_and_recognises_both_lines(server_url: str) -> None:
     url = await create_database(server_url, migration_version=7)
     try:
