@@ -33,6 +33,8 @@ from service.services import Services
 
 # JSON made by google-adk and a2a-sdk, kept in the repository (tests/fixtures/samples/README.md says how).
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "samples"
+# kagent 1.x's tables, for the start-up refusal (tests/fixtures/kagent_1x/README.md).
+KAGENT_1X = Path(__file__).resolve().parent / "fixtures" / "kagent_1x"
 
 
 def _docker_answers() -> bool:
@@ -76,19 +78,34 @@ def with_database(url: str, database: str) -> str:
 
 async def create_database(server: str, *, migration_version: int = 13) -> str:
     """A new database with kagent's tables; returns its URL."""
-    name = "kf_test_" + secrets.token_hex(6)
-    admin = await asyncpg.connect(server)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    url = with_database(server, name)
+    url = await _empty_database(server)
     conn = await asyncpg.connect(url)
     try:
         await install_kagent_schema(conn, migration_version)
     finally:
         await conn.close()
     return url
+
+
+async def create_kagent_1x_database(server: str, layout: str) -> str:
+    """A new database laid out as kagent 1.x lays it (tests/fixtures/kagent_1x/<layout>.sql); returns its URL."""
+    url = await _empty_database(server)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute((KAGENT_1X / f"{layout}.sql").read_text())
+    finally:
+        await conn.close()
+    return url
+
+
+async def _empty_database(server: str) -> str:
+    name = "kf_test_" + secrets.token_hex(6)
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return with_database(server, name)
 
 
 async def drop_database(server: str, url: str) -> None:

@@ -199,6 +199,25 @@ async def test_a_database_without_kagents_tables_is_one_line_and_exit_10(server_
         await drop_database(server_url, url)
 
 
+async def test_a_kagent_1x_database_is_one_line_naming_it_and_exit_10(server_url: str) -> None:
+    """kagent 1.x's tables (its Session layout, tests/fixtures/kagent_1x): the CLI says which kagent this is and
+    which lines it serves, in one line, with the exit code of a database it does not serve (issue 45, item 5)."""
+    from service.kagent.migrate import SERVED_LINES, KagentTooNew
+    from tests.conftest import create_kagent_1x_database, drop_database
+
+    url = await create_kagent_1x_database(server_url, "sessions")
+    try:
+        result = cli(url, "invocations", "some-session")
+        assert result.returncode == 10, result.stderr
+        assert "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines() == [
+            "kagent-fork: this is kagent 1.x's schema (a2a_context, runtime_instance, session_checkpoint, "
+            f"session_task, session_task_event; goose_db_version version 1): {SERVED_LINES} ({KagentTooNew.hint})"
+        ]
+    finally:
+        await drop_database(server_url, url)
+
+
 # --- issue 36: a read command loads what it reads with; experiments by id; the demo --------------------------
 
 SERVER_STACK = ("litestar", "mcp", "a2a", "httpx", "uvicorn")

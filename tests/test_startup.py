@@ -30,10 +30,10 @@ from service.config import ConfigError, Settings, from_env
 from service.database import open_pool, prepare_database
 from service.doors import experiments_http
 from service.doors.api import handlers
-from service.kagent.migrate import SchemaError, check_kagent_schema, migrate
+from service.kagent.migrate import SERVED_LINES, KagentTooNew, SchemaError, check_kagent_schema, migrate
 from service.kagent.store import Store
 from service.schemas import EmptyRequest, ForkRequest, RewindRequest
-from tests.conftest import create_database, drop_database
+from tests.conftest import create_database, create_kagent_1x_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +63,84 @@ async def test_refuses_a_database_without_kagents_tables(server_url: str) -> Non
         await drop_database(server_url, url)
 
 
+# kagent 1.x's two layouts (tests/fixtures/kagent_1x/README.md) and what the one line says of each.
+KAGENT_1X_LINES = [
+    (
+        "sessions",
+        "this is kagent 1.x's schema (a2a_context, runtime_instance, session_checkpoint, session_task, "
+        "session_task_event; goose_db_version version 1)",
+    ),
+    (
+        "agent_instances",
+        "this is kagent 1.x's schema (agent_history, agent_instance, agent_instance_checkpoint, agent_instance_task, "
+        "agent_instance_task_event; schema_migrations version 1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("layout", "which"), KAGENT_1X_LINES)
+async def test_refuses_kagent_1x_saying_which_kagent_it_is(server_url: str, layout: str, which: str) -> None:
+    """kagent 1.x has a session and a session_share table of its own and no event or task table: the refusal says
+    which kagent this is and which lines kagent-fork serves, in one line, and writes nothing (issue 45, item 5)."""
+    url = await create_kagent_1x_database(server_url, layout)
+    try:
+        settings = Settings(database_url=url)
+        pool = await open_pool(settings, url)
+        try:
+            with pytest.raises(KagentTooNew) as refused:
+                await prepare_database(settings, Store(settings.service_schema), pool)
+            assert str(refused.value) == f"{which}: {SERVED_LINES}"
+            assert await pool.fetchval("SELECT to_regnamespace($1) IS NULL", settings.service_schema)
+        finally:
+            await pool.close()
+        serve = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "service", "serve", "--port", "0"],
+            env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert serve.returncode == 2 and "Traceback" not in serve.stdout + serve.stderr
+        refusal = f"kagent-fork: cannot start: {which}: {SERVED_LINES} ({KagentTooNew.hint})"
+        assert serve.stderr.strip().splitlines() == [refusal]
+    finally:
+        await drop_database(server_url, url)
+
+
+async def test_the_kagent_1x_line_names_whatever_ledger_is_there(server_url: str) -> None:
+    """Which ledger kagent 1.x's runner keeps is read, not assumed: golang-migrate's (kagent before its goose
+    switch), goose's under either name, none; a goose ledger alone, with none of 1.x's tables, is 1.x's too."""
+    url = await create_kagent_1x_database(server_url, "agent_instances")
+    store = Store("kagent_fork")
+    conn = await asyncpg.connect(url)
+    tables = "agent_history, agent_instance, agent_instance_checkpoint, agent_instance_task, agent_instance_task_event"
+
+    async def refusal() -> str:
+        with pytest.raises(KagentTooNew) as refused:
+            await check_kagent_schema(store, conn)
+        return str(refused.value).removesuffix(f": {SERVED_LINES}")
+
+    try:
+        assert await refusal() == f"this is kagent 1.x's schema ({tables}; schema_migrations version 1)"
+        await conn.execute("DROP TABLE schema_migrations")
+        assert await refusal() == f"this is kagent 1.x's schema ({tables}; no migration ledger)"
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version BIGINT NOT NULL PRIMARY KEY, dirty BOOLEAN NOT NULL)"
+        )
+        await conn.execute("INSERT INTO schema_migrations VALUES (16, true)")
+        assert await refusal() == f"this is kagent 1.x's schema ({tables}; schema_migrations version 16 (dirty))"
+        await conn.execute(
+            "DROP TABLE schema_migrations; DROP TABLE agent_instance_task_event, agent_instance_task, "
+            "agent_instance_checkpoint, agent_instance CASCADE; DROP TABLE agent_history CASCADE; "
+            "CREATE TABLE goose_db_version (id SERIAL PRIMARY KEY, version_id BIGINT NOT NULL, is_applied BOOLEAN "
+            "NOT NULL, tstamp TIMESTAMP NOT NULL DEFAULT NOW())"
+        )
+        assert (
+            await refusal()
+            == "this is kagent 1.x's schema (none of its conversation tables; goose_db_version version none)"
+        )
+    finally:
+        await conn.close()
+        await drop_database(server_url, url)
+
+
 async def test_refuses_a_dirty_kagent_migration_and_recognises_both_lines(server_url: str) -> None:
     url = await create_database(server_url, migration_version=7)
     try:
@@ -71,6 +149,10 @@ async def test_refuses_a_dirty_kagent_migration_and_recognises_both_lines(server
         try:
             assert (await check_kagent_schema(store, conn)).product_line == "0.10.x"
             await conn.execute("UPDATE schema_migrations SET version = 13")
+            assert (await check_kagent_schema(store, conn)).product_line == "main"
+            # kagent main's AgentInstance tables (its migrations 9 and 11) beside session, event and task: still main
+            await conn.execute("CREATE TABLE agent_instance (id TEXT PRIMARY KEY)")
+            await conn.execute("CREATE TABLE agent_instance_task_event (sequence BIGINT PRIMARY KEY)")
             assert (await check_kagent_schema(store, conn)).product_line == "main"
             await conn.execute("UPDATE schema_migrations SET dirty = true")
             with pytest.raises(SchemaError, match="dirty"):

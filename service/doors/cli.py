@@ -36,12 +36,12 @@ log = logging.getLogger("kagent_fork")
 # HTTP status of a refusal -> exit code.
 EXIT_CODES = {400: 2, 413: 2, 415: 2, 401: 4, 403: 4, 404: 3, 409: 5, 422: 6, 429: 7, 503: 8}
 NOT_CONFIGURED = 9
-NOT_KAGENT = 10  # the database holds no kagent tables, or a dirty migration (as `serve` refuses it)
+NOT_KAGENT = 10  # no kagent tables, kagent 1.x's, or a dirty migration (as `serve` refuses it)
 EXIT_HELP = (
     "exit codes: 0 done (also when the reader of the output went away, as `| head` does), 1 unexpected error, "
     "2 bad input, 3 not found, 4 not allowed, 5 conflict (e.g. a turn still running), 6 refused (e.g. fork "
     "depth), 7 rate limited, 8 database unavailable, 9 not configured (e.g. KAGENT_A2A_URL for a what-if), 10 the "
-    "database is not kagent's (no kagent tables, or a dirty migration)"
+    "database is not one kagent-fork serves (no kagent tables, kagent 1.x's, or a dirty migration)"
 )
 
 
@@ -120,7 +120,7 @@ def database_problem(settings: Settings, dsn: str) -> str | None:
     try:
         asyncio.run(check())
     except SchemaError as exc:
-        return f"{exc} (check DATABASE_URL: it must name kagent's database)"
+        return f"{exc} ({exc.hint})"
     except TimeoutError:
         return (
             f"the database did not answer within {settings.db_connect_timeout_seconds:g} s "
@@ -835,7 +835,7 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
     except CONNECTION_ERRORS as exc:
         return _fail(args, f"database unavailable: {type(exc).__name__}: {exc}", 8)
     except SchemaError as exc:  # as `serve` refuses it: one line, no traceback
-        return _fail(args, f"{exc} (check DATABASE_URL: it must name kagent's database)", NOT_KAGENT)
+        return _fail(args, f"{exc} ({exc.hint})", NOT_KAGENT)
     if data is not STREAMED:
         print(msgspec.json.encode(data).decode() if args.json else text, flush=True)
     return 0

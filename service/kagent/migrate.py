@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from service.kagent.store import Store
 from service.kagent.store.base import Connection, sql_dir
@@ -25,9 +26,45 @@ REQUIRED_COLUMNS = {
 }
 MAIN_LINE_FIRST_MIGRATION = 8  # migrations 8-13 exist only on kagent's main line
 
+# Tables that only kagent 1.x's schema holds with its conversations in them: the first unreleased 1.0 baseline's
+# AgentInstance tables, and the later baseline's once AgentInstance was renamed Session (kagent's
+# go/core/pkg/migrations/core/000001_initial.sql). kagent main before 1.0 has agent_instance and its task tables
+# too (its migrations 9 and 11) beside session, event and task, so these name the line only when kagent-fork's
+# own tables are not there.
+KAGENT_1X_TABLES = frozenset(
+    {
+        "agent_instance",
+        "agent_history",
+        "agent_instance_task",
+        "agent_instance_task_event",
+        "agent_instance_checkpoint",
+        "a2a_context",
+        "runtime_instance",
+        "session_task",
+        "session_task_event",
+        "session_checkpoint",
+    }
+)
+# goose's ledger columns: kagent 1.x migrates with goose (kagent PR #2667), whose ledger has these where
+# golang-migrate's (kagent before 1.0) has version and dirty.
+GOOSE_LEDGER_COLUMNS = {"version_id", "is_applied"}
+GOOSE_LEDGERS: tuple[Literal["goose_db_version", "schema_migrations"], ...] = ("goose_db_version", "schema_migrations")
+SERVED_LINES = (
+    "kagent-fork serves kagent 0.10.x and kagent main before 1.0, whose session, event and task tables "
+    "(core migrations 1-7) hold the conversations"
+)
+
 
 class SchemaError(RuntimeError):
     """The database is not a kagent database this service can work on."""
+
+    hint = "check DATABASE_URL: it must name kagent's database"
+
+
+class KagentTooNew(SchemaError):
+    """The database is kagent 1.x's: its conversations are not in the tables kagent-fork works on."""
+
+    hint = "check DATABASE_URL: it names a kagent 1.x database; see docs/kagent-1.0.md"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +74,9 @@ class KagentSchema:
 
 
 async def check_kagent_schema(store: Store, conn: Connection) -> KagentSchema:
-    """Refuse a database without kagent's tables, or whose kagent migration is half applied."""
-    tables = await store.database.kagent_columns(conn)
+    """Refuse a database without kagent's tables (saying so in other words when it is kagent 1.x's), or whose kagent
+    migration is half applied."""
+    tables = await store.database.kagent_columns(conn, {*REQUIRED_COLUMNS, *GOOSE_LEDGERS, *KAGENT_1X_TABLES})
     problems = [
         f"table {name} lacks columns {sorted(columns - tables.get(name, set()))}"
         if name in tables
@@ -47,8 +85,16 @@ async def check_kagent_schema(store: Store, conn: Connection) -> KagentSchema:
         if not columns <= tables.get(name, set())
     ]
     if problems:
+        # A kagent 1.x database has a session and a session_share table of its own (other columns), so the list
+        # of problems alone would read as a broken kagent 0.x database: say which kagent it is instead.
+        newer = sorted(KAGENT_1X_TABLES & tables.keys())
+        ledger = await _goose_ledger(store, conn, tables)
+        if newer or ledger is not None:
+            found = ", ".join(newer) if newer else "none of its conversation tables"
+            migrations = ledger or await _golang_migrate_ledger(store, conn, tables)
+            raise KagentTooNew(f"this is kagent 1.x's schema ({found}; {migrations}): {SERVED_LINES}")
         raise SchemaError("this database does not hold kagent's tables (core migrations 1-7): " + "; ".join(problems))
-    state = await store.database.schema_migrations(conn) if "schema_migrations" in tables else None
+    state = await store.database.schema_migrations(conn) if _is_golang_migrate(tables) else None
     if state is None:
         return KagentSchema(migration_version=None, product_line="unknown")
     version, dirty = state
@@ -59,6 +105,28 @@ async def check_kagent_schema(store: Store, conn: Connection) -> KagentSchema:
         )
     line = "main" if version >= MAIN_LINE_FIRST_MIGRATION else "0.10.x"
     return KagentSchema(migration_version=version, product_line=line)
+
+
+def _is_golang_migrate(tables: dict[str, set[str]]) -> bool:
+    return {"version", "dirty"} <= tables.get("schema_migrations", set())
+
+
+async def _goose_ledger(store: Store, conn: Connection, tables: dict[str, set[str]]) -> str | None:
+    """'<ledger> version N' when a goose ledger is there; kagent's runner may name it schema_migrations (the name
+    its golang-migrate ledger had) or leave goose's default, goose_db_version, so both are read."""
+    for ledger in GOOSE_LEDGERS:
+        if tables.get(ledger, set()) >= GOOSE_LEDGER_COLUMNS:
+            version = await store.database.goose_version(conn, ledger)
+            return f"{ledger} version {'none' if version is None else version}"
+    return None
+
+
+async def _golang_migrate_ledger(store: Store, conn: Connection, tables: dict[str, set[str]]) -> str:
+    state = await store.database.schema_migrations(conn) if _is_golang_migrate(tables) else None
+    if state is None:
+        return "no migration ledger"
+    version, dirty = state
+    return f"schema_migrations version {version}{' (dirty)' if dirty else ''}"
 
 
 async def migrate(conn: Connection, schema: str) -> int:

@@ -3,8 +3,10 @@ statistics of the turn map's tables."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from service.kagent.store.base import (
     SNAPSHOT_ID,
@@ -27,15 +29,23 @@ class Database:
     def __init__(self, q: Queries) -> None:
         self.q = q
 
-    async def kagent_columns(self, conn: Connection) -> dict[str, set[str]]:
+    async def kagent_columns(self, conn: Connection, names: Iterable[str]) -> dict[str, set[str]]:
+        """The columns of each of these tables that exists in the connection's schema."""
         tables: dict[str, set[str]] = {}
-        for row in await conn.fetch(self.q["kagent_tables"]):
+        for row in await conn.fetch(self.q["kagent_tables"], sorted(names)):
             tables.setdefault(row["table_name"], set()).add(row["column_name"])
         return tables
 
     async def schema_migrations(self, conn: Connection) -> tuple[int, bool] | None:
         row = await conn.fetchrow(self.q["schema_migrations"])
         return None if row is None else (int(row["version"]), bool(row["dirty"]))
+
+    async def goose_version(
+        self, conn: Connection, ledger: Literal["schema_migrations", "goose_db_version"]
+    ) -> int | None:
+        """The newest migration a goose ledger (kagent 1.x's runner) records as applied; None when it records none."""
+        value: int | None = await conn.fetchval(self.q[f"goose_version_{ledger}"])
+        return value
 
     async def now(self, conn: Connection) -> datetime:
         value: datetime = await conn.fetchval(self.q["now"])
