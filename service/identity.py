@@ -6,6 +6,7 @@
   Beyond kagent, JWT_SECRET (HS256) and/or JWT_PUBLIC_KEY (RS256/ES256) make the service verify the
   signature, `exp`/`nbf` and, with JWT_AUDIENCE, `aud` itself: a token that fails is 401.
   Agent calls (`X-Agent-Name`) name the user with `user_id` / `X-User-Id`, else the token's `sub`.
+- `user_id` or `X-User-Id` present and empty names no one: 400 in both modes (kagent takes the default user).
 - `X-Share-Token` lets the caller act on the share's session as its owner (read-only or not).
 """
 
@@ -124,16 +125,27 @@ def _checked(user_id: str, source: str) -> str:
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")  # bytes that were not UTF-8 (scope_headers)
 
 
+def _explicit_user(headers: Mapping[str, Sequence[str]], query: Mapping[str, Sequence[str]]) -> str | None:
+    """The user the request names itself: `user_id`, else `X-User-Id` (kagent's order). kagent reads an empty
+    one as absent, so `X-User-Id:` was the default user; present and empty, it names no one: 400."""
+    query_values = query.get("user_id", ())
+    if len(query_values) > 1:
+        raise BadRequest("query parameter user_id must be given once")
+    named = [(query_values[0] if query_values else None, "query parameter user_id")]
+    named.append((_one(headers, "x-user-id"), "header X-User-Id"))
+    for value, where in named:
+        if value == "":
+            raise BadRequest(f"{where} is empty: it names no user (leave it out instead)")
+    return next((value for value, _ in named if value is not None), None)
+
+
 def resolve_caller(
     settings: Settings, headers: Mapping[str, Sequence[str]], query: Mapping[str, Sequence[str]]
 ) -> Caller:
     """The calling user. `headers` maps lower-case names to all their values."""
     for name in _SINGLE_HEADERS:
         _one(headers, name)
-    query_values = query.get("user_id", ())
-    if len(query_values) > 1:
-        raise BadRequest("query parameter user_id must be given once")
-    explicit = (query_values[0] if query_values else None) or _one(headers, "x-user-id")
+    explicit = _explicit_user(headers, query)
     share_token = _one(headers, "x-share-token") or None
     if share_token is not None:
         _checked(share_token, "X-Share-Token")
