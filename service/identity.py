@@ -1,4 +1,4 @@
-"""Who is calling, resolved exactly as kagent's backend does (go/core/internal/httpserver/auth).
+"""Who is calling, resolved as kagent's backend does (go/core/internal/httpserver/auth), stricter where noted.
 
 - unsecure: the `user_id` query parameter, else `X-User-Id`, else `admin@kagent.dev`.
 - trusted-proxy: `Authorization: Bearer <JWT>` is required; the user is a claim (default `sub`, with
@@ -163,9 +163,11 @@ def _account_namespace(claims: Mapping[str, object]) -> str | None:
     return found.group(1)
 
 
-def _agent_namespace(agent: str) -> str | None:
+def _agent_namespace(agent: str | None) -> str | None:
     """The namespace an agent's name says: `namespace/name`, or kagent's `namespace__NS__name` (the app name its
-    runtimes send as X-Agent-Name); None for a bare name (an agent card's)."""
+    runtimes send as X-Agent-Name); None for a bare name (an agent card's) or none."""
+    if agent is None:
+        return None
     ref = agent if AGENT_REF.fullmatch(agent) else agent_ref_of(agent)
     return ref.split("/", 1)[0] if ref else None
 
@@ -198,8 +200,8 @@ def resolve_caller(
     account = _account_namespace(claims) if agent_name else None
     if agent_name and account is not None:
         # Only an agent's own token may name the user it acts for (kagent lets any token do it).
-        for namespace in {ns for ns in (_agent_namespace(agent_name), _agent_namespace(agent or "")) if ns}:
-            if namespace != account:
+        for namespace in (_agent_namespace(agent_name), _agent_namespace(agent)):
+            if namespace is not None and namespace != account:
                 raise Forbidden(
                     f"the bearer token is a service account of namespace {account!r}, the agent is in {namespace!r}:"
                     " an agent acts for a user only with a token of its own namespace"
