@@ -1,11 +1,14 @@
-"""Who is calling, resolved exactly as kagent's backend does (go/core/internal/httpserver/auth).
+"""Who is calling, resolved as kagent's backend does (go/core/internal/httpserver/auth), stricter where noted.
 
 - unsecure: the `user_id` query parameter, else `X-User-Id`, else `admin@kagent.dev`.
 - trusted-proxy: `Authorization: Bearer <JWT>` is required; the user is a claim (default `sub`, with
   `sub` as fallback), decoded without verifying the signature: the proxy in front has verified it.
   Beyond kagent, JWT_SECRET (HS256) and/or JWT_PUBLIC_KEY (RS256/ES256) make the service verify the
   signature, `exp`/`nbf` and, with JWT_AUDIENCE, `aud` itself: a token that fails is 401.
-  Agent calls (`X-Agent-Name`) name the user with `user_id` / `X-User-Id`, else the token's `sub`.
+  Agent calls (`X-Agent-Name`) name the user with `user_id` / `X-User-Id`, else the token's `sub`, but,
+  stricter than kagent, only with an agent's token: a Kubernetes service account's, of the agent's namespace
+  where the request names it (403 otherwise). A user's token with `X-Agent-Name` is that user.
+- `user_id` or `X-User-Id` present and empty names no one: 400 in both modes (kagent takes the default user).
 - `X-Share-Token` lets the caller act on the share's session as its owner (read-only or not).
 """
 
@@ -21,6 +24,7 @@ import msgspec
 
 from service.config import PublicKey, Settings, public_key_algorithm
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from service.kagent.store.agents import AGENT_REF, agent_ref_of
 from service.kagent.store.base import Connection
 from service.kagent.store.sessions import SessionRow, Share
 from service.services import Services
@@ -124,16 +128,62 @@ def _checked(user_id: str, source: str) -> str:
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")  # bytes that were not UTF-8 (scope_headers)
 
 
-def resolve_caller(
-    settings: Settings, headers: Mapping[str, Sequence[str]], query: Mapping[str, Sequence[str]]
-) -> Caller:
-    """The calling user. `headers` maps lower-case names to all their values."""
-    for name in _SINGLE_HEADERS:
-        _one(headers, name)
+def _explicit_user(headers: Mapping[str, Sequence[str]], query: Mapping[str, Sequence[str]]) -> str | None:
+    """The user the request names itself: `user_id`, else `X-User-Id` (kagent's order). kagent reads an empty
+    one as absent, so `X-User-Id:` was the default user; present and empty, it names no one: 400."""
     query_values = query.get("user_id", ())
     if len(query_values) > 1:
         raise BadRequest("query parameter user_id must be given once")
-    explicit = (query_values[0] if query_values else None) or _one(headers, "x-user-id")
+    named = [(query_values[0] if query_values else None, "query parameter user_id")]
+    named.append((_one(headers, "x-user-id"), "header X-User-Id"))
+    for value, where in named:
+        if value == "":
+            raise BadRequest(f"{where} is empty: it names no user (leave it out instead)")
+    return next((value for value, _ in named if value is not None), None)
+
+
+# A Kubernetes service account's token (an agent's, kagent's runtimes send it) has the `sub`
+# system:serviceaccount:<namespace>:<name>, the namespace a DNS label.
+_SERVICE_ACCOUNT = re.compile(r"system:serviceaccount:([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?):[^:]+")
+
+
+def _account_namespace(claims: Mapping[str, object]) -> str | None:
+    """The namespace of a service account's token; None for any other token (a user's). Where the token says
+    its namespace again (a projected token's `kubernetes.io` claim, an older secret token's
+    `kubernetes.io/serviceaccount/namespace`), a token that says two namespaces is refused."""
+    subject = claims.get("sub")
+    found = _SERVICE_ACCOUNT.fullmatch(subject) if isinstance(subject, str) else None
+    if found is None:
+        return None
+    projected = claims.get("kubernetes.io")
+    said = [projected.get("namespace") if isinstance(projected, dict) else None]
+    said.append(claims.get("kubernetes.io/serviceaccount/namespace"))
+    if any(other is not None and other != found.group(1) for other in said):
+        raise Unauthorized("unauthenticated: the service account token names two namespaces")
+    return found.group(1)
+
+
+def _agent_namespace(agent: str | None) -> str | None:
+    """The namespace an agent's name says: `namespace/name`, or kagent's `namespace__NS__name` (the app name its
+    runtimes send as X-Agent-Name); None for a bare name (an agent card's) or none."""
+    if agent is None:
+        return None
+    ref = agent if AGENT_REF.fullmatch(agent) else agent_ref_of(agent)
+    return ref.split("/", 1)[0] if ref else None
+
+
+def resolve_caller(
+    settings: Settings,
+    headers: Mapping[str, Sequence[str]],
+    query: Mapping[str, Sequence[str]],
+    *,
+    agent: str | None = None,
+) -> Caller:
+    """The calling user. `headers` maps lower-case names to all their values; `agent` is the agent
+    (namespace/name) the request's path names, if it names one (the replay endpoint's)."""
+    for name in _SINGLE_HEADERS:
+        _one(headers, name)
+    explicit = _explicit_user(headers, query)
     share_token = _one(headers, "x-share-token") or None
     if share_token is not None:
         _checked(share_token, "X-Share-Token")
@@ -146,7 +196,16 @@ def resolve_caller(
         raise Unauthorized("unauthenticated: missing or invalid Authorization header")
     token = authorization.removeprefix("Bearer ").strip()
     claims = _verified_claims(settings, token) if settings.jwt_secret or settings.jwt_public_key else _claims(token)
-    if _one(headers, "x-agent-name"):
+    agent_name = _one(headers, "x-agent-name")
+    account = _account_namespace(claims) if agent_name else None
+    if agent_name and account is not None:
+        # Only an agent's own token may name the user it acts for (kagent lets any token do it).
+        for namespace in (_agent_namespace(agent_name), _agent_namespace(agent)):
+            if namespace is not None and namespace != account:
+                raise Forbidden(
+                    f"the bearer token is a service account of namespace {account!r}, the agent is in {namespace!r}:"
+                    " an agent acts for a user only with a token of its own namespace"
+                )
         user = explicit or claims.get("sub")
     else:
         user = claims.get(settings.user_id_claim)

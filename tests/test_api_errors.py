@@ -155,7 +155,10 @@ async def test_trusted_proxy_mode(settings: Settings, database_url: str, pool: a
         assert ok.status_code == 201 and ok.json()["data"]["user_id"] == conv.user_id
         ok = await c.post(url, json={}, headers={"Authorization": f"Bearer {jwt({'sub': conv.user_id})}"})
         assert ok.status_code == 201
-        # an agent's call names the user explicitly
+        # a user's token with X-Agent-Name is that user, by the configured claim (tests/test_identity.py)
+        eve = {"Authorization": f"Bearer {jwt({'sub': 'x', 'email': 'eve'})}", "X-Agent-Name": "a"}
+        error_of(await c.post(url, json={}, headers={**eve, "X-User-Id": conv.user_id}), 404)
+        # an agent's call (a service account's token) names the user explicitly
         agent = {"Authorization": f"Bearer {jwt({'sub': 'system:serviceaccount:kagent:agent'})}", "X-Agent-Name": "a"}
         ok = await c.post(url, json={}, headers={**agent, "X-User-Id": conv.user_id})
         assert ok.status_code == 201 and ok.json()["data"]["user_id"] == conv.user_id

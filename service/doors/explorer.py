@@ -7,9 +7,9 @@ from pathlib import Path
 
 import msgspec
 
-from service.agents.replay.terms import agent_ref_of
 from service.errors import BadRequest
 from service.identity import Caller, access_for
+from service.kagent.store.agents import agent_ref_of
 from service.schemas import Session, session_json
 from service.services import Services
 

@@ -25,13 +25,13 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from service.agents import experiments
-from service.agents.replay.terms import agent_ref_of
 from service.branches import compare, lineage, turns
 from service.doors import explorer
 from service.doors.mcp_hints import hints
 from service.doors.mcp_tools import Operation, SessionId, answer, runner_of
 from service.errors import BadRequest, NotConfigured, NotFound, Unauthorized
 from service.identity import Caller, resolve_caller, scope_headers
+from service.kagent.store.agents import agent_ref_of
 from service.operations import forking, rewind
 from service.schemas import ForkRequest, RewindRequest, checked_id
 from service.services import Services

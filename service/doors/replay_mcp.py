@@ -32,13 +32,14 @@ def _incoming(svc: Services, server: Server[Any, Any]) -> twin.Incoming:
     if found is None:
         message = f"not a replay endpoint: {PREFIX}/<namespace>/<name>/<server>"
         raise McpError(ErrorData(code=INVALID_PARAMS, message=message))
+    agent, key = found
     headers = scope_headers(scope)
     query: dict[str, list[str]] = {}
     try:
-        caller = resolve_caller(svc.settings, headers, query)
+        # The path names the agent: an agent's token must be of its namespace (identity.resolve_caller).
+        caller = resolve_caller(svc.settings, headers, query, agent=agent)
     except ServiceError as exc:
         raise McpError(ErrorData(code=INVALID_PARAMS, message=exc.message)) from None
-    agent, key = found
     return twin.Incoming(
         agent=agent, server=key, user_id=caller.user_id, headers={k: v[0] for k, v in headers.items() if v}
     )

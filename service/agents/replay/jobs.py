@@ -15,10 +15,11 @@ from service.agents.replay import grid, judge, judged
 from service.agents.replay.answerers import agent, headers
 from service.agents.replay.figures import JobResult, Replayed, TurnFigures, question_of, replayed, sent_parts
 from service.agents.replay.runner import close_turns
-from service.agents.replay.terms import JobSpan, agent_ref_of
+from service.agents.replay.terms import JobSpan
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import Conflict, NotFound
 from service.identity import Caller, visible_session
+from service.kagent.store.agents import agent_ref_of
 from service.kagent.store.base import Connection
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.replay import ReplayCall

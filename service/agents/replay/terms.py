@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal, Protocol
@@ -15,12 +14,11 @@ from msgspec import Meta
 from service.agents.replay.tools import Reads, ToolsField, policy_of
 from service.errors import BadRequest, Unprocessable
 from service.kagent import dialects
+from service.kagent.store.agents import AGENT_REF, agent_ref_of
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.sessions import SessionRow
 from service.schemas import VISIBLE_NO_NUL
 
-# A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
-AGENT_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # fullmatch
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
 Tokens = Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)]
 # Out of range (below 1, or more than the source holds from the boundary) is a 422 (span.count).
@@ -55,14 +53,6 @@ def checked_agent_ref(value: str, what: str = "agent_ref") -> str:
     if not AGENT_REF.fullmatch(value):
         raise Unprocessable(f"{what} must be namespace/name of a kagent agent, got {value!r}")
     return value
-
-
-def agent_ref_of(agent_id: str) -> str | None:
-    """The namespace/name an agent_id spells (kagent's names never hold `_`, so the rule reverses)."""
-    if agent_id.count("__NS__") != 1:
-        return None
-    ref = agent_id.replace("__NS__", "/").replace("_", "-")
-    return ref if AGENT_REF.fullmatch(ref) else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ model they run are read here, once, for every room that needs them (docs/kagent-
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import asyncpg
@@ -11,11 +12,22 @@ import msgspec
 
 from service.kagent.store.base import Connection, Queries
 
+# A kagent agent is a Kubernetes resource: namespace/name, each a DNS label (so never a `_`).
+AGENT_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # fullmatch
+
 
 def agent_row_id(agent_ref: str) -> str:
     """kagent's id of namespace/name in `agent` and `session.agent_id`: `-` becomes `_`, `/` becomes `__NS__`
     (kagent's ConvertToPythonIdentifier of the object's ref)."""
     return agent_ref.replace("-", "_").replace("/", "__NS__")
+
+
+def agent_ref_of(agent_id: str) -> str | None:
+    """The namespace/name an agent_id spells (kagent's names never hold `_`, so the rule reverses)."""
+    if agent_id.count("__NS__") != 1:
+        return None
+    ref = agent_id.replace("__NS__", "/").replace("_", "-")
+    return ref if AGENT_REF.fullmatch(ref) else None
 
 
 class ModelConfig(msgspec.Struct, kw_only=True):
