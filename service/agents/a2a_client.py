@@ -26,6 +26,7 @@ from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_CURRENT, VERSION_HEADER
 from a2a.utils.errors import A2AError as SdkError
+from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 
 from service.kagent import dialects
@@ -73,6 +74,11 @@ def label_of(state: int) -> str:
 
 class AgentError(Exception):
     """The agent could not be reached, or did not answer as an A2A agent does."""
+
+
+class TaskNotFound(AgentError):
+    """The agent answered that it does not know the task (A2A's TaskNotFoundError, JSON-RPC code -32001, in
+    both dialects): not logged here, since what it means is the caller's to judge (replay/player.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,6 +286,8 @@ async def get_task(agent: Agent, task_id: str) -> a2a.Task:
     try:
         async with _transport(agent) as transport:
             return await transport.get_task(a2a.GetTaskRequest(id=task_id))
+    except TaskNotFoundError:  # the SDK's type for code -32001, from either transport
+        raise TaskNotFound(f"the agent {agent.ref} does not know the task {task_id}") from None
     except _ANSWER_ERRORS as exc:
         raise _failure(exc, agent) from None
 

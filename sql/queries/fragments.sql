@@ -166,7 +166,7 @@ rewind_before_task_id, tool_policy::text AS tool_policy, arm_tools::text AS arm_
 -- fragment: turn_columns
 -- A job's turn as the store reads it.
 job_id, ordinal, invocation_id, message::text AS message, sent_at, task_id, state, reply::text AS reply,
-reply_sent_at, rejected_tool_calls, figures::text AS figures, ended_at
+reply_sent_at, rejected_tool_calls, figures::text AS figures, ended_at, agent_found_at
 
 -- fragment: experiment_columns
 -- An experiment row as the store reads it.

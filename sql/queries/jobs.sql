@@ -84,6 +84,12 @@ WHERE t.job_id = $1 AND t.ordinal = $2 AND t.sent_at IS NULL
   AND j.id = t.job_id AND j.status = 'running' AND j.runner = $3
 RETURNING t.sent_at;
 
+-- name: whatif_turn_found
+-- The agent answered a tasks/get of turn $2's task (once): an agent that finds its tasks by id, so that its
+-- "task not found" later means it lost the turn (replay/player.py), also to a replica that takes the job over.
+UPDATE {schema}.whatif_turn SET agent_found_at = NOW()
+WHERE job_id = $1 AND ordinal = $2 AND agent_found_at IS NULL;
+
 -- name: whatif_turn_reply
 -- A rejection $3 of the tool approval turn $2's agent asked for, stamped before it is sent (once).
 UPDATE {schema}.whatif_turn AS t SET reply = $3::jsonb, reply_sent_at = NOW(),

@@ -6,6 +6,17 @@ once this runner read its stamp back; a replica that takes the job over finds th
 agent's task by the message's id instead of sending it again. A stamp whose answer was lost to the connection
 (steady runs the step again) is recognised as this runner's own when the job is still this runner's: it did
 not send the message, since it never read the stamp back.
+
+A turn the agent lost (it restarted, and its task store was in memory) is answered "task not found" (A2A's
+TaskNotFoundError, -32001 in both dialects) by `tasks/get`; nothing will ever end it, so its branch fails at once
+instead of waiting out WHATIF_TIMEOUT_SECONDS. Two kinds of "not found" are no loss:
+- right after sending, an agent may not have saved its new task yet: only an answer repeated for
+  `LOST_AFTER_SECONDS` and at least `LOST_AFTER_POLLS` polls in a row, with no answer of the task between, is one;
+- kagent's runtimes answer "not found" to every `tasks/get` (their task store asks kagent's backend without the
+  caller's user id, so the task is looked up as the default user's) while the turn runs and saves its row. So
+  beside a row of the task, "not found" is a loss only from an agent that answered the task before: the turn row
+  keeps that it did (`agent_found_at`), for a replica that takes the job over too. Without it the row is followed
+  as before, up to the time limit.
 """
 
 from __future__ import annotations
@@ -32,6 +43,10 @@ log = logging.getLogger("kagent_fork")
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 POLL_SECONDS = 0.5
+# "Not found" for this long, and this many polls in a row, is a lost turn (see the module's text): the seconds for
+# an agent slow to save its new task, the polls for a runner slow to ask (a busy loop asks less often).
+LOST_AFTER_SECONDS = 2.0
+LOST_AFTER_POLLS = 3
 # A turn's agent that asks for approval after approval is rejected this many times, then the branch stops.
 MAX_REJECTIONS = 8
 ENDED = {"completed", "failed", "canceled", "rejected", "input-required", "auth-required"}
@@ -68,10 +83,15 @@ class Turn:
     sent_at: datetime | None
     rejected: int = 0
     reply_id: str | None = None  # the last rejection sent, until the task's history holds it
+    found: bool = False  # the agent answered a `tasks/get` of the task (the turn row's agent_found_at)
+    missing_since: float | None = None  # when the agent first answered "not found" of those in a row
+    missing: int = 0  # how many "not found" in a row
+    told: bool = False  # the log said once that the agent does not find the task
 
     @classmethod
     def of(cls, row: JobTurn) -> Turn:
         turn = cls(row=row, task_id=row.task_id, sent_at=row.sent_at, rejected=row.rejected_tool_calls)
+        turn.found = row.agent_found_at is not None
         if row.reply is not None and row.reply_sent_at is not None:
             turn.reply_id = msgspec.json.decode(row.reply).get("messageId")
         return turn
@@ -173,7 +193,7 @@ class Player:
                 if not await self._db(lambda conn, _: svc.store.jobs.whatif_heartbeat(conn, job.id, me)):
                     raise NotOurs
                 beat_due = time.monotonic() + svc.settings.whatif_heartbeat_seconds
-            state, task = await self._state(turn.task_id)
+            state, task = await self._state(turn)
             if task is not None and turn.reply_id is not None:
                 if not dialects.holds_message(task, turn.reply_id):
                     state = "working"  # the agent has not taken the rejection in yet
@@ -189,10 +209,11 @@ class Player:
                 return state
             await asyncio.sleep(POLL_SECONDS)
 
-    async def _state(self, task_id: str) -> tuple[str, dialects.JSON | None]:
+    async def _state(self, turn: Turn) -> tuple[str, dialects.JSON | None]:
         """How the task stands: kagent's task row first (its state and JSON), the agent over A2A when the
         row does not say it ended."""
-        svc, job = self.host.svc, self.job
+        svc, job, task_id = self.host.svc, self.job, turn.task_id
+        assert task_id is not None
         row = await self._db(lambda conn, _: svc.store.tasks.task_by_id(conn, task_id, job.session_id))
         task = None
         if row is not None:
@@ -205,14 +226,43 @@ class Player:
             return label or "", task
         try:
             remote = a2a_client.label_of((await a2a_client.get_task(self.agent, task_id)).status.state)
+        except a2a_client.TaskNotFound:
+            self._not_found(turn, kagent_row=row is not None)
+            return label or "working", task
         except a2a_client.AgentError:
             if task is None:
                 raise
             return label or "working", task
+        turn.missing_since, turn.missing = None, 0
+        if not turn.found:
+            await self._db(lambda conn, _: svc.store.jobs.whatif_turn_found(conn, job.id, turn.row.ordinal))
+            turn.found = True
         # An approval request is read from the row (it carries the request), once the row says so.
         if remote in ENDED and remote not in WAITING:
             return remote, task
         return label or "working", task
+
+    def _not_found(self, turn: Turn, *, kagent_row: bool) -> None:
+        """The agent answered "task not found": the turn is lost once that answer held (see the module's text)
+        when the agent had answered the task before, or kagent holds no row of it; else the row is followed."""
+        now, ordinal = time.monotonic(), turn.row.ordinal + 1
+        turn.missing += 1
+        if turn.missing_since is None:
+            turn.missing_since = now
+        if (turn.found or not kagent_row) and (
+            turn.missing >= LOST_AFTER_POLLS and now - turn.missing_since >= LOST_AFTER_SECONDS
+        ):
+            log.warning(
+                "what-if %s: the agent lost turn %d: task %s not found", self.job.id, ordinal, turn.task_id,
+                extra={"action": "whatif", "job_id": self.job.id, "outcome": "lost"},
+            )  # fmt: skip
+            raise Stop("failed", f"the agent lost the turn: task {turn.task_id} not found (turn {ordinal})")
+        if kagent_row and not turn.found and not turn.told:
+            turn.told = True
+            log.info(
+                "what-if %s: the agent does not find task %s of turn %d by id (a kagent runtime that lost the "
+                "caller): how it ends is read from kagent's task row", self.job.id, turn.task_id, ordinal,
+            )  # fmt: skip
 
     async def _reject(self, turn: Turn, task: dialects.JSON) -> bool:
         """Answer the task's approval request with kagent's rejection (stamped first): whether it did."""

@@ -3,8 +3,9 @@ it over when that replica stops beating, and no message is ever sent twice (play
 
 A job re-asks its turns in order (a what-if's `turns` of them, each branch of an experiment the same). How a
 turn ended is read from kagent's own task row (the agent saves its task there), and from the agent over A2A
-only when the row does not say (kagent main's runtime answers "Task not found" to a `tasks/get` that lost the
-caller, although the row is completed). At most `WHATIF_MAX_PARALLEL` turns are with agents at once per
+only when the row does not say (kagent's runtimes answer "Task not found" to a `tasks/get`, having lost the
+caller, although the row is right; an agent that answered the task and then does not know it lost the turn, and
+the branch fails at once: player.py). At most `WHATIF_MAX_PARALLEL` turns are with agents at once per
 replica; a job that waits for a slot keeps beating, so that no sweep takes it meanwhile. Every database step
 of a job is steady (steady.py): a transient loss is waited out, and a branch fails only for what its agent did.
 When a job ends, every turn it sent shows how it ended (`close_turns`), also after a failure or a cancel.

@@ -58,6 +58,7 @@ class JobTurn:
     rejected_tool_calls: int
     figures: str | None  # JSON
     ended_at: datetime | None
+    agent_found_at: datetime | None = None  # the agent first answered a tasks/get of the task (migration 0020)
 
 
 class Jobs:
@@ -108,6 +109,10 @@ class Jobs:
         job is not this runner's any more), and then it must not be sent."""
         value: datetime | None = await conn.fetchval(self.q["whatif_turn_sending"], job_id, ordinal, runner)
         return value
+
+    async def whatif_turn_found(self, conn: Connection, job_id: str, ordinal: int) -> None:
+        """The agent answered a tasks/get of turn `ordinal`'s task: its "not found" later means it lost it."""
+        await conn.execute(self.q["whatif_turn_found"], job_id, ordinal)
 
     async def whatif_turn_reply(
         self, conn: Connection, job_id: str, ordinal: int, reply: str, rejected: int, runner: str
