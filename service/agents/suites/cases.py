@@ -12,12 +12,12 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from service.agents.replay.terms import Count, MessageEdit, TurnCount, agent_ref_of, checked_agent_ref, whole
+from service.agents.replay.terms import Count, MessageEdit, TurnCount, checked_agent_ref, whole
 from service.branches.turns import TASK_TURN, TurnInfo, ordered_turns
 from service.errors import BadRequest, NotFound, Unprocessable
 from service.identity import Caller, visible_session
 from service.kagent import frameworks
-from service.kagent.store.agents import agent_row_id
+from service.kagent.store.agents import agent_ref_of, agent_row_id
 from service.kagent.store.base import Connection
 from service.kagent.store.suites import CaseRow, SuiteRow
 from service.schemas import Text, one_boundary, rfc3339
