@@ -341,7 +341,7 @@ async def test_readable_on_a_phone(browser: Browser, page_url: str, pool: asyncp
 def test_page_files_are_in_the_package() -> None:
     ui = ROOT / "service" / "doors" / "ui"
     files = {p.name for p in ui.iterdir()}
-    assert {"index.html", "app.js", "experiments.js", "tools.js", "style.css"} <= files
+    assert {"index.html", "app.js", "experiments.js", "suites.js", "tools.js", "style.css"} <= files
     html = (ui / "index.html").read_text()
     assert "http" not in html.replace("https://", "").lower() or "http-equiv" in html  # no CDN, nothing from elsewhere
     for script in ui.glob("*.js"):

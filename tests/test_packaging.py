@@ -36,7 +36,10 @@ def test_the_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
         "service/sql/migrations/0001_lineage.sql",
         "service/sql/kagent/schema.sql",
     ]
-    page = {f"service/doors/ui/{name}" for name in ("index.html", "app.js", "experiments.js", "tools.js", "style.css")}
+    page = {
+        f"service/doors/ui/{name}"
+        for name in ("index.html", "app.js", "experiments.js", "suites.js", "tools.js", "style.css")
+    }
     page |= {f"service/doors/apps/{f}" for f in ("app.css", "bridge.js", "branches.html", "experiment.js")}
     assert set(needed) | {"service/openapi.yaml"} | page <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")

@@ -20,6 +20,7 @@ FILES = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "experiments.js": "text/javascript",
+    "suites.js": "text/javascript",
     "tools.js": "text/javascript",
     "style.css": "text/css",
 }

@@ -227,7 +227,8 @@ function renderTurns(t) {
       el("button", { type: "button", class: "primary", onclick: () => forkAt(turn, `before turn ${number}`), text: "Fork before this turn" }),
       el("button", { type: "button", class: "danger", onclick: () => rewindAt(turn, number), text: "Rewind here" }),
       el("button", { type: "button", onclick: () => whatifAt(turn, number), text: "What-if" }),
-      el("button", { type: "button", onclick: () => experimentAt(turn, number), text: "Experiment" })) : null;
+      el("button", { type: "button", onclick: () => experimentAt(turn, number), text: "Experiment" }),
+      el("button", { type: "button", onclick: () => saveCaseAt(turn, number), text: "Save as a case" })) : null;
     return el("li", { class: "turn", "data-turn": key || "" },
       el("div", { class: "turn-head" },
         el("b", { text: `Turn ${number}` }),
