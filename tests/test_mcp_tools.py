@@ -354,3 +354,20 @@ async def test_the_other_tools_take_no_bool_for_a_number(live_url: str, pool: as
         sessions = await mcp.call_tool("list_sessions", {"limit": True})
     assert listed.isError and text_of(listed).startswith("invalid arguments: limit"), text_of(listed)
     assert sessions.isError and text_of(sessions).startswith("invalid arguments: limit"), text_of(sessions)
+
+
+async def test_the_apps_experiment_form_refuses_what_the_http_body_refuses(live_url: str, pool: asyncpg.Pool) -> None:
+    """The experiment form of kagent's chat (app_start_experiment) is a door too (issue 45, 5a)."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    before = await table_fingerprint(pool)
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        token = ok(await mcp.call_tool("show_branches", {"session_id": conv.session_id}))["app_token"]
+        start = {"app_token": token, "session_id": conv.session_id, "agents": ["kagent/k8s-agent"],
+                 "rewind_before_invocation_id": conv.invocation_ids[1]}  # fmt: skip
+        refused = [
+            await mcp.call_tool("app_start_experiment", {**start, **wrong})
+            for wrong in ({"turns": True}, {"message_text": ""}, {"turns": "2"})
+        ]
+    for result in refused:
+        assert result.isError and text_of(result).startswith("invalid arguments:"), text_of(result)
+    assert await table_fingerprint(pool) == before
