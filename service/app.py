@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 import msgspec
 from litestar import Litestar, Request, Response, asgi
+from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
-from litestar.types import Receive, Scope, Send
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from service.agents import whatif
 from service.config import Settings
@@ -53,7 +54,10 @@ def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[
         return _json(exc.status, envelope(exc.message), headers=exc.headers)
     if isinstance(exc, HTTPException):
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail else "request refused"
-        return _json(exc.status_code, envelope(detail), headers=exc.headers)
+        headers = exc.headers
+        if headers and "allow" in headers:  # a 405: the path's methods, HEAD with GET (see allow_header)
+            headers = {**headers, "allow": allow_header(headers["allow"].split(", "))}
+        return _json(exc.status_code, envelope(detail), headers=headers)
     if isinstance(exc, CONNECTION_ERRORS):
         services: Services | None = getattr(request.app.state, "services", None)
         if services is not None:
@@ -86,6 +90,29 @@ def head_as_get(app: Callable[..., Any]) -> Callable[..., Any]:
             await send(message)
 
         await app({**scope, "method": "GET"}, receive, headers_only)
+
+    return middleware
+
+
+def allow_header(methods: Iterable[str]) -> str:
+    """`Allow` for a path: its methods, OPTIONS, and HEAD where GET is (head_as_get answers it)."""
+    allowed = {m.upper() for m in methods} | {"OPTIONS"}
+    return ", ".join(sorted(allowed | ({"HEAD"} if "GET" in allowed else set())))
+
+
+def options_allow_every_method(app: ASGIApp) -> ASGIApp:
+    """OPTIONS names every method of every handler of the path. Litestar's own answer names only those registered
+    with the path's first handler: GET /api/sessions/{id}/experiments, registered after its POST, was left out."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP or scope["method"] != "OPTIONS":
+            await app(scope, receive, send)
+            return
+        handlers = Litestar.from_scope(scope).route_handler_method_map
+        methods = {m for path in scope["route_handler"].paths for m in handlers.get(path, {})}
+        allow = allow_header(methods).encode()
+        await send({"type": "http.response.start", "status": 204, "headers": [(b"allow", allow)]})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return middleware
 
@@ -182,7 +209,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,
-        middleware=[*tracing_middleware(settings.otel_tracing_enabled), observe],
+        middleware=[*tracing_middleware(settings.otel_tracing_enabled), observe, options_allow_every_method],
         logging_config=None,  # logs are configured once, as JSON lines (service.observability)
         openapi_config=None,
         debug=False,

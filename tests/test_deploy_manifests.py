@@ -396,6 +396,58 @@ def test_httproute_sends_exactly_the_kagent_fork_calls_to_kagent_fork() -> None:
         assert route_backend(route, method, path) == KAGENT_UI, f"{method} {path}"
 
 
+def readme_routing() -> list[tuple[str, set[str], bool]]:
+    """deploy/README.md's routing table: (path, methods or {"any"}, routed to kagent-fork from outside)."""
+    text = (DEPLOY / "README.md").read_text().split("\n## Routing\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in text.splitlines():
+        row = re.fullmatch(r"\| `(/[^`]*)` \| ([^|]+) \| ([^|]+) \|", line)
+        if row:
+            methods = {m.strip() for m in row[2].split(",")}
+            rows.append((row[1], methods, row[3].startswith(KAGENT_FORK)))
+    return rows
+
+
+def served_routes() -> dict[str, set[str]]:
+    """Every path the app serves, with its methods (a mount: {"any"}), spelled as the table spells it."""
+    from service.app import create_app
+    from service.config import from_env
+
+    app = create_app(from_env({"DATABASE_URL": "postgresql://nowhere/none"}), "postgresql://nowhere/none")
+    served: dict[str, set[str]] = {}
+    for path, handlers in app.route_handler_method_map.items():
+        shown = re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
+        shown = "/ui/" if shown == "/ui" else shown  # the page is declared, linked and routed as /ui/
+        methods = set(handlers) - {"OPTIONS"}
+        served[shown + "/..." if methods == {"asgi"} and shown != "/mcp" else shown] = (
+            {"any"} if methods == {"asgi"} else methods
+        )
+    return served
+
+
+def test_the_routing_table_names_every_path_the_service_serves() -> None:
+    """Issue 45, 5c: deploy/README.md's table is the app's routes, path for path and method for method (it had
+    left out /judge, /votes, /discard, /discard/undo, /api/fork-explorer/* and /ui/)."""
+    table = readme_routing()
+    assert len({path for path, _, _ in table}) == len(table), "a path listed twice"
+    assert {path: methods for path, methods, _ in table} == served_routes()
+
+
+def test_the_routing_table_says_truly_where_each_path_goes() -> None:
+    """A row routed to kagent-fork reaches it through the Ingress and the HTTPRoute, for each of its methods; a row
+    not routed goes to kagent's UI."""
+    ingress, route = one("Ingress"), one("HTTPRoute")
+    for path, methods, routed in readme_routing():
+        concrete = re.sub(r"\{[^}]+\}", "s-1", path).replace("/...", "/kagent/agent/server")
+        for method in sorted(methods - {"any"} or {"GET", "POST", "DELETE"}):
+            if routed:
+                assert ingress_backend(ingress, concrete)[0] == KAGENT_FORK, (method, path)
+                assert route_backend(route, method, concrete) == (KAGENT_FORK, 8083), (method, path)
+            else:
+                assert ingress_backend(ingress, concrete) == KAGENT_UI, (method, path)
+                assert route_backend(route, method, concrete) == KAGENT_UI, (method, path)
+
+
 # --- kagent's MCP resources -------------------------------------------------------------------------
 
 

@@ -306,3 +306,68 @@ async def test_an_experiments_branches_are_discarded_and_brought_back_by_their_t
     async with mcp_session(live_url, {"X-User-Id": new_user()}) as mcp:
         foreign = await mcp.call_tool("undo_discard", {"experiment_id": experiment_id})
     assert foreign.isError and text_of(foreign) == f"experiment {experiment_id} not found"
+
+
+# Each: a tool's arguments, and the HTTP call and body that carry the same request (issue 45, 5a).
+SAME_AS_HTTP = [
+    ("start_whatif", {"turns": True}, "whatif", {"turns": True}),
+    ("start_whatif", {"judge_criteria": "brevity"}, "whatif", {"judge": {"criteria": "brevity"}}),
+    ("start_whatif", {"judge_agent": "kagent/judge", "judge_criteria": ""}, "whatif",
+     {"judge": {"agent": "kagent/judge", "criteria": ""}}),
+    ("start_whatif", {"dry_run": 1}, "whatif", {"dry_run": 1}),
+    ("start_whatif", {"max_context_tokens": True}, "whatif", {"max_context_tokens": True}),
+    ("start_experiment", {"turns": True}, "experiments", {"turns": True}),
+    ("start_experiment", {"repeats": True}, "experiments", {"repeats": True}),
+    ("start_experiment", {"judge_criteria": "brevity"}, "experiments", {"judge": {"criteria": "brevity"}}),
+    ("start_experiment", {"dry_run": "yes"}, "experiments", {"dry_run": "yes"}),
+    ("fork_session", {"dry_run": "true"}, "fork", {"dry_run": "true"}),
+    ("rewind_session", {"force": 1}, "rewind", {"force": 1}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("tool", "arguments", "call", "body"), SAME_AS_HTTP, ids=[str(c[1]) for c in SAME_AS_HTTP])
+async def test_a_tool_refuses_what_the_http_body_refuses(
+    live_url: str, pool: asyncpg.Pool, tool: str, arguments: dict[str, Any], call: str, body: dict[str, Any]
+) -> None:
+    """Issue 45, 5a: the tools' arguments meet the HTTP bodies' checks, not a looser copy: a bool is not a
+    number, "yes" is not a bool, and judge criteria without a judge are refused, not ignored."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    turn = {"rewind_before_invocation_id": conv.invocation_ids[1]} if call != "fork" else {}
+    before = await table_fingerprint(pool)
+    async with httpx.AsyncClient(base_url=live_url, headers={"X-User-Id": conv.user_id}) as http:
+        r = await http.post(f"/api/sessions/{conv.session_id}/{call}", json={**turn, **body})
+    assert r.status_code == 400, r.text
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        result = await mcp.call_tool(tool, {"session_id": conv.session_id, **turn, **arguments})
+    assert result.isError and text_of(result).startswith("invalid arguments:"), text_of(result)
+    assert await table_fingerprint(pool) == before
+
+
+async def test_the_other_tools_take_no_bool_for_a_number(live_url: str, pool: asyncpg.Pool) -> None:
+    """As `?limit=true` is a 400: a tool's number is a number (issue 45, 5a)."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    async with httpx.AsyncClient(base_url=live_url, headers={"X-User-Id": conv.user_id}) as http:
+        r = await http.get(f"/api/sessions/{conv.session_id}/invocations", params={"limit": "true"})
+    assert r.status_code == 400
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        listed = await mcp.call_tool("list_turns", {"session_id": conv.session_id, "limit": True})
+        sessions = await mcp.call_tool("list_sessions", {"limit": True})
+    assert listed.isError and text_of(listed).startswith("invalid arguments: limit"), text_of(listed)
+    assert sessions.isError and text_of(sessions).startswith("invalid arguments: limit"), text_of(sessions)
+
+
+async def test_the_apps_experiment_form_refuses_what_the_http_body_refuses(live_url: str, pool: asyncpg.Pool) -> None:
+    """The experiment form of kagent's chat (app_start_experiment) is a door too (issue 45, 5a)."""
+    conv = await seed(pool, dialect="v1", turns=2)
+    before = await table_fingerprint(pool)
+    async with mcp_session(live_url, {"X-User-Id": conv.user_id}) as mcp:
+        token = ok(await mcp.call_tool("show_branches", {"session_id": conv.session_id}))["app_token"]
+        start = {"app_token": token, "session_id": conv.session_id, "agents": ["kagent/k8s-agent"],
+                 "rewind_before_invocation_id": conv.invocation_ids[1]}  # fmt: skip
+        refused = [
+            await mcp.call_tool("app_start_experiment", {**start, **wrong})
+            for wrong in ({"turns": True}, {"message_text": ""}, {"turns": "2"})
+        ]
+    for result in refused:
+        assert result.isError and text_of(result).startswith("invalid arguments:"), text_of(result)
+    assert await table_fingerprint(pool) == before

@@ -24,8 +24,12 @@ Status = Literal["ok", "deleted", "missing"]
 
 
 class ForkEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A direct fork; `status` as a tree node's: "missing" when its session row is gone (kagent's session
+    retention purges idle sessions, forks included, and leaves this record)."""
+
     session_id: str
     name: str | None
+    status: Status
     created_at: str
     fork: LineageRecord
 
@@ -85,6 +89,7 @@ async def forks(svc: Services, caller: Caller, session_id: str) -> list[ForkEntr
             entries.append(
                 ForkEntry(
                     session_id=child.session_id, name=status[0] if status else None,
+                    status="missing" if status is None else ("deleted" if status[1] else "ok"),
                     created_at=rfc3339(child.created_at), fork=record(child),
                 )
             )  # fmt: skip

@@ -28,7 +28,7 @@ from service.agents import experiments
 from service.branches import compare, lineage, turns
 from service.doors import explorer
 from service.doors.mcp_hints import hints
-from service.doors.mcp_tools import Operation, SessionId, answer, runner_of
+from service.doors.mcp_tools import BODY, Operation, SessionId, answer, runner_of
 from service.errors import BadRequest, NotConfigured, NotFound, Unauthorized
 from service.identity import Caller, resolve_caller, scope_headers
 from service.kagent.store.agents import agent_ref_of
@@ -43,8 +43,11 @@ TOKEN_SECONDS = 12 * 3600
 _APP_ONLY = {"ui": {"visibility": ["app"]}}
 
 AppToken = Annotated[str, Field(description="The view's app_token (show_branches or show_experiment answers it).")]
-ByInvocation = Annotated[str | None, Field(description="The turn, by its invocation id.")]
-ByTask = Annotated[str | None, Field(description="The turn by its task, for an agent that writes no invocation id.")]
+# The arguments that go into a body are checked by the body's type alone, as on every door (mcp_tools.BODY).
+ByInvocation = Annotated[str | None, BODY, Field(description="The turn, by its invocation id.")]
+ByTask = Annotated[
+    str | None, BODY, Field(description="The turn by its task, for an agent that writes no invocation id.")
+]
 
 
 def _named(invocation_id: str | None, task_id: str | None) -> dict[str, object]:
@@ -270,13 +273,14 @@ async def app_start_experiment(
     ctx: Context[Any, Any, Any],
     app_token: AppToken,
     session_id: SessionId,
-    agents: Annotated[list[str], Field(description='1 to 8 agents, each "namespace/name".')],
+    agents: Annotated[list[str], BODY, Field(description='1 to 8 agents, each "namespace/name".')],
     rewind_before_invocation_id: ByInvocation = None,
     rewind_before_task_id: ByTask = None,
-    turns: Annotated[int | str, Field(description='How many turns to replay, or "all".')] = 1,
-    message_text: Annotated[str | None, Field(description="The first question, edited.")] = None,
+    turns: Annotated[int | str, BODY, Field(description='How many turns to replay, or "all".')] = 1,
+    message_text: Annotated[str | None, BODY, Field(description="The first question, edited.")] = None,
     tools: Annotated[
         Literal["replay", "live"] | None,
+        BODY,
         Field(description='What the agents\' tools do: "replay" (default: nothing that acts runs) or "live".'),
     ] = None,
 ) -> CallToolResult:
@@ -288,7 +292,7 @@ async def app_start_experiment(
         fields["turns"] = turns
         if tools is not None:
             fields["tools"] = tools
-        if message_text:
+        if message_text is not None:  # an empty one is the body's refusal, not a silent default
             fields["message"] = {"text": message_text}
         req = msgspec.convert(fields, experiments.ExperimentRequest)
         started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)

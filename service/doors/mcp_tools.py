@@ -18,7 +18,7 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, ContentBlock, TextContent
-from pydantic import Field
+from pydantic import Field, SkipValidation, Strict
 
 from service import __version__ as service_version
 from service.agents import discard, experiments, whatif
@@ -47,14 +47,29 @@ def _request(kind: type[R], **fields: object) -> R:
     return msgspec.convert({k: v for k, v in fields.items() if v is not None}, kind)
 
 
+def _judge(agent: object, criteria: object) -> dict[str, object] | None:
+    """judge_agent and judge_criteria as the body's `judge`: criteria without an agent reach the body's check
+    (a judge names its agent), as the HTTP body's would, instead of being dropped."""
+    judge = {k: v for k, v in (("agent", agent), ("criteria", criteria)) if v is not None}
+    return judge or None
+
+
 def _text(text: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], isError=error)
 
+
+# An argument that goes into a request body is checked by the body's own type (msgspec, strict, as the HTTP
+# door checks it), not first by the SDK's pydantic in its lax mode, which would pass `true` as 1 and "yes" as
+# true before the body saw them: one set of checks for every door. Its JSON schema (what an agent reads) stays.
+BODY: Any = SkipValidation
+# An argument that is not a body's is checked by pydantic, strictly: a bool is no number (as `?limit=true`).
+STRICT = Strict()
 
 # Every argument, described (an agent reads these to call the tool).
 SessionId = Annotated[str, Field(description="A kagent session id (the conversation), as kagent's UI and API name it.")]
 InvocationId = Annotated[
     str | None,
+    BODY,
     Field(
         description="A turn, named by its invocation id (list_turns answers them: `invocation_id`); "
         "or name it by rewind_before_task_id instead."
@@ -62,15 +77,17 @@ InvocationId = Annotated[
 ]
 TaskId = Annotated[
     str | None,
+    BODY,
     Field(
         description="The same turn named by its task id (list_turns: `task_id`), for agents that write no "
         "invocation id (LangGraph, OpenAI Agents SDK, CrewAI, Claude); not with rewind_before_invocation_id."
     ),
 ]
 JobId = Annotated[str, Field(description="A what-if job id (start_whatif answers it: `job.id`).")]
-DryRun = Annotated[bool, Field(description="true: answer what would happen, write nothing.")]
+DryRun = Annotated[bool, BODY, Field(description="true: answer what would happen, write nothing.")]
 ToolsArg = Annotated[
     Literal["replay", "live"] | None,
+    BODY,
     Field(
         description='What the agents\' tools do: "replay" (default: nothing that acts runs; refused when an agent '
         'could act and is not a replay twin) or "live" (every tool runs for real; only when meant).'
@@ -78,12 +95,15 @@ ToolsArg = Annotated[
 ]
 ReadsArg = Annotated[
     Literal["live", "recorded"] | None,
+    BODY,
     Field(
         description='With "replay": a read-only tool call the source did not make runs "live" (default) or is refused.'
     ),
 ]
 DryRunReplay = Annotated[
-    bool, Field(description="true: answer each agent's tools by class and the refusal it would get; start nothing.")
+    bool,
+    BODY,
+    Field(description="true: answer each agent's tools by class and the refusal it would get; start nothing."),
 ]
 
 
@@ -170,7 +190,7 @@ async def _run(ctx: Context[Any, Any, Any], operation: Operation, *, raw: bool =
 async def list_turns(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
-    limit: Annotated[int, Field(description="At most this many turns (1 to 1,000).")] = 100,
+    limit: Annotated[int, STRICT, Field(description="At most this many turns (1 to 1,000).")] = 100,
     after: Annotated[
         str | None,
         Field(
@@ -220,16 +240,22 @@ async def fork_session(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
     rewind_before_invocation_id: Annotated[
-        str | None, Field(description="The first turn NOT copied (its invocation id); none: the whole conversation.")
+        str | None,
+        BODY,
+        Field(description="The first turn NOT copied (its invocation id); none: the whole conversation."),
     ] = None,
     rewind_before_task_id: TaskId = None,
-    name: Annotated[str | None, Field(description="The new session's name (default: Fork of <source name>).")] = None,
+    name: Annotated[
+        str | None, BODY, Field(description="The new session's name (default: Fork of <source name>).")
+    ] = None,
     if_boundary_missing: Annotated[
         Literal["copy_all", "error"],
+        BODY,
         Field(description="A turn id that names no turn: error (refuse) or copy_all (copy the whole chat)."),
     ] = "error",
     task_layout: Annotated[
         Literal["auto", "merged", "per_task"],
+        BODY,
         Field(description="How the fork's tasks are laid out; auto shows the same conversation in kagent's UI."),
     ] = "auto",
     dry_run: DryRun = False,
@@ -254,11 +280,12 @@ async def rewind_session(
     session_id: SessionId,
     rewind_before_invocation_id: Annotated[
         str | None,
+        BODY,
         Field(description="The first turn hidden (its invocation id): it and every later turn are hidden."),
     ] = None,
     rewind_before_task_id: TaskId = None,
     dry_run: DryRun = False,
-    force: Annotated[bool, Field(description="Even while the agent is still running a hidden turn.")] = False,
+    force: Annotated[bool, BODY, Field(description="Even while the agent is still running a hidden turn.")] = False,
 ) -> CallToolResult:
     """Rewind to here: the session loses the turn `rewind_before_invocation_id` and everything after
     it (nothing is erased; undo_rewind brings it back). `dry_run` answers what it would hide."""
@@ -306,35 +333,39 @@ async def start_whatif(
     ctx: Context[Any, Any, Any],
     session_id: SessionId,
     rewind_before_invocation_id: Annotated[
-        str | None, Field(description="The turn to regenerate (its invocation id).")
+        str | None, BODY, Field(description="The turn to regenerate (its invocation id).")
     ] = None,
     rewind_before_task_id: TaskId = None,
     agent_ref: Annotated[
-        str | None, Field(description="namespace/name of the agent that answers (default: the session's own).")
+        str | None, BODY, Field(description="namespace/name of the agent that answers (default: the session's own).")
     ] = None,
     name: Annotated[
-        str | None, Field(description="The fork's name (default: What-if: <agent> answers turn <n> of ...).")
+        str | None, BODY, Field(description="The fork's name (default: What-if: <agent> answers turn <n> of ...).")
     ] = None,
     max_context_tokens: Annotated[
-        int | None, Field(description="Refuse when the turn's context is over this many tokens (a cost gate).")
+        int | None, BODY, Field(description="Refuse when the turn's context is over this many tokens (a cost gate).")
     ] = None,
     turns: Annotated[
         int | str | None,
+        BODY,
         Field(description='How many of the session\'s turns to re-ask from that one on (default 1), or "all".'),
     ] = None,
     message_text: Annotated[
-        str | None, Field(description="Ask the first re-asked turn with this text instead of the user's own.")
+        str | None, BODY, Field(description="Ask the first re-asked turn with this text instead of the user's own.")
     ] = None,
     tools: ToolsArg = None,
     reads: ReadsArg = None,
     dry_run: DryRunReplay = False,
     judge_agent: Annotated[
         str | None,
+        BODY,
         Field(
             description='A kagent agent ("namespace/name") to judge the what-if blind against the source once it ends.'
         ),
     ] = None,
-    judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
+    judge_criteria: Annotated[
+        str | None, BODY, Field(description="What the judge should weigh, beyond the default (with judge_agent).")
+    ] = None,
 ) -> CallToolResult:
     """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
     (namespace/name; default: the session's own) and send that turn's user message to it over A2A (`turns`:
@@ -351,9 +382,8 @@ async def start_whatif(
                   "rewind_before_task_id": rewind_before_task_id, "agent_ref": agent_ref, "name": name,
                   "max_context_tokens": max_context_tokens, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None,
-                  "tools": tools, "reads": reads, "dry_run": dry_run or None,
-                  "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
-                  if judge_agent else None}  # fmt: skip
+                  "tools": tools, "reads": reads, "dry_run": dry_run,
+                  "judge": _judge(judge_agent, judge_criteria)}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, whatif.WhatifRequest)
         started, _ = await whatif.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -388,30 +418,40 @@ async def start_experiment(
     rewind_before_task_id: TaskId = None,
     agents: Annotated[
         list[str] | None,
+        BODY,
         Field(description='1 to 8 distinct agents, each "namespace/name" (default: the session\'s own agent).'),
     ] = None,
     turns: Annotated[
-        int | str, Field(description='How many of the session\'s turns to replay from that one on, or "all".')
+        int | str, BODY, Field(description='How many of the session\'s turns to replay from that one on, or "all".')
     ] = 1,
     message_text: Annotated[
-        str | None, Field(description="Ask the first replayed turn with this text instead of the user's own.")
+        str | None, BODY, Field(description="Ask the first replayed turn with this text instead of the user's own.")
     ] = None,
-    repeats: Annotated[int, Field(description="Branches per agent, 1 to 5 (agents x repeats at most 8).")] = 1,
+    repeats: Annotated[int, BODY, Field(description="Branches per agent, 1 to 5 (agents x repeats at most 8).")] = 1,
     on_approval: Annotated[
         Literal["stop", "reject"],
+        BODY,
         Field(description='When an agent asks to approve a tool: "stop" the branch there, or "reject" the tool.'),
     ] = "stop",
-    name: Annotated[str | None, Field(description="The branches' forks' name (default: agent, turn, repeat).")] = None,
+    name: Annotated[
+        str | None, BODY, Field(description="The branches' forks' name (default: agent, turn, repeat).")
+    ] = None,
     max_context_tokens: Annotated[
-        int | None, Field(description="Refuse when every branch's turns' contexts add up to more (default 200,000).")
+        int | None,
+        BODY,
+        Field(description="Refuse when every branch's turns' contexts add up to more (default 200,000)."),
     ] = None,
     tools: ToolsArg = None,
     reads: ReadsArg = None,
     dry_run: DryRunReplay = False,
     judge_agent: Annotated[
-        str | None, Field(description='A kagent agent ("namespace/name") to judge the branches blind once they end.')
+        str | None,
+        BODY,
+        Field(description='A kagent agent ("namespace/name") to judge the branches blind once they end.'),
     ] = None,
-    judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
+    judge_criteria: Annotated[
+        str | None, BODY, Field(description="What the judge should weigh, beyond the default (with judge_agent).")
+    ] = None,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
     writes no invocation id, `rewind_before_task_id`) on several agents at once and compare them with the
@@ -434,9 +474,8 @@ async def start_experiment(
                   "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
-                  "tools": tools, "reads": reads, "dry_run": dry_run or None,
-                  "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
-                  if judge_agent else None}  # fmt: skip
+                  "tools": tools, "reads": reads, "dry_run": dry_run,
+                  "judge": _judge(judge_agent, judge_criteria)}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
         started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -478,7 +517,7 @@ async def list_sessions(
     agent_id: Annotated[
         str | None, Field(description="Only this agent's sessions (kagent's agent_id, e.g. kagent__NS__k8s_agent).")
     ] = None,
-    limit: Annotated[int, Field(description="At most this many sessions (1 to 500), newest first.")] = 50,
+    limit: Annotated[int, STRICT, Field(description="At most this many sessions (1 to 500), newest first.")] = 50,
 ) -> CallToolResult:
     """The caller's sessions, newest first: their ids, names and agents."""
 
@@ -537,6 +576,7 @@ async def discard_branches(
     experiment_id: ExperimentId,
     keep: Annotated[
         str | None,
+        BODY,
         Field(
             description="The branch to keep (the winner): its fork's `session_id` or its `job_id`, as "
             "experiment_status shows them; absent: discard every branch."
@@ -572,10 +612,10 @@ async def undo_discard(ctx: Context[Any, Any, Any], experiment_id: ExperimentId)
 async def judge_experiment(
     ctx: Context[Any, Any, Any],
     experiment_id: Annotated[str, Field(description="An experiment that ended (start_experiment answers its id).")],
-    agent: Annotated[str, Field(description='The judging kagent agent, "namespace/name".')],
-    criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
+    agent: Annotated[str, BODY, Field(description='The judging kagent agent, "namespace/name".')],
+    criteria: Annotated[str | None, BODY, Field(description="What the judge should weigh, beyond the default.")] = None,
     max_context_tokens: Annotated[
-        int | None, Field(description="Refuse when the judge's calls send more (default 200,000).")
+        int | None, BODY, Field(description="Refuse when the judge's calls send more (default 200,000).")
     ] = None,
 ) -> CallToolResult:
     """Judge an experiment that ended (again, with another judge or criteria; every judgment is kept): the

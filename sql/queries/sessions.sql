@@ -21,6 +21,13 @@ FOR UPDATE;
 -- Whether a session exists, deleted or not (for lineage trees).
 SELECT name, deleted_at IS NOT NULL AS deleted FROM session WHERE id = $1 AND user_id = $2;
 
+-- name: existing_sessions
+-- Which of the sessions (ids $1 of owners $2, pairwise) still have a row, deleted or not: kagent's session
+-- retention (Helm database.postgres.sessionRetentionDays) deletes an idle session's row and its rows for good.
+SELECT s.id, s.user_id
+FROM session AS s
+JOIN unnest($1::text[], $2::text[]) AS k (id, user_id) ON s.id = k.id AND s.user_id = k.user_id;
+
 -- name: session_node
 -- A session as a fork tree shows it: name, deleted or not, agent, and how many live events it holds now.
 SELECT s.name, s.deleted_at IS NOT NULL AS deleted, s.agent_id,

@@ -962,6 +962,8 @@ export interface ExperimentColumn {
   discarded: boolean;
   /** The branch the discard in force kept. */
   kept: boolean;
+  /** Its session's row is gone (kagent's session retention purged it); its figures are those kept. */
+  purged: boolean;
   totals: {
     turns: number;
     tool_calls: number;

@@ -5,8 +5,9 @@ columns summed up. As JSON, and as a Markdown table for people.
 A branch's turn figures are computed once, when the turn ended (figures.turn_figures), and stored with
 the turn; the source column once, in the background after the start (`keep_source_column`), with the
 same reader (the branch summary's query over the turn's events). So reading a finished experiment is
-six indexed queries (experiment, branches, turns, the replay twins' calls, its discard and the agents'
-configurations for the price), whatever the size of its sessions.
+seven indexed queries (experiment, branches, turns, the replay twins' calls, its discard, the agents'
+configurations for the price, and which of its sessions are still there), whatever the size of its sessions;
+a column whose session kagent's retention purged keeps its figures and says `purged`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ class Column(msgspec.Struct, frozen=True, kw_only=True):
     # The discard in force (discard.py): this branch's fork hidden by it, or the one branch it kept.
     discarded: bool = False
     kept: bool = False
+    # Its session's row is gone: kagent's session retention (sessionRetentionDays) deleted it and its events; the
+    # figures are those kept with each turn (and with the source column, at the start).
+    purged: bool = False
 
 
 class Discard(msgspec.Struct, frozen=True, kw_only=True):
@@ -378,10 +382,16 @@ async def experiment(
         columns = [
             msgspec.structs.replace(c, discarded=c.session_id in hidden, kept=c.session_id == kept) for c in columns
         ]
+    keys = [(row.source_session_id, row.source_user_id), *((j.session_id, j.user_id) for j in jobs)]
+    there = await svc.store.sessions.existing(conn, keys)
+    columns = [
+        msgspec.structs.replace(c, purged=(j.session_id, j.user_id) not in there)
+        for c, j in zip(columns, jobs, strict=True)
+    ]
     source = Column(
         agent_ref=row.source_agent_ref, repeat=1, agent_card=None, session_id=row.source_session_id, job_id=None,
         status="completed", error=None, stopped_at=None, turns=baseline,
-        totals=totals(baseline, configs.get(row.source_agent_ref or "")),
+        totals=totals(baseline, configs.get(row.source_agent_ref or "")), purged=keys[0] not in there,
     )  # fmt: skip
     found = await svc.store.judgments.of_experiment(conn, row.id)
     latest = found[-1] if found else None

@@ -72,7 +72,8 @@ def markdown(e: Experiment) -> str:
     lines = [
         f"# Experiment {e.id}: {e.status}",
         "",
-        f"Source `{e.source_session_id}` from turn `{e.rewind_before_invocation_id or e.rewind_before_task_id}`"
+        f"Source `{e.source_session_id}`{' (purged)' if e.source.purged else ''}"
+        f" from turn `{e.rewind_before_invocation_id or e.rewind_before_task_id}`"
         + ("" if e.rewind_before_invocation_id else " (its task)")
         + f", {e.turns_requested} turn(s), "
         f"on approval: {e.on_approval}"
@@ -103,6 +104,10 @@ def markdown(e: Experiment) -> str:
     intents = [line for name, c in columns[1:] for line in _intents(name, c)]
     if intents:
         lines += ["", "What the replay twins' agents wanted to run and did not (their intent):", *intents]
+    purged = [f"`{c.session_id}` ({name})" for name, c in columns if c.purged]
+    if purged:
+        lines += ["", "Purged by kagent's session retention (their rows are gone; the figures are those kept): "
+                  + ", ".join(purged) + "."]  # fmt: skip
     failed = [c for c in e.branches if c.error]
     if failed:
         lines += ["", *[f"- {c.agent_ref} #{c.repeat}: {c.error}" for c in failed]]

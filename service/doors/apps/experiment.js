@@ -42,7 +42,8 @@ const ExperimentView = (() => {
         app_token: state.token, session_id: state.sessionId, ...named,
         agents: $("agents").value.split(",").map((a) => a.trim()).filter(Boolean),
         turns: /^\d+$/.test(turns) ? Number(turns) : turns,
-        message_text: turn && edited !== (turn.user_text || "") ? edited : null,
+        // An emptied question asks the turn's own (the service refuses an empty text, as its HTTP body does).
+        message_text: turn && edited !== "" && edited !== (turn.user_text || "") ? edited : null,
         tools: $("tools").value,
       });
       $("form").hidden = true;

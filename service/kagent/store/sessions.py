@@ -74,6 +74,11 @@ class Sessions:
         row = await conn.fetchrow(self.q["session_status"], session_id, owner)
         return None if row is None else (row["name"], bool(row["deleted"]))
 
+    async def existing(self, conn: Connection, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of the (session, owner) keys still have a session row (deleted or not): the others were purged."""
+        rows = await conn.fetch(self.q["existing_sessions"], [k[0] for k in keys], [k[1] for k in keys])
+        return {(r["id"], r["user_id"]) for r in rows}
+
     async def session_node(self, conn: Connection, session_id: str, owner: str) -> SessionNode | None:
         row = await conn.fetchrow(self.q["session_node"], session_id, owner)
         if row is None:
