@@ -277,7 +277,9 @@ async def app_start_experiment(
     message_text: Annotated[str | None, Field(description="The first question, edited.")] = None,
     tools: Annotated[
         Literal["replay", "live"] | None,
-        Field(description='What the agents\' tools do: "replay" (default: nothing that acts runs) or "live".'),
+        Field(
+            description='What the agents\' tools do: "replay" (default: only recorded results, nothing runs) or "live".'
+        ),
     ] = None,
 ) -> CallToolResult:
     """Start an experiment (start_experiment's operation)."""
