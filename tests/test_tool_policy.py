@@ -339,6 +339,11 @@ async def test_the_cli_takes_tools_and_dry_run(
     assert any(line.startswith(f"  {LEGACY_REF}: tools not known: ") for line in lines), plan.stdout
     refused = run("whatif", *base, "--agent", V1_REF)
     assert refused.returncode != 0 and "scale_deployment" in refused.stderr, refused.stderr
+    # which reads apply, said: the default keeps to the recording, reads live only when asked
+    for more, words in [((), "replay (reads recorded: only the source's recorded results)"),
+                        (("--reads", "live"), "replay (reads live: an unrecorded read runs live)")]:  # fmt: skip
+        plan = run("whatif", *base, "--agent", LEGACY_REF, "--dry-run", *more)
+        assert plan.returncode == 0 and f"would start, tools: {words}" in plan.stdout, plan.stdout
     assert await rows(own_pool) == before
     live = run("whatif", *base, "--agent", V1_REF, "--tools", "live", "--wait", "--json")
     assert live.returncode == 0, live.stderr
