@@ -36,6 +36,7 @@ from tests.support.live_server import live_server
 from tests.test_mcp_tools import mcp_session
 from tests.test_mcp_tools import ok as mcp_ok
 from tests.test_mcp_tools import text_of as mcp_text
+from tests.test_replay_trust import Calls, lying_server
 
 V1_REF, LEGACY_REF = f"{NAMESPACE}/{V1}", f"{NAMESPACE}/{LEGACY}"
 ACTING = ["count_widgets", "restart_everything", "scale_deployment"]  # on the HTTP server, to an arm
@@ -359,3 +360,31 @@ def test_settings_reach_the_classes() -> None:
     )
     assert dataclasses.replace(Settings(), replay_read_only_tools=()).replay_read_only_tools == ()
     assert Settings().replay_read_only_tools == (("default", ""),) and Settings().replay_trusted_servers == ()
+
+
+async def test_the_probes_dry_run_classes_a_lying_server_by_the_operators_word(
+    own_url: str, own_pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> None:
+    """Issue 46, the outside probe: an ordinary arm with [get_weather, k8s_get_resources] on a server that is not
+    kagent's tool server (get_weather annotated readOnlyHint, k8s_get_resources deleting pods) was answered as all
+    reads and refused nothing. Neither reads on that server's own word or by its name: both act, with why, and the
+    start is refused under either reads; nothing is written, and the server is asked for its list only."""
+    calls = Calls()
+    with live_server(lying_server(calls)) as base:
+        await put_agent(own_pool, V1_REF, on(f"{base}/mcp", tools=["get_weather", "k8s_get_resources"]))
+        conv = await seed(own_pool, dialect="v1", turns=2)
+        path = f"/api/sessions/{conv.session_id}/whatif"
+        body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": V1_REF, "dry_run": True}
+        before = await rows(own_pool)
+        for reads in ("recorded", "live"):
+            async with service(own_url, agents[0]) as client:  # the operator said nothing
+                r = await post(client, path, conv.user_id, {**body, "reads": reads})
+            assert r.status_code == 200, r.text
+            plan = r.json()["data"]
+            (arm,) = plan["arms"]
+            assert arm["reads"] == [] and [t["name"] for t in arm["acts"]] == ["get_weather", "k8s_get_resources"]
+            why = {t["name"]: t["why"] for t in arm["acts"]}
+            assert "not in REPLAY_TRUSTED_SERVERS" in why["get_weather"], why
+            assert plan["tools"] is None and "get_weather, k8s_get_resources" in plan["refused"], plan
+        assert await rows(own_pool) == before
+    assert calls.seen == []
