@@ -6,12 +6,17 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 if TYPE_CHECKING:  # cryptography is loaded when a key is read, not by every CLI command that reads settings
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 AuthMode = Literal["unsecure", "trusted-proxy"]
+# kagent's own tool server as kagent's chart installs it (release `kagent` in namespace `kagent`): the
+# RemoteMCPServer `kagent-tool-server` whose spec.url is the kagent-tools Service (helm/kagent/templates/
+# toolserver-kagent.yaml). The shipped read-only list counts for this server alone.
+KAGENT_TOOL_SERVER = "kagent/kagent-tool-server"
+KAGENT_TOOL_SERVER_URL = "http://kagent-tools.kagent:8084/mcp"
 
 PublicKey: TypeAlias = "rsa.RSAPublicKey | ec.EllipticCurvePublicKey"
 
@@ -64,10 +69,15 @@ class Settings:
     mcp_app_secret: str | None = None
     # The arms' tools (docs/whatif.md, "What an arm's tools do"): the externally reachable base URL of this
     # service's replay MCP endpoint (an arm whose every MCP server is under it is a replay twin; None: no arm is
-    # one), and the tool names an operator counts as read-only: the words of REPLAY_READ_ONLY_TOOLS, where
-    # `default` stands for the shipped list of kagent's own tool server's read tools.
+    # one), and the operator's word on which tools only read, per server (a server is its address as agents'
+    # configurations name it): REPLAY_READ_ONLY_TOOLS's (server, tool) pairs, `default` standing for the shipped
+    # list on kagent's own tool server; REPLAY_TRUSTED_SERVERS, whose readOnlyHint counts; REPLAY_SERVER_NAMES,
+    # the addresses of RemoteMCPServers named namespace/name in the other two (kagent's controller writes a
+    # server's address into an agent's configuration, never its name).
     replay_mcp_url: str | None = None
-    replay_read_only_tools: tuple[str, ...] = ("default",)
+    replay_read_only_tools: tuple[tuple[str, str], ...] = (("default", ""),)
+    replay_trusted_servers: tuple[str, ...] = ()
+    replay_server_names: tuple[tuple[str, str], ...] = ((KAGENT_TOOL_SERVER, KAGENT_TOOL_SERVER_URL),)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -142,7 +152,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         whatif_max_parallel=_int(env, "WHATIF_MAX_PARALLEL", 4, minimum=1, maximum=1000),
         mcp_app_secret=mcp_app_secret,
         replay_mcp_url=_http_url("REPLAY_MCP_URL", env.get("REPLAY_MCP_URL") or None),
-        replay_read_only_tools=_tool_names(env.get("REPLAY_READ_ONLY_TOOLS")),
+        **_replay_servers(env),
     )
 
 
@@ -190,24 +200,59 @@ def _http_url(name: str, raw: str | None) -> str | None:
     return raw.rstrip("/")
 
 
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")  # fullmatch
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # fullmatch
+_REF = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?")  # a resource's namespace/name
 
 
-def _tool_names(raw: str | None) -> tuple[str, ...]:
-    """REPLAY_READ_ONLY_TOOLS: tool names separated by commas or spaces; `default` is the shipped list (so
-    `default,my_get` extends it, `my_get` replaces it), `none` alone is no name at all. Unset: `default`."""
-    words = [w for w in re.split(r"[,\s]+", raw or "") if w]
-    if not words:
-        return ("default",)
-    if words == ["none"]:
-        return ()
-    bad = [w for w in words if not _TOOL_NAME.fullmatch(w) or w == "none"]
-    if bad:
+def _words(raw: str | None) -> list[str]:
+    return [w for w in re.split(r"[,\s]+", raw or "") if w]
+
+
+def _replay_servers(env: Mapping[str, str]) -> dict[str, Any]:
+    """REPLAY_SERVER_NAMES (`namespace/name=URL`, ...), REPLAY_TRUSTED_SERVERS (servers) and REPLAY_READ_ONLY_TOOLS
+    (`server/tool`, `default` for the shipped list on kagent's tool server, `none` alone for nothing), a server
+    being its URL or a namespace/name REPLAY_SERVER_NAMES gives the address of. Each names a server, never a tool
+    name alone: a name means nothing on another server."""
+    names = {KAGENT_TOOL_SERVER: KAGENT_TOOL_SERVER_URL}
+    for word in _words(env.get("REPLAY_SERVER_NAMES")):
+        ref, _, url = word.partition("=")
+        if not _REF.fullmatch(ref) or not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"REPLAY_SERVER_NAMES must be namespace/name=URL entries separated by commas, got {word!r}"
+            )
+        names[ref] = url.rstrip("/")
+
+    def server(word: str, setting: str) -> str:
+        if word.startswith(("http://", "https://")):
+            return word.rstrip("/")
+        if word in names:
+            return names[word]
         raise ConfigError(
-            f"REPLAY_READ_ONLY_TOOLS must be tool names separated by commas ('default' for the shipped list, "
-            f"'none' alone for no name), got {bad[0]!r}"
+            f"{setting}: {word!r} is neither a server's URL nor a RemoteMCPServer REPLAY_SERVER_NAMES gives the "
+            "address of (namespace/name=URL: agents' configurations name a server by its address alone)"
         )
-    return tuple(dict.fromkeys(words))
+
+    trusted = tuple(
+        dict.fromkeys(server(w, "REPLAY_TRUSTED_SERVERS") for w in _words(env.get("REPLAY_TRUSTED_SERVERS")))
+    )
+    words = _words(env.get("REPLAY_READ_ONLY_TOOLS")) or ["default"]
+    pairs: list[tuple[str, str]] = []
+    for word in [] if words == ["none"] else words:
+        where, _, tool = word.rpartition("/")
+        if word == "default":
+            pairs.append(("default", ""))
+            continue
+        if not where or not _TOOL_NAME.fullmatch(tool):
+            raise ConfigError(
+                "REPLAY_READ_ONLY_TOOLS must be server/tool entries separated by commas (a server's URL or "
+                f"namespace/name, then the tool; 'default' for the shipped list, 'none' alone for nothing), got "
+                f"{word!r}"
+            )
+        pairs.append((server(where, "REPLAY_READ_ONLY_TOOLS"), tool))
+    return {
+        "replay_read_only_tools": tuple(dict.fromkeys(pairs)), "replay_trusted_servers": trusted,
+        "replay_server_names": tuple(names.items()),
+    }  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)

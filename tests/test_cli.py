@@ -412,7 +412,7 @@ def test_an_experiment_on_the_demo_runs_out_of_the_box(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# Experiment ") and ": completed" in done.stdout.splitlines()[0], done.stdout
-    assert "kagent/scripted-agent (completed)" in done.stdout and "scripted demo agent" in done.stdout
+    assert "kagent/scripted-agent (completed)" in done.stdout and "It is 11°C and cloudy in Berlin." in done.stdout
     # priced by the demo agents' `agent` rows: the source and k8s-agent on gpt-4o-mini, scripted-agent on Claude
     (cost,) = [line for line in done.stdout.splitlines() if line.startswith("| **cost (USD)** |")]
     cells = [c.strip() for c in cost.strip("|").split("|")][1:]

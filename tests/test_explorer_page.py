@@ -781,8 +781,8 @@ async def test_the_experiment_form_shows_each_agents_tools_and_asks_for_live(
             await form.get_by_role("button", name="Start the experiment").click()
             await expect(form.locator(".exp-refusal")).to_contain_text(f"Not started: tools: the agent {ref} (")
             arms = form.locator(".exp-arms")
-            await expect(arms).to_contain_text(
-                f"{ref}: asks delete_pod; reads get_pods, k8s_get_events; acts count_widgets, restart_everything, "
+            await expect(arms).to_contain_text(  # no operator vouched for the test server: nothing only reads
+                f"{ref}: asks delete_pod; acts count_widgets, get_pods, k8s_get_events, restart_everything, "
                 "scale_deployment"
             )
             assert dialogs == []  # refused before any question

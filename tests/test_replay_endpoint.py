@@ -5,6 +5,7 @@ during a replay is proven with kagent's runtime: tests/test_runtime_replay_twin.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from mcp.types import ToolAnnotations
 from service.agents.replay.lease import server_key, stands_in_for, twin_of
 from service.agents.replay.recordings import canonical, recorded
 from service.agents.replay.twin import recorded_result
+from service.app import create_app
 from service.config import Settings
 from service.kagent.store import Store
 from service.kagent.store.agents import agent_row_id, decode_config
@@ -31,6 +33,7 @@ from tests.support.a2a_agent import NAMESPACE, V1, Seen, running_agents
 from tests.support.kagent_controller import register_agent
 from tests.support.live_server import live_server
 from tests.support.tool_server import RunningTools, running_tools
+from tests.test_replay_trust import branch_job
 from tests.test_whatif import service, whatif_settings
 
 
@@ -76,7 +79,7 @@ def real_tools() -> Iterator[RunningTools]:
 
 
 async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outside_a_replay_turn(
-    live_url: str, pool: asyncpg.Pool, real_tools: RunningTools
+    live_url: str, pool: asyncpg.Pool, real_tools: RunningTools, settings: Settings
 ) -> None:
     agent, user = f"kagent/source-{secrets.token_hex(3)}", new_user()
     async with pool.acquire() as conn:
@@ -89,7 +92,14 @@ async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outsid
         ClientSession(read, write) as mcp,
     ):
         await mcp.initialize()
+        with pytest.raises(McpError, match="no branch of a replay is running a turn"):  # issue 46: not to anyone
+            await mcp.list_tools()
+        holder = Holder(job_id=f"listing-{secrets.token_hex(3)}", ordinal=0)
+        async with pool.acquire() as conn:
+            assert await Store(settings.service_schema).replay.take_lease(conn, agent, user, holder, "r", 60)
         listed = {t.name: t for t in (await mcp.list_tools()).tools}
+        async with pool.acquire() as conn:
+            await Store(settings.service_schema).replay.give_leases(conn, holder)
         assert {"lookup", "delete_pod", "scale", "status"} <= set(listed)
         assert listed["lookup"].annotations is not None and listed["lookup"].annotations.readOnlyHint is True
         assert listed["scale"].description == "Scale a deployment."
@@ -102,7 +112,12 @@ async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outsid
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM kagent_fork.replay_call WHERE twin = $1", agent) == 0
 
-    for wrong in (f"{live_url}/replay/mcp/{agent}/nowhere-00000000", f"{live_url}/replay/mcp/kagent/nobody/x-1"):
+    nobody = "kagent/nobody"
+    for wrong in (f"{live_url}/replay/mcp/{agent}/nowhere-00000000", f"{live_url}/replay/mcp/{nobody}/x-1"):
+        holder = Holder(job_id=f"listing-{secrets.token_hex(3)}", ordinal=0)
+        async with pool.acquire() as conn:
+            for stood_for in (agent, nobody):
+                assert await Store(settings.service_schema).replay.take_lease(conn, stood_for, user, holder, "r", 60)
         async with (
             streamablehttp_client(wrong, headers={"X-User-Id": user}) as (read, write, _),
             ClientSession(read, write) as mcp,
@@ -110,6 +125,8 @@ async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outsid
             await mcp.initialize()
             with pytest.raises(McpError, match=r"no MCP server|not found"):
                 await mcp.list_tools()
+        async with pool.acquire() as conn:
+            await Store(settings.service_schema).replay.give_leases(conn, holder)
 
 
 @pytest.fixture(scope="module")
@@ -202,29 +219,35 @@ def sse_tools(seen: list[dict[str, Any]]) -> Any:
 
 
 async def test_an_sse_server_is_stood_in_for_too_and_a_read_runs_live_on_it(
-    live_url: str, pool: asyncpg.Pool, settings: Settings
+    database_url: str, pool: asyncpg.Pool, settings: Settings
 ) -> None:
-    """The endpoint speaks SSE to a source's `sse_tools` server: its tools listed, a read in a replay turn run
-    live on it (kept with the turn that holds the lease), an act refused and kept, nothing run."""
+    """The endpoint speaks SSE to a source's `sse_tools` server: its tools listed, a read in a replay turn of a
+    branch that said reads: "live" run live on it (the operator trusts that server's readOnlyHint; kept with the
+    turn that holds the lease), an act refused and kept, nothing run."""
     seen: list[dict[str, Any]] = []
-    agent, user = f"kagent/sse-source-{secrets.token_hex(3)}", new_user()
-    holder = Holder(job_id=f"job-{secrets.token_hex(4)}", ordinal=2)
+    agent = f"kagent/sse-source-{secrets.token_hex(3)}"
+    conv = await seed(pool, dialect="v1", turns=2)
+    user, source = conv.user_id, (conv.session_id, conv.invocation_ids[1])
+    job = await branch_job(pool, settings.service_schema, user=user, source=source, agent=agent, reads="live")
+    holder = Holder(job_id=job, ordinal=0)
     with live_server(sse_tools(seen)) as url:
         real = f"{url}/sse"
         async with pool.acquire() as conn:
             await register_agent(conn, agent, {"sse_tools": [{"params": {"url": real}}]})
             assert await Store(settings.service_schema).replay.take_lease(conn, agent, user, holder, "r", 60)
-        endpoint = f"{live_url}/replay/mcp/{agent}/{server_key(real)}"
-        async with (
-            streamablehttp_client(endpoint, headers={"X-User-Id": user}) as (read, write, _),
-            ClientSession(read, write) as mcp,
-        ):
-            await mcp.initialize()
-            assert {t.name for t in (await mcp.list_tools()).tools} == {"peek", "poke"}
-            peeked = await mcp.call_tool("peek", {"name": "web"})
-            assert not peeked.isError and peeked.content[0].text == "web looks fine"  # type: ignore[union-attr]
-            poked = await mcp.call_tool("poke", {"name": "web"})
-            assert poked.isError and "not run" in poked.content[0].text  # type: ignore[union-attr]
+        trusting = dataclasses.replace(settings, replay_trusted_servers=(real,))
+        with live_server(create_app(trusting, database_url)) as live_url:
+            endpoint = f"{live_url}/replay/mcp/{agent}/{server_key(real)}"
+            async with (
+                streamablehttp_client(endpoint, headers={"X-User-Id": user}) as (read, write, _),
+                ClientSession(read, write) as mcp,
+            ):
+                await mcp.initialize()
+                assert {t.name for t in (await mcp.list_tools()).tools} == {"peek", "poke"}
+                peeked = await mcp.call_tool("peek", {"name": "web"})
+                assert not peeked.isError and peeked.content[0].text == "web looks fine"  # type: ignore[union-attr]
+                poked = await mcp.call_tool("poke", {"name": "web"})
+                assert poked.isError and "not run" in poked.content[0].text  # type: ignore[union-attr]
     assert seen == [{"tool": "peek", "name": "web"}]
     async with pool.acquire() as conn:
         rows = await conn.fetch(
@@ -234,8 +257,8 @@ async def test_an_sse_server_is_stood_in_for_too_and_a_read_runs_live_on_it(
         )
         await conn.execute("DELETE FROM kagent_fork.replay_lease WHERE twin = $1", agent)
     assert [tuple(r) for r in rows] == [
-        (holder.job_id, 2, "peek", '{"name": "web"}', "reads", "live"),
-        (holder.job_id, 2, "poke", '{"name": "web"}', "acts", "refused"),
+        (holder.job_id, 0, "peek", '{"name": "web"}', "reads", "live"),
+        (holder.job_id, 0, "poke", '{"name": "web"}', "acts", "refused"),
     ]
 
 

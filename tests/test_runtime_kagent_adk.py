@@ -75,7 +75,8 @@ def tool_server() -> Iterator[RunningTools]:
 def agent_config(model: RunningModel, tools: RunningTools) -> dict[str, Any]:
     """The agent's config.json as kagent's controller renders it: an OpenAI ModelConfig with a base URL, and
     a RemoteMCPServer whose delete_pod requires approval and which gets the request's Authorization (`status`
-    reads, and answers differently each call: the replay twin's tests, test_runtime_replay_twin.py)."""
+    reads, and answers differently each call; `scale` acts: the replay twin's tests, test_runtime_replay_twin.py,
+    where the replay endpoint lists and answers only the tools the source's configuration names)."""
     return {
         "model": {"type": "openai", "model": "scripted-model", "base_url": model.url},
         "description": "kagent-fork's test agent",
@@ -83,7 +84,7 @@ def agent_config(model: RunningModel, tools: RunningTools) -> dict[str, Any]:
         "http_tools": [
             {
                 "params": {"url": tools.url, "timeout": 30},
-                "tools": ["lookup", "delete_pod", "status"],
+                "tools": ["lookup", "delete_pod", "status", "scale"],
                 "require_approval": ["delete_pod"],
                 "allowed_headers": ["Authorization"],
             }

@@ -85,7 +85,11 @@ async def twin(adk: Runtime, pool: asyncpg.Pool, settings: Settings, database_ur
             stack.enter_context, running_runtime(kagent_adk(TWIN_REF, kagent_url=adk.controller.url, config=config))
         )
         adk.controller.register(TWIN_REF, process.url)
-        own = replace(settings, kagent_a2a_url=adk.controller.a2a_url, replay_mcp_url=f"{service}/replay/mcp")
+        # The operator vouches for the tool server's readOnlyHint (REPLAY_TRUSTED_SERVERS): lookup and status read.
+        own = replace(
+            settings, kagent_a2a_url=adk.controller.a2a_url, replay_mcp_url=f"{service}/replay/mcp",
+            replay_trusted_servers=(adk.tools.url,),
+        )  # fmt: skip
         stack.enter_context(live_server(create_app(own, database_url), sock=sock))
         yield replace(adk, service=service)
 
@@ -115,16 +119,19 @@ async def replay_on_twin(
               **(body or {})},
     )  # fmt: skip
     done = await experiment_done(rt, client, started["experiment"]["id"], user)
-    assert done["status"] == "completed", done
+    assert done["status"] == "completed", [
+        (b["status"], b["error"], [x["state"] for x in b["turns"]]) for b in done["branches"]
+    ]
     return done
 
 
-async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refuses_what_acts(
+async def test_a_twin_gets_the_recording_misses_what_the_source_never_did_and_refuses_what_acts(
     adk: Runtime,
     twin: Runtime,
     http: httpx.AsyncClient,
     pool: asyncpg.Pool,
 ) -> None:
+    """Issue 46, the default policy (reads: "recorded"): the source's world and nothing else."""
     user, t = new_user(), tag()
     q = [f"T1 {t}: how many pods?", f"T2 {t}: and the nodes?", f"T3 {t}: fix it"]
     model, tools = adk.model.model, adk.tools.calls
@@ -133,11 +140,13 @@ async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refus
     recorded_result = tool_messages(model.requests_for(q[0])[1])
     assert len(recorded_result) == 1 and f"pods-{t}" in recorded_result[0]
     assert len([c for c in tools.of("lookup") if c.args == {"query": f"pods-{t}"}]) == 1
+    before = len(tools.calls)
 
     # The replay's model asks for more than the source's did: a new read, and an act.
     model.on(q[1], call("lookup", query=f"nodes-{t}"), say("2 nodes."))
     model.on(q[2], call("scale", name=f"web-{t}", replicas=3), say("I could not scale it."))
     done = await replay_on_twin(twin, http, source, user, Authorization=f"Bearer caller-{t}")
+    assert done["tool_policy"] == {"mode": "replay", "reads": "recorded"}
     branch = done["branches"][0]
     assert [x["state"] for x in branch["turns"]] == ["completed"] * 3, branch
 
@@ -145,39 +154,38 @@ async def test_a_twin_gets_the_recording_runs_reads_live_as_the_caller_and_refus
     replayed = model.requests_for(q[0])[2:]
     assert len(replayed) == 2 and system_prompt(replayed[0]).startswith(INSTRUCTION)
     assert tool_messages(replayed[1]) == recorded_result
-    assert len([c for c in tools.of("lookup") if c.args == {"query": f"pods-{t}"}]) == 1
 
-    # 2. a read with new arguments: run once on the real server, as the caller
-    nodes = [c for c in tools.of("lookup") if c.args == {"query": f"nodes-{t}"}]
-    assert len(nodes) == 1
-    assert nodes[0].headers.get("authorization") == f"Bearer caller-{t}"
-    assert f"3 results for nodes-{t}" in tool_messages(model.requests_for(q[1])[-1])[-1]
+    # 2. a read the source never made: the model is told it is not in the recording; nothing runs
+    missed = tool_messages(model.requests_for(q[1])[-1])[-1]
+    assert "never made this call" in missed and "nothing was run" in missed.lower(), missed
 
     # 3. an act: never run; the model is told so, and the call is kept as the arm's intent
-    assert [c for c in tools.of("scale") if c.args.get("name") == f"web-{t}"] == []
     refused = tool_messages(model.requests_for(q[2])[-1])[-1]
     assert "not run" in refused and "replay" in refused and "scale" in refused, refused
+    assert tools.calls[before:] == []  # the tool server received nothing at all during the replay
     assert await replay_calls(pool, branch["job_id"]) == [
         (0, "lookup", {"query": f"pods-{t}"}, "reads", "recorded"),
-        (1, "lookup", {"query": f"nodes-{t}"}, "reads", "live"),
+        (1, "lookup", {"query": f"nodes-{t}"}, "reads", "missed"),
         (2, "scale", {"name": f"web-{t}", "replicas": 3}, "acts", "refused"),
     ]
 
     # the grid: per turn and in all, where the answers came from, and the refused call (the arm's intent)
     intent = {"tool": "scale", "arguments": {"name": f"web-{t}", "replicas": 3}}
     assert [x["tool_policy"] for x in branch["turns"]] == [
-        {"recorded": 1, "live": 0, "refused": 0, "refused_calls": []},
-        {"recorded": 0, "live": 1, "refused": 0, "refused_calls": []},
-        {"recorded": 0, "live": 0, "refused": 1, "refused_calls": [intent]},
+        {"recorded": 1, "live": 0, "missed": 0, "refused": 0, "refused_calls": []},
+        {"recorded": 0, "live": 0, "missed": 1, "refused": 0, "refused_calls": []},
+        {"recorded": 0, "live": 0, "missed": 0, "refused": 1, "refused_calls": [intent]},
     ]
-    assert branch["totals"]["tool_policy"] == {"recorded": 1, "live": 1, "refused": 1, "refused_calls": [intent]}
+    totals = {"recorded": 1, "live": 0, "missed": 1, "refused": 1, "refused_calls": [intent]}
+    assert branch["totals"]["tool_policy"] == totals
     job = await api(twin, http, "GET", f"/api/whatif/{branch['job_id']}", user)
     assert job["replayed"] == branch["totals"]["tool_policy"]  # the branch as a what-if job says the same
     assert done["source"]["totals"]["tool_policy"] is None
     assert all(x["tool_policy"] is None for x in done["source"]["turns"])
     table = await http.get(f"{twin.service}/api/experiments/{done['id']}?format=markdown", headers={"X-User-Id": user})
     assert table.status_code == 200, table.text
-    assert "| **tool calls answered** |  | 1 recorded, 1 live, 1 refused |" in table.text, table.text
+    assert "| **tool calls answered** |  | 1 recorded, 0 live, 1 missed, 1 refused |" in table.text, table.text
+    assert "Tools: replay, nothing that acts ran (reads from the recording)" in table.text, table.text
     assert f'turn 3: wanted `scale({{"name":"web-{t}","replicas":3}})`, not run (a replay)' in table.text
     await the_page_shows_it(twin.service, source, user, t)
 
@@ -200,10 +208,10 @@ async def the_page_shows_it(service: str, source: str, user: str, t: str) -> Non
             await expect(cells.first).to_be_visible()
             texts = await tab.locator("#experiment .replayed").all_inner_texts()
             assert texts == [
-                "tools: 1 recorded, 0 live, 0 refused",
-                "tools: 0 recorded, 1 live, 0 refused",
-                "tools: 0 recorded, 0 live, 1 refused",
-                "tools: 1 recorded, 1 live, 1 refused",
+                "tools: 1 recorded, 0 live, 0 missed, 0 refused",
+                "tools: 0 recorded, 0 live, 1 missed, 0 refused",
+                "tools: 0 recorded, 0 live, 0 missed, 1 refused",
+                "tools: 1 recorded, 0 live, 1 missed, 1 refused",
             ], texts
             intent = await tab.locator("#experiment .intent").all_inner_texts()
             assert intent == [f'wanted scale({{"name":"web-{t}","replicas":3}}): not run (a replay)'], intent
@@ -243,19 +251,26 @@ async def test_two_branches_of_one_twin_at_once_each_get_their_own_sources_recor
     assert len([c for c in tools.of("status") if c.args == {"name": f"web-{t}"}]) == 2
 
 
-async def test_under_reads_recorded_a_twin_runs_no_read_the_source_did_not_make(
+async def test_with_reads_live_a_twin_runs_a_new_read_live_as_the_caller(
     adk: Runtime, twin: Runtime, http: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
+    """reads: "live", only when asked: a read the source never made runs on the real server as the caller (the
+    operator trusts that server's readOnlyHint); an act is still refused, and its server receives nothing."""
     user, t = new_user(), tag()
     model, tools = adk.model.model, adk.tools.calls
-    question = f"R1 {t}: anything new?"
-    source = await conversation(adk, http, user, [question])
-    model.on(question, call("lookup", query=f"news-{t}"), say("Nothing I may look at."))
-    done = await replay_on_twin(twin, http, source, user, body={"tools": {"mode": "replay", "reads": "recorded"}})
-    assert done["tool_policy"] == {"mode": "replay", "reads": "recorded"}
-    assert [c for c in tools.of("lookup") if c.args == {"query": f"news-{t}"}] == []
-    refused = tool_messages(model.requests_for(question)[-1])[-1]
-    assert "not run" in refused and "reads: recorded" in refused, refused
+    q = [f"R1 {t}: anything new?", f"R2 {t}: then scale it"]
+    source = await conversation(adk, http, user, q)
+    model.on(q[0], call("lookup", query=f"news-{t}"), say("1 new thing."))
+    model.on(q[1], call("scale", name=f"api-{t}", replicas=2), say("I could not."))
+    body = {"tools": {"mode": "replay", "reads": "live"}}
+    done = await replay_on_twin(twin, http, source, user, body=body, Authorization=f"Bearer caller-{t}")
+    assert done["tool_policy"] == {"mode": "replay", "reads": "live"}
+    news = [c for c in tools.of("lookup") if c.args == {"query": f"news-{t}"}]
+    assert len(news) == 1 and news[0].headers.get("authorization") == f"Bearer caller-{t}"
+    assert f"3 results for news-{t}" in tool_messages(model.requests_for(q[0])[-1])[-1]
+    assert [c for c in tools.of("scale") if c.args.get("name") == f"api-{t}"] == []
     branch = done["branches"][0]
-    assert await replay_calls(pool, branch["job_id"]) == [(0, "lookup", {"query": f"news-{t}"}, "reads", "refused")]
-    assert branch["totals"]["tool_policy"]["refused_calls"] == [{"tool": "lookup", "arguments": {"query": f"news-{t}"}}]
+    assert await replay_calls(pool, branch["job_id"]) == [
+        (0, "lookup", {"query": f"news-{t}"}, "reads", "live"),
+        (1, "scale", {"name": f"api-{t}", "replicas": 2}, "acts", "refused"),
+    ]

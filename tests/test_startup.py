@@ -433,7 +433,7 @@ def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path)
             assert time.monotonic() < deadline, job
             time.sleep(0.2)
         assert job["status"] == "completed", job["error"]
-        assert "scripted demo agent" in job["result"]["last_agent_text"]
+        assert job["result"]["last_agent_text"] == "It is 11°C and cloudy in Berlin."
         # the second demo agent answers too, with more tool calls, and every column is priced by the demo's
         # `agent` rows; the demo judge serves its card
         started = httpx.post(

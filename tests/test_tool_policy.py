@@ -3,7 +3,9 @@ Real PostgreSQL with kagent's tables (a database of this module's own, whose `ag
 controller does), real a2a-sdk agents (tests/support/a2a_agent.py) and real MCP servers
 (tests/support/classified_tools.py). Without an explicit `live`, an arm that could act and is not a replay twin
 is refused, naming it and its tools, and nothing is written; `live` said runs; a twin runs under `replay`; the dry
-run lists each arm's tools by class."""
+run lists each arm's tools by class. Issue 46: tools read only on the operator's word for their server (here the
+test's HTTP server is named kagent's tool server and trusted), and by default (`reads: "recorded"`) an arm with
+any tool that is no twin is refused, naming the twin to make."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
-from service.config import Settings
+from service.config import KAGENT_TOOL_SERVER, Settings, from_env
 from service.kagent.migrate import migrate
 from service.kagent.store.agents import agent_row_id
 from tests.conftest import create_database, drop_database
@@ -34,6 +36,7 @@ from tests.support.live_server import live_server
 from tests.test_mcp_tools import mcp_session
 from tests.test_mcp_tools import ok as mcp_ok
 from tests.test_mcp_tools import text_of as mcp_text
+from tests.test_replay_trust import Calls, lying_server
 
 V1_REF, LEGACY_REF = f"{NAMESPACE}/{V1}", f"{NAMESPACE}/{LEGACY}"
 ACTING = ["count_widgets", "restart_everything", "scale_deployment"]  # on the HTTP server, to an arm
@@ -72,6 +75,19 @@ def servers() -> Iterator[ClassifiedServers]:
         yield served
 
 
+def trusting(servers: ClassifiedServers) -> dict[str, str]:
+    """The operator's word on the test's HTTP server, as the environment gives it: it is kagent's tool server (the
+    shipped list counts there: k8s_get_events reads) and its readOnlyHint counts (get_pods reads)."""
+    return {
+        "REPLAY_SERVER_NAMES": f"{KAGENT_TOOL_SERVER}={servers.http_url}", "REPLAY_TRUSTED_SERVERS": servers.http_url,
+    }  # fmt: skip
+
+
+def trusted(servers: ClassifiedServers) -> dict[str, Any]:
+    words = from_env(trusting(servers))
+    return {"replay_server_names": words.replay_server_names, "replay_trusted_servers": words.replay_trusted_servers}
+
+
 @asynccontextmanager
 async def service(own_url: str, a2a_url: str, **more: Any) -> AsyncIterator[Any]:
     settings = Settings(database_url=own_url, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.2, **more)
@@ -80,8 +96,8 @@ async def service(own_url: str, a2a_url: str, **more: Any) -> AsyncIterator[Any]
 
 
 @pytest.fixture(scope="module")
-async def client(own_url: str, agents: tuple[str, Seen]) -> AsyncIterator[Any]:
-    async with service(own_url, agents[0]) as c:
+async def client(own_url: str, agents: tuple[str, Seen], servers: ClassifiedServers) -> AsyncIterator[Any]:
+    async with service(own_url, agents[0], **trusted(servers)) as c:
         yield c
 
 
@@ -136,10 +152,9 @@ async def test_an_arm_that_could_act_is_refused_naming_it_and_its_tools_and_noth
     turn = {"rewind_before_invocation_id": conv.invocation_ids[1]}
     before = await rows(own_pool)
     for path, body in [
-        (exp, {**turn, "agents": [LEGACY_REF, V1_REF]}),
-        (exp, {**turn, "agents": [V1_REF], "tools": "replay"}),
+        (exp, {**turn, "agents": [LEGACY_REF, V1_REF], "reads": "live"}),
         (exp, {**turn, "agents": [V1_REF], "tools": {"mode": "replay", "reads": "live"}}),
-        (whatif, {**turn, "agent_ref": V1_REF}),
+        (whatif, {**turn, "agent_ref": V1_REF, "reads": "live"}),
     ]:
         r = await post(client, path, conv.user_id, body)
         assert r.status_code == 422, (body, r.text)
@@ -147,6 +162,13 @@ async def test_an_arm_that_could_act_is_refused_naming_it_and_its_tools_and_noth
         assert f"the agent {V1_REF} (" in error and all(name in error for name in ACTING), error
         assert "get_pods" not in error and "delete_pod" not in error and LEGACY_REF not in error
         assert 'tools: "live"' in error and "nothing was started" in error
+    # by default (reads: "recorded") every tool of an arm that is no twin is named, with the twin to make
+    for path, body in [(exp, {**turn, "agents": [LEGACY_REF, V1_REF]}), (whatif, {**turn, "agent_ref": V1_REF})]:
+        r = await post(client, path, conv.user_id, {**body, "tools": "replay"})
+        assert r.status_code == 422, (body, r.text)
+        error = r.json()["error"]
+        assert all(n in error for n in [*ACTING, "get_pods", "delete_pod"]) and LEGACY_REF not in error, error
+        assert f"kagent-fork replay-twin {V1_REF}" in error and 'reads: "live"' in error, error
     assert await rows(own_pool) == before
 
 
@@ -175,7 +197,7 @@ async def test_live_said_explicitly_runs_and_the_answer_lists_the_tools(
     assert "\nTools: live, every tool ran for real.\n" in table.text, table.text
 
 
-async def test_an_arm_that_only_reads_or_asks_runs_under_replay_by_default(
+async def test_an_arm_that_only_reads_or_asks_runs_with_reads_live_and_is_refused_by_default(
     client: Any, own_pool: asyncpg.Pool, servers: ClassifiedServers
 ) -> None:
     await put_agent(
@@ -184,16 +206,17 @@ async def test_an_arm_that_only_reads_or_asks_runs_under_replay_by_default(
     conv = await seed(own_pool, dialect="v1", turns=2)
     path = f"/api/sessions/{conv.session_id}/whatif"
     body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": V1_REF}
-    r = await post(client, path, conv.user_id, body)
+    before = await rows(own_pool)
+    # held to the recording (the default, or said), its calls cannot be: only a twin's can
+    for said in ({}, {"reads": "recorded"}):
+        r = await post(client, path, conv.user_id, {**body, **said})
+        assert r.status_code == 422 and f"{V1_REF} (delete_pod, get_pods)" in r.json()["error"], r.text
+    assert await rows(own_pool) == before
+    r = await post(client, path, conv.user_id, {**body, "reads": "live"})
     assert r.status_code == 202, r.text
     job = r.json()["data"]["job"]
     assert job["tool_policy"] == {"mode": "replay", "reads": "live"}
     assert [t["name"] for t in job["tools"]["reads"]] == ["get_pods"] and job["tools"]["acts"] == []
-    # held to the recording, its live reads cannot be: only a twin's can
-    before = await rows(own_pool)
-    r = await post(client, path, conv.user_id, {**body, "reads": "recorded"})
-    assert r.status_code == 422 and f"{V1_REF} (get_pods)" in r.json()["error"], r.text
-    assert await rows(own_pool) == before
 
 
 async def test_a_replay_twin_runs_under_replay_without_being_told(
@@ -209,7 +232,7 @@ async def test_a_replay_twin_runs_under_replay_without_being_told(
         r = await post(twin_client, f"/api/sessions/{conv.session_id}/experiments", conv.user_id, body)
         assert r.status_code == 202, r.text
         started = r.json()["data"]["experiment"]
-        assert started["tool_policy"] == {"mode": "replay", "reads": "live"}
+        assert started["tool_policy"] == {"mode": "replay", "reads": "recorded"}
         assert started["arms"][0]["twin"] is True and started["arms"][0]["acts"]
     # the same arm, the same body, without the endpoint: not a twin, refused
     async with service(own_url, agents[0]) as plain:
@@ -234,14 +257,16 @@ async def test_the_dry_run_lists_each_arm_by_class_and_writes_nothing(
     assert V1_REF in plan["refused"] and all(n in plan["refused"] for n in ACTING)
     by_ref = {a["agent_ref"]: a for a in plan["arms"]}
     assert [t["name"] for t in by_ref[V1_REF]["acts"]] == ACTING
-    assert {t["why"] for t in by_ref[V1_REF]["acts"]} >= {"not read-only, no approval"}
+    assert {t["why"] for t in by_ref[V1_REF]["acts"]} >= {
+        "not read-only on the operator's word for this server, no approval"
+    }
     assert not by_ref[LEGACY_REF]["known"] and "no row" in by_ref[LEGACY_REF]["note"]
     # live said: it would start
     r = await post(client, exp, conv.user_id, {**turn, "agents": [V1_REF], "tools": "live"})
     assert r.json()["data"]["refused"] is None and r.json()["data"]["tools"] == {"mode": "live", "reads": "live"}
     # the cost gate's refusal is said too, beside the tools'
     r = await post(client, exp, conv.user_id, {**turn, "agents": [V1_REF], "max_context_tokens": 1})
-    assert "over the limit of 1" in r.json()["data"]["refused"] and "could call tools" in r.json()["data"]["refused"]
+    assert "over the limit of 1" in r.json()["data"]["refused"] and "has tools" in r.json()["data"]["refused"]
     # a what-if's dry run
     r = await post(client, f"/api/sessions/{conv.session_id}/whatif", conv.user_id, {**turn, "agent_ref": V1_REF})
     assert r.status_code == 200 and r.json()["data"]["branches"] == 1, r.text
@@ -275,7 +300,9 @@ async def test_the_mcp_tools_take_the_policy_and_dry_run(
     """start_experiment and start_whatif take `tools`, `reads` and `dry_run` as the HTTP bodies do."""
     await put_agent(own_pool, V1_REF, on(servers.http_url, require_approval=["delete_pod"]))
     conv = await seed(own_pool, dialect="v1", turns=2)
-    settings = Settings(database_url=own_url, kagent_a2a_url=agents[0], whatif_heartbeat_seconds=0.2)
+    settings = Settings(
+        database_url=own_url, kagent_a2a_url=agents[0], whatif_heartbeat_seconds=0.2, **trusted(servers)
+    )
     turn = {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1]}
     with live_server(create_app(settings, own_url)) as url:
         async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
@@ -295,7 +322,7 @@ async def test_the_cli_takes_tools_and_dry_run(
     """`kagent-fork whatif|experiment ... --tools --reads --dry-run`, as the HTTP bodies' fields."""
     await put_agent(own_pool, V1_REF, on(servers.http_url, require_approval=["delete_pod"]))
     conv = await seed(own_pool, dialect="v1", turns=2)
-    env = {**os.environ, "DATABASE_URL": own_url, "KAGENT_A2A_URL": agents[0]}
+    env = {**os.environ, "DATABASE_URL": own_url, "KAGENT_A2A_URL": agents[0], **trusting(servers)}
     base = [conv.session_id, "--before", conv.invocation_ids[1], "--user", conv.user_id]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -313,6 +340,11 @@ async def test_the_cli_takes_tools_and_dry_run(
     assert any(line.startswith(f"  {LEGACY_REF}: tools not known: ") for line in lines), plan.stdout
     refused = run("whatif", *base, "--agent", V1_REF)
     assert refused.returncode != 0 and "scale_deployment" in refused.stderr, refused.stderr
+    # which reads apply, said: the default keeps to the recording, reads live only when asked
+    for more, words in [((), "replay (reads recorded: only the source's recorded results)"),
+                        (("--reads", "live"), "replay (reads live: an unrecorded read runs live)")]:  # fmt: skip
+        plan = run("whatif", *base, "--agent", LEGACY_REF, "--dry-run", *more)
+        assert plan.returncode == 0 and f"would start, tools: {words}" in plan.stdout, plan.stdout
     assert await rows(own_pool) == before
     live = run("whatif", *base, "--agent", V1_REF, "--tools", "live", "--wait", "--json")
     assert live.returncode == 0, live.stderr
@@ -327,3 +359,32 @@ def test_settings_reach_the_classes() -> None:
         "http://kagent-fork.kagent:8080/replay/mcp"
     )
     assert dataclasses.replace(Settings(), replay_read_only_tools=()).replay_read_only_tools == ()
+    assert Settings().replay_read_only_tools == (("default", ""),) and Settings().replay_trusted_servers == ()
+
+
+async def test_the_probes_dry_run_classes_a_lying_server_by_the_operators_word(
+    own_url: str, own_pool: asyncpg.Pool, agents: tuple[str, Seen]
+) -> None:
+    """Issue 46, the outside probe: an ordinary arm with [get_weather, k8s_get_resources] on a server that is not
+    kagent's tool server (get_weather annotated readOnlyHint, k8s_get_resources deleting pods) was answered as all
+    reads and refused nothing. Neither reads on that server's own word or by its name: both act, with why, and the
+    start is refused under either reads; nothing is written, and the server is asked for its list only."""
+    calls = Calls()
+    with live_server(lying_server(calls)) as base:
+        await put_agent(own_pool, V1_REF, on(f"{base}/mcp", tools=["get_weather", "k8s_get_resources"]))
+        conv = await seed(own_pool, dialect="v1", turns=2)
+        path = f"/api/sessions/{conv.session_id}/whatif"
+        body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": V1_REF, "dry_run": True}
+        before = await rows(own_pool)
+        for reads in ("recorded", "live"):
+            async with service(own_url, agents[0]) as client:  # the operator said nothing
+                r = await post(client, path, conv.user_id, {**body, "reads": reads})
+            assert r.status_code == 200, r.text
+            plan = r.json()["data"]
+            (arm,) = plan["arms"]
+            assert arm["reads"] == [] and [t["name"] for t in arm["acts"]] == ["get_weather", "k8s_get_resources"]
+            why = {t["name"]: t["why"] for t in arm["acts"]}
+            assert "not in REPLAY_TRUSTED_SERVERS" in why["get_weather"], why
+            assert plan["tools"] is None and "get_weather, k8s_get_resources" in plan["refused"], plan
+        assert await rows(own_pool) == before
+    assert calls.seen == []

@@ -194,12 +194,14 @@ def tool_arguments(command: argparse.ArgumentParser) -> None:
     """What the agents' tools do (docs/whatif.md, "What an arm's tools do"), and the dry run that shows them."""
     command.add_argument(
         "--tools", choices=["replay", "live"],
-        help="replay (the default: nothing that acts runs; refused when an agent could act and is not a replay "
-        "twin) or live (every tool runs for real)",
+        help="replay (the default: nothing that acts runs; an agent with tools that is not a replay twin is "
+        "refused) or live (every tool runs for real)",
     )  # fmt: skip
     command.add_argument(
-        "--reads", choices=["live", "recorded"], help="with replay: a new read-only call runs live, or is refused"
-    )
+        "--reads", choices=["live", "recorded"],
+        help="with replay: a call the source never made answers so (recorded, the default), or runs live when it "
+        "only reads (live)",
+    )  # fmt: skip
     command.add_argument(
         "--dry-run",
         action="store_true",
@@ -382,10 +384,13 @@ def _show_job(j: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_READS = {"recorded": "only the source's recorded results", "live": "an unrecorded read runs live"}
+
+
 def _policy(p: dict[str, Any] | None) -> str:
     if p is None:
         return "every tool live (started before tool policies)"
-    return "every tool live" if p["mode"] == "live" else f"replay (reads {p['reads']})"
+    return "every tool live" if p["mode"] == "live" else f"replay (reads {p['reads']}: {_READS[p['reads']]})"
 
 
 def _show_arm(a: dict[str, Any]) -> str:

@@ -281,7 +281,9 @@ async def app_start_experiment(
     tools: Annotated[
         Literal["replay", "live"] | None,
         BODY,
-        Field(description='What the agents\' tools do: "replay" (default: nothing that acts runs) or "live".'),
+        Field(
+            description='What the agents\' tools do: "replay" (default: only recorded results, nothing runs) or "live".'
+        ),
     ] = None,
 ) -> CallToolResult:
     """Start an experiment (start_experiment's operation)."""

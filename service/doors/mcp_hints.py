@@ -17,8 +17,8 @@ _RESTORES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempoten
 # A discard hides an experiment's branch chats from the user's list (undoable, but the list changes); the same
 # discard again changes nothing.
 _DISCARDS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
-# A replay sends questions to kagent agents: their read-only tools run live, and with tools "live" every tool
-# runs for real (they may act on a cluster).
+# A replay sends questions to kagent agents: with reads "live" their read-only tools run live, and with tools
+# "live" every tool runs for real (they may act on a cluster).
 _RUNS_AGENTS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
 # A judgment asks a kagent agent (its model, for real, and whatever tools it holds) about the branches: it
 # changes no session, adds a judgment each call, and reaches outside the service.

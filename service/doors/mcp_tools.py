@@ -89,15 +89,16 @@ ToolsArg = Annotated[
     Literal["replay", "live"] | None,
     BODY,
     Field(
-        description='What the agents\' tools do: "replay" (default: nothing that acts runs; refused when an agent '
-        'could act and is not a replay twin) or "live" (every tool runs for real; only when meant).'
+        description='What the agents\' tools do: "replay" (default: nothing that acts runs; an agent with tools '
+        'that is not a replay twin is refused) or "live" (every tool runs for real; only when meant).'
     ),
 ]
 ReadsArg = Annotated[
     Literal["live", "recorded"] | None,
     BODY,
     Field(
-        description='With "replay": a read-only tool call the source did not make runs "live" (default) or is refused.'
+        description='With "replay": a call the source never made answers so ("recorded", default: the source\'s '
+        'world only) or, when it only reads, runs "live".'
     ),
 ]
 DryRunReplay = Annotated[
@@ -370,8 +371,9 @@ async def start_whatif(
     """What-if: fork the session before the turn `rewind_before_invocation_id` into the agent `agent_ref`
     (namespace/name; default: the session's own) and send that turn's user message to it over A2A (`turns`:
     the later ones too; `message_text`: the first one asked differently), as POST .../whatif does. `tools`:
-    "replay" (the default: nothing that acts runs; refused when the agent could call a tool that acts without
-    an approval and is not a replay twin, naming the tools) or "live" (every tool runs for real). `dry_run`
+    "replay" (the default: nothing that acts runs, and only the source's recorded results answer; an agent
+    with tools that is not a replay twin is refused, naming the twin to make) or "live" (every tool runs for
+    real). `dry_run`
     answers the agent's tools by class and the refusal it would get, nothing started. `judge_agent`: a kagent
     agent that then judges the what-if's continuation against the source's blind, both orders asked (its calls
     are counted in the limit; the job reads "judging" meanwhile, then holds `judgment` and `verdict`). Answers
@@ -461,8 +463,8 @@ async def start_experiment(
     `repeats` (1-5) runs each agent that many times, to tell an agent's difference from chance.
     `on_approval`: "stop" ends a branch when its agent asks to approve a tool; "reject" refuses the tool as
     kagent's Reject button does and goes on (nothing is ever approved). `tools`: "replay" (the default:
-    nothing that acts runs; refused when an agent could call a tool that acts without an approval and is not a
-    replay twin, naming it and the tools) or "live" (every tool runs for real). Every turn costs model tokens
+    nothing that acts runs, and only the source's recorded results answer; an agent with tools that is not a
+    replay twin is refused, naming the twin to make) or "live" (every tool runs for real). Every turn costs model tokens
     (the call is refused over `max_context_tokens`). `dry_run` answers each agent's tools by class and the
     refusal it would get, nothing started. `judge_agent`: a kagent agent that then judges each branch against
     the source blind, both orders asked (its calls are counted in the limit). Answers the experiment at once

@@ -1,7 +1,7 @@
 """The replay endpoint's door: `/replay/mcp/{namespace}/{name}/{server}` serves MCP (streamable HTTP, stateless)
 standing in for one MCP server of the agent namespace/name, for that agent's replay twins
-(docs/replay-twins.md). It lists the real server's tools as they are and answers each call as
-`agents/replay/twin.py` decides, as the caller the forwarded headers name."""
+(docs/replay-twins.md). To a caller whose replay turn is running, it lists the real server's tools the source
+agent may call and answers each call as `agents/replay/twin.py` decides, as the caller the forwarded headers name."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import McpError
 from mcp.types import INVALID_PARAMS, CallToolResult, ErrorData, Tool
 
-from service.agents.replay import lease, real_server, twin
+from service.agents.replay import lease, twin
 from service.errors import ServiceError
 from service.identity import resolve_caller, scope_headers
 from service.services import Services
@@ -53,12 +53,9 @@ def replay_server(services: Callable[[], Services]) -> Server[Any, Any]:
         svc = services()
         incoming = _incoming(svc, server)
         try:
-            where = await twin.target(svc, incoming)
-            return await real_server.list_tools(where.server)
-        except ServiceError as exc:
+            return await twin.list_for(svc, incoming)
+        except ServiceError as exc:  # its message names no server's address (twin.py)
             raise McpError(ErrorData(code=INVALID_PARAMS, message=exc.message)) from None
-        except real_server.Unreachable as exc:
-            raise McpError(ErrorData(code=INVALID_PARAMS, message=str(exc))) from None
 
     @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]
     async def call_tool(name: str, arguments: dict[str, Any]) -> CallToolResult:

@@ -8,8 +8,8 @@ It is a real a2a-sdk server (its JSON-RPC routes, A2A 1.0 and the 0.3 dialect ka
 one endpoint) under kagent's path for an agent, `/api/a2a/<namespace>/<name>/`, with an agent card saying what
 it is. Like kagent's runtime, it writes each turn into kagent's tables: the turn's ADK events into `event`
 (the Python runtime's snake_case JSON, as the demo's own rows), and the A2A task into `task` each time its
-task store saves it (kagent's backend upserts the row), in the dialect of the session's own tasks. Its answers
-say that they come from a script.
+task store saves it (kagent's backend upserts the row), in the dialect of the session's own tasks. Its card says
+that it answers from a script; its answers carry no mark of it (scripts.py).
 
 `kagent-fork serve` starts it beside the service when it runs the embedded demo and KAGENT_A2A_URL is not
 set, and points KAGENT_A2A_URL at it.
@@ -47,9 +47,9 @@ from starlette.applications import Starlette
 
 from service.embedded import scripts
 from service.embedded.demo import DEMO_USER, event_json, usage
-from service.embedded.scripts import SIGNATURE, Step, script
+from service.embedded.scripts import Step, script
 
-__all__ = ["AGENTS", "NAMESPACE", "SIGNATURE", "Step", "script", "serving", "start"]
+__all__ = ["AGENTS", "NAMESPACE", "Step", "script", "serving", "start"]
 
 log = logging.getLogger("kagent_fork")
 

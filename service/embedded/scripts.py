@@ -1,4 +1,6 @@
 """What the demo's scripted agents answer (service/embedded/scripted_agent.py serves them): no model, a script.
+The answers read as an agent's, with no mark of the script in them: a replay's branch and the source it
+continues must not be told apart by their words (a blind judge compares them; their cards say what they are).
 
 - `script`, the demo's own agent (`kagent/k8s-agent`, also `kagent/scripted-agent`): a city's weather with one
   tool call, a comparison of the cities asked about from what it knows.
@@ -18,8 +20,6 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-
-SIGNATURE = "(scripted demo agent: this answer comes from a script, not a model)"
 
 # What the script knows: a city's weather today (one tool call), and tomorrow's (the thorough agent's second one).
 WEATHER = {
@@ -72,7 +72,7 @@ def _comparing(text: str) -> bool:
 
 
 def _unknown(question: str) -> Step:
-    return Step((), f"I have no scripted answer to {question[:80]!r}; a real agent would answer here. {SIGNATURE}")
+    return Step((), f"I have no scripted answer to {question[:80]!r}; a real agent would answer here.")
 
 
 def script(question: str) -> Step:
@@ -83,11 +83,11 @@ def script(question: str) -> Step:
         known = cities or ["paris", "berlin"]
         best = max(known, key=lambda c: WEATHER[c][0])
         listed = ", ".join(f"{c.title()} {WEATHER[c][0]:g}°C" for c in known)
-        return Step((), f"{best.title()} is the warmest: {listed}. {SIGNATURE}")
+        return Step((), f"{best.title()} is the warmest: {listed}.")
     if cities:
         city = cities[0]
         temp, sky = WEATHER[city]
-        return Step((_weather(city),), f"It is {temp:g}°C and {sky} in {city.title()}. {SIGNATURE}")
+        return Step((_weather(city),), f"It is {temp:g}°C and {sky} in {city.title()}.")
     return _unknown(question)
 
 
@@ -102,7 +102,7 @@ def thorough_script(question: str) -> Step:
         listed = ", ".join(f"{c.title()} {WEATHER[c][0]:g}°C today and {FORECAST[c]:g}°C tomorrow" for c in known)
         calls = tuple(call for c in known for call in (_weather(c), _forecast(c)))
         answer = f"I looked again: {today.title()} is the warmest today, {tomorrow.title()} tomorrow ({listed})."
-        return Step(calls, f"{answer} {SIGNATURE}", pause=0.4)
+        return Step(calls, answer, pause=0.4)
     if cities:
         plain = script(question)
         return Step((*plain.calls, _forecast(cities[0])), plain.answer, pause=0.4)
@@ -134,7 +134,7 @@ def judge_script(message: str) -> Step:
     sections = _sections(message)
     a, b = sections.get("Continuation A"), sections.get("Continuation B")
     if a is None or b is None:
-        return Step((), "I was not sent two continuations, A then B, to compare, so I give no verdict. " + SIGNATURE)
+        return Step((), "I was not sent two continuations, A then B, to compare, so I give no verdict.")
     n_a, n_b = _tool_calls(a), _tool_calls(b)
     rule = "(the demo judge's rule: fewer tool calls for the same questions is better)"
     if n_a == n_b:

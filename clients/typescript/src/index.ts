@@ -713,7 +713,7 @@ export async function getForkTree(sessionId: string, options: ClientOptions = {}
 /** What a replay's agents may do with their tools: "replay" (nothing that acts runs) or "live" (every tool). */
 export interface ToolPolicy {
   mode: "replay" | "live";
-  /** With "replay": a read-only call the source did not make runs "live" (default) or is refused ("recorded"). */
+  /** With "replay": a call the source never made answers so ("recorded", default) or, if it only reads, runs "live". */
   reads?: "live" | "recorded";
 }
 
@@ -757,7 +757,7 @@ export interface ToolOptions {
    * act and is not a replay twin), "live" (every tool runs for real), or `{ mode, reads }`.
    */
   tools?: "replay" | "live" | ToolPolicy;
-  /** With "replay": "live" (default) or "recorded" (a read the source did not make is refused). */
+  /** With "replay": "recorded" (default: a call the source never made answers so) or "live" (a read runs live). */
   reads?: "live" | "recorded";
 }
 
@@ -916,10 +916,12 @@ export async function listWhatifs(sessionId: string, options: ClientOptions = {}
 // --- experiments ---------------------------------------------------------------------------------
 
 /** A replay twin's tool calls by where kagent-fork's replay endpoint answered them from (docs/replay-twins.md):
- * the source's recording, the real server (a read, live as the caller), or nowhere (refused: the arm's intent). */
+ * the source's recording, the real server (a read, live as the caller), nowhere because the source never made
+ * the call (missed, under reads "recorded"), or nowhere because it acts (refused: the arm's intent). */
 export interface ReplayedCalls {
   recorded: number;
   live: number;
+  missed: number;
   refused: number;
   refused_calls: { tool: string; arguments: unknown }[];
 }

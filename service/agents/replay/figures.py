@@ -34,10 +34,12 @@ class RefusedCall(msgspec.Struct, frozen=True, kw_only=True):
 
 class Replayed(msgspec.Struct, frozen=True, kw_only=True):
     """A replay twin's tool calls (docs/replay-twins.md), by where their answers came from: the source's
-    recording, the real server (a read, live), or nowhere (refused: `refused_calls` say what the arm wanted)."""
+    recording, the real server (a read, live), nowhere because the source never made the call (missed, under
+    `reads: "recorded"`), or nowhere because it acts (refused: `refused_calls` say what the arm wanted)."""
 
     recorded: int
     live: int
+    missed: int
     refused: int
     refused_calls: list[RefusedCall]
 
@@ -47,8 +49,8 @@ def replayed(calls: list[ReplayCall]) -> Replayed:
     refused = [c for c in calls if c.answered_from == "refused"]
     return Replayed(
         recorded=sum(c.answered_from == "recorded" for c in calls), live=sum(c.answered_from == "live" for c in calls),
-        refused=len(refused), refused_calls=[RefusedCall(tool=c.tool, arguments=msgspec.json.decode(c.arguments))
-                                             for c in refused],
+        missed=sum(c.answered_from == "missed" for c in calls), refused=len(refused),
+        refused_calls=[RefusedCall(tool=c.tool, arguments=msgspec.json.decode(c.arguments)) for c in refused],
     )  # fmt: skip
 
 

@@ -177,7 +177,8 @@ def _sum(parts: list[Replayed | None]) -> Replayed | None:
     if not found:
         return None
     return Replayed(
-        recorded=sum(p.recorded for p in found), live=sum(p.live for p in found), refused=sum(p.refused for p in found),
+        recorded=sum(p.recorded for p in found), live=sum(p.live for p in found), missed=sum(p.missed for p in found),
+        refused=sum(p.refused for p in found),
         refused_calls=[c for p in found for c in p.refused_calls],
     )  # fmt: skip
 

@@ -13,7 +13,7 @@ from service.agents.replay.tools import ToolPolicy
 
 def _answered(r: Replayed | None) -> str:
     """A replay twin's tool calls by where their answers came from (docs/replay-twins.md)."""
-    return "" if r is None else f"{r.recorded} recorded, {r.live} live, {r.refused} refused"
+    return "" if r is None else f"{r.recorded} recorded, {r.live} live, {r.missed} missed, {r.refused} refused"
 
 
 def _intents(name: str, c: Column) -> list[str]:

@@ -3,12 +3,13 @@ safe by default (docs/whatif.md, "What an arm's tools do"; docs/experiments.md).
 
 Each arm's configuration is read from kagent's `agent` table (store.agents); each of its MCP servers is asked for
 its tools (`tools/list`, as the caller) and each tool the arm may call is classed: **asks** (kagent asks a person
-to approve it first: `require_approval`), **reads** (the server annotates it `readOnlyHint: true`, or the operator
-counts it read-only: REPLAY_READ_ONLY_TOOLS, by default the shipped list of kagent's own tool server's read tools,
-`read_only_tools.txt`), **acts** (everything else, every tool of a server that does not answer, and what no one
-can list: local stdio servers, remote agents, code the agent runs). Without an explicit `live`, a start whose arm
-could call a tool that acts without approval, and is not a replay twin (its MCP servers are this service's replay
-endpoint, REPLAY_MCP_URL), is refused: 422, nothing written (`decide`).
+to approve it first: `require_approval`), **reads** (on the operator's word for its server: trust.py), **acts**
+(everything else, and whatever cannot be seen: every tool of a server that does not answer, a tool the
+configuration names but its server does not list, a BYO agent or a configuration kagent-fork cannot read, local
+stdio servers, remote agents, code the agent runs). Without an explicit `live`, a start whose arm is not a replay
+twin (its MCP servers are this service's replay endpoint, REPLAY_MCP_URL) is refused, 422, nothing written
+(`decide`), when it could call a tool that acts without approval or, under `reads: "recorded"` (the default), when
+it has any tool: only a twin's calls are answered from the source's recording.
 
 The MCP SDK is imported when a server is asked, never with this module: a command that only reads jobs or
 experiments does not load it (tests/test_cli.py)."""
@@ -16,14 +17,14 @@ experiments does not load it (tests/test_cli.py)."""
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from service.agents.replay import trust
+from service.agents.replay.trust import ToolClass
 from service.config import Settings
 from service.errors import Unprocessable
 from service.identity import Caller
@@ -31,40 +32,47 @@ from service.kagent.store.agents import AgentConfig, AgentRow, McpServerConfig
 from service.kagent.store.base import check_not_holding
 from service.services import Services
 
-ToolClass = Literal["asks", "reads", "acts"]
 Mode = Literal["replay", "live"]
 Reads = Literal["live", "recorded"]
 LIST_TIMEOUT_SECONDS = 10.0  # a server that has not listed its tools by then does not answer (capped by the job's)
-_SHIPPED = Path(__file__).with_name("read_only_tools.txt")
 _MORE_THAN = 12  # a refusal names at most this many tools of an arm, then says how many more
 
 
 class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What the arms' tools do: `replay` (the source's recorded results; read-only tools may run live, or, with
-    `reads: "recorded"`, only from the recording; nothing else runs) or `live` (every tool for real)."""
+    """What the arms' tools do: `replay` (the source's recorded results; an unrecorded call is answered as such,
+    `reads: "recorded"`, the default, or, with `reads: "live"`, runs live when it only reads; nothing that acts
+    runs) or `live` (every tool for real)."""
 
     mode: Mode
-    reads: Reads = "live"
+    reads: Reads = "recorded"
+
+
+class AskedTools(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The request's `tools` as an object: `reads` unsaid is the default of its mode."""
+
+    mode: Mode
+    reads: Reads | None = None
 
 
 # The request's `tools`: "replay", "live" (shorthand for {mode}) or {mode, reads}.
-ToolsField = Mode | ToolPolicy
+ToolsField = Mode | AskedTools
 
 
 def policy_of(tools: ToolsField | None, reads: Reads | None = None) -> ToolPolicy | None:
     """The policy a request asks for (None: it said nothing, the start decides). `reads`, the contract's own field
-    beside `tools`, must agree with an object's `reads`; reads apply only to a replay (422 otherwise)."""
+    beside `tools`, must agree with an object's `reads`; `reads: "recorded"` applies only to a replay (422 with
+    `live`, where every tool runs for real); unsaid, a replay's reads are `recorded`."""
     if tools is None and reads is None:
         return None
-    policy = ToolPolicy(mode=tools) if isinstance(tools, str) else tools
-    if reads is not None:
-        if policy is not None and not isinstance(tools, str) and policy.reads != reads:
-            raise Unprocessable(f'reads is "{reads}" but tools.reads is "{policy.reads}": say it once')
-        policy = ToolPolicy(mode=policy.mode if policy is not None else "replay", reads=reads)
-    assert policy is not None
-    if policy.mode == "live" and policy.reads == "recorded":
-        raise Unprocessable('reads: "recorded" applies to tools: "replay" (with "live" every tool runs for real)')
-    return policy
+    asked = AskedTools(mode=tools) if isinstance(tools, str) else tools or AskedTools(mode="replay")
+    if reads is not None and asked.reads is not None and asked.reads != reads:
+        raise Unprocessable(f'reads is "{reads}" but tools.reads is "{asked.reads}": say it once')
+    said = reads or asked.reads
+    if asked.mode == "live":
+        if said == "recorded":
+            raise Unprocessable('reads: "recorded" applies to tools: "replay" (with "live" every tool runs for real)')
+        return ToolPolicy(mode="live", reads="live")
+    return ToolPolicy(mode="replay", reads=said or "recorded")
 
 
 class ArmTool(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,32 +95,6 @@ class ArmTools(msgspec.Struct, frozen=True, kw_only=True):
     reads: list[ArmTool]
     acts: list[ArmTool]
     note: str | None = None
-
-
-def classify(
-    name: str, *, require_approval: Sequence[str], read_only_hint: bool | None, read_only_names: frozenset[str]
-) -> ToolClass:
-    """asks when kagent asks to approve it; reads when the server says it only reads or the operator counts it
-    read-only; else acts."""
-    if name in require_approval:
-        return "asks"
-    if read_only_hint is True or name in read_only_names:
-        return "reads"
-    return "acts"
-
-
-@functools.lru_cache(maxsize=1)
-def shipped_read_only_names() -> frozenset[str]:
-    """The shipped default list (read_only_tools.txt: a name a line, `#` comments)."""
-    lines = (line.partition("#")[0].strip() for line in _SHIPPED.read_text().splitlines())
-    return frozenset(line for line in lines if line)
-
-
-def read_only_names(settings: Settings) -> frozenset[str]:
-    """REPLAY_READ_ONLY_TOOLS's names, its word `default` standing for the shipped list."""
-    words = set(settings.replay_read_only_tools)
-    shipped = shipped_read_only_names() if "default" in words else frozenset()
-    return shipped | (words - {"default"})
 
 
 def _under(url: str, base: str) -> bool:
@@ -205,10 +187,11 @@ def arm_of(ref: str, row: AgentRow | None, listed: dict[tuple[str, str], Listed]
             "runs: this one is served from elsewhere, as the demo's scripted agent or a test's): kagent-fork "
             "cannot see its tools",
         )  # fmt: skip
-    if row.config is None:
-        why = row.config_error or f"a {row.type} agent: its tools are its own, kagent's configuration lists none"
+    if row.config is None or row.type == "BYO":
+        byo = f"a {row.type} agent: its tools are its own, kagent's configuration lists none"
+        why = byo if row.type == "BYO" else row.config_error or byo
         return ArmTools(agent_ref=ref, known=False, twin=False, asks=[], reads=[], acts=[ArmTool(name="*", why=why)])
-    config, names = row.config, read_only_names(settings)
+    config, word = row.config, trust.trust_of(settings)
     by: dict[ToolClass, list[ArmTool]] = {"asks": [], "reads": [], "acts": []}
     for server, transport in _servers(config):
         url, approval, allowed = server.params.url, server.require_approval or [], server.tools or None
@@ -217,15 +200,13 @@ def arm_of(ref: str, row: AgentRow | None, listed: dict[tuple[str, str], Listed]
             for name in allowed or ["*"]:
                 by["acts"].append(ArmTool(name=name, server=url, why=f"the server did not answer: {answer.error}"))
             continue
-        for name, hint in answer.tools:
-            if allowed is not None and name not in allowed:
+        hints = dict(answer.tools)
+        for name in allowed or list(hints):
+            if name not in hints:  # what the server does not show cannot be known to only read
+                why = "the configuration names it, but the server does not list it"
+                by["asks" if name in approval else "acts"].append(ArmTool(name=name, server=url, why=why))
                 continue
-            cls = classify(name, require_approval=approval, read_only_hint=hint, read_only_names=names)
-            why = {
-                "asks": "require_approval: kagent asks a person first",
-                "reads": "readOnlyHint" if hint is True else "listed read-only (REPLAY_READ_ONLY_TOOLS)",
-                "acts": "not read-only, no approval",
-            }[cls]
+            cls, why = trust.classify(name, url, require_approval=approval, read_only_hint=hints[name], trust=word)
             by[cls].append(ArmTool(name=name, server=url, why=why))
     by["acts"] += _unlistable(config)
     ordered = {k: sorted(v, key=lambda t: (t.name, t.server or "")) for k, v in by.items()}
@@ -293,24 +274,33 @@ def judge_may_not_act(judge: ArmTools | None, policy: ToolPolicy | None) -> None
 
 def decide(asked: ToolPolicy | None, arms: Iterable[ArmTools], judge: ArmTools | None = None) -> ToolPolicy:
     """The policy a start runs with: `live` only when asked for; otherwise `replay`, refused (422) when an arm that
-    is not a replay twin could call a tool that acts without an approval (or, with `reads: "recorded"`, one that
-    would read live: only a twin's reads can be held to the recording), or when its judge could act."""
+    is not a replay twin could call a tool that acts without an approval, or, under `reads: "recorded"` (the
+    default), has any tool at all (only a twin's calls can be answered from the recording), or when its judge
+    could act."""
     if asked is not None and asked.mode == "live":
         return asked
     policy = asked or ToolPolicy(mode="replay")
     judge_may_not_act(judge, policy)
-    risky = [
-        (arm.agent_ref, [*arm.acts, *(arm.reads if policy.reads == "recorded" else [])]) for arm in arms if not arm.twin
-    ]
+    recorded = policy.reads == "recorded"
+    risky = [(arm.agent_ref, [*arm.acts, *(arm.asks + arm.reads if recorded else [])]) for arm in arms if not arm.twin]
     risky = [(ref, tools) for ref, tools in risky if tools]
     if not risky:
         return policy
-    what = "act" if policy.reads == "live" else 'act, or read live (reads: "recorded")'
     agents = "; ".join(f"{ref} ({_named(tools)})" for ref, tools in risky)
     one = len(risky) == 1
+    it, they = ("it", "it is") if one else ("them", "they are")
+    if recorded:
+        twins = ", ".join(f"kagent-fork replay-twin {ref}" for ref, _ in risky)
+        raise Unprocessable(
+            f"tools: {'the agent' if one else 'the agents'} {agents} {'has' if one else 'have'} tools, and {they} not "
+            f'a replay twin: under reads: "recorded" (the default) only a twin\'s tool calls are answered from the '
+            f"source's recording: nothing was started. Make the twin ({twins}, then name the twin as the agent), "
+            f'or say reads: "live" to run {it} as {"it is" if one else "they are"}, its reads live on today\'s '
+            'servers (a tool that acts is still refused; tools: "live" runs every tool for real)'
+        )
     raise Unprocessable(
-        f"tools: {'the agent' if one else 'the agents'} {agents} could call tools that {what} without an "
-        f"approval, and {'it is' if one else 'they are'} not a replay twin: nothing was started. Run "
-        f"{'it' if one else 'them'} on a replay twin (kagent-fork replay-twin NAMESPACE/NAME), or say "
+        f"tools: {'the agent' if one else 'the agents'} {agents} could call tools that act without an "
+        f"approval, and {they} not a replay twin: nothing was started. Run "
+        f"{it} on a replay twin (kagent-fork replay-twin NAMESPACE/NAME), or say "
         'tools: "live" to let every tool run for real'
     )

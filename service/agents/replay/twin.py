@@ -1,32 +1,38 @@
 """The replay endpoint's decisions (docs/replay-twins.md): a replay twin's tool servers are kagent-fork's
-`/replay/mcp/{namespace}/{name}/{server}`, each standing in for one MCP server of the agent namespace/name. A
-call is the turn's that holds that agent's lease for the caller (lease.py), and is answered
+`/replay/mcp/{namespace}/{name}/{server}`, each standing in for one MCP server of the agent namespace/name. It
+answers only a caller whose replay turn holds that agent's lease (lease.py): that turn's call is answered
 
+- refused, when the tool is outside the source agent's configured tools for that server (its `tools`);
 - from the recording, when the source conversation made the same call (tool, canonical arguments) before or
   in the turn being replayed: the source's result exactly as its events hold it;
-- live, from the real server as the caller, when the tool only reads and the branch's policy lets reads run
-  (`reads: "live"`);
-- with a tool error saying it was not run, otherwise: the arm's intent.
+- refused, when the tool acts or asks for an approval: the arm's intent, nothing ran;
+- missed, when it only reads and the branch keeps to the source's world (`reads: "recorded"`, the default): a
+  tool error saying the source never made that call;
+- live, from the real server as the caller, when it only reads and the branch said `reads: "live"`.
 
-Every answered call is kept with its branch and turn (`replay_call`)."""
+Every answered call is kept with its branch and turn (`replay_call`). No answer names the real server's address:
+the endpoint is reachable by whoever reaches kagent-fork, the address is the operator's."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
 from mcp.types import CallToolResult, TextContent, Tool
 
-from service.agents.replay import real_server, tools
+from service.agents.replay import real_server, trust
 from service.agents.replay.lease import servers
 from service.agents.replay.recordings import canonical, recorded
-from service.agents.replay.tools import ToolClass, ToolPolicy
-from service.errors import NotFound
+from service.agents.replay.tools import ToolPolicy
+from service.agents.replay.trust import ToolClass
+from service.errors import Forbidden, NotFound, ServiceError
 from service.kagent.store.replay import Holder
 from service.services import Services
 
-AnsweredFrom = Literal["recorded", "live", "refused"]
+AnsweredFrom = Literal["recorded", "live", "missed", "refused"]
+log = logging.getLogger("kagent_fork")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +52,7 @@ class Target:
 
     server: real_server.RealServer
     require_approval: frozenset[str]
+    allowed: frozenset[str] | None  # the config's `tools` for that server (None: every tool it lists)
     key: str
 
 
@@ -69,19 +76,54 @@ async def target(svc: Services, incoming: Incoming) -> Target:
     headers.update(config.params.headers or {})
     return Target(
         server=real_server.RealServer(url=config.params.url, transport=transport, headers=headers),
-        require_approval=frozenset(config.require_approval or []), key=incoming.server,
+        require_approval=frozenset(config.require_approval or []),
+        allowed=frozenset(config.tools) if config.tools else None, key=incoming.server,
     )  # fmt: skip
 
 
-def classify(tool: str, target: Target, listed: list[Tool], read_only_names: frozenset[str]) -> ToolClass:
-    """The tool's class as the start classes an arm's tools (tools.classify): what the source agent's config and
-    the real server's tools/list say of it; a tool the server did not list acts."""
+def classify(tool: str, target: Target, listed: list[Tool], word: trust.Trust) -> ToolClass:
+    """The tool's class as the start classes an arm's tools (trust.classify): what the source agent's config and
+    the real server's tools/list say of it; a tool the server did not list acts (or asks, if approval is asked)."""
     spec = next((t for t in listed if t.name == tool), None)
     if spec is None:
         return "asks" if tool in target.require_approval else "acts"
     hint = spec.annotations.readOnlyHint if spec.annotations is not None else None
-    return tools.classify(
-        tool, require_approval=sorted(target.require_approval), read_only_hint=hint, read_only_names=read_only_names
+    cls, _ = trust.classify(
+        tool, target.server.url, require_approval=sorted(target.require_approval), read_only_hint=hint, trust=word
+    )
+    return cls
+
+
+class Unanswered(ServiceError):
+    """The real server did not answer; why is in the log, never in the answer (it would name its address)."""
+
+    status = 502
+
+
+async def real_tools(where: Target) -> list[Tool]:
+    """The real server's tools the source agent may call (its config's `tools`), as the twin must see them."""
+    try:
+        listed = await real_server.list_tools(where.server)
+    except real_server.Unreachable as exc:
+        log.warning("replay endpoint: server %s: %s", where.key, exc)
+        raise Unanswered(
+            f"the real MCP server {where.key} stands in for did not list its tools (kagent-fork's log says why)"
+        ) from None
+    return [t for t in listed if where.allowed is None or t.name in where.allowed]
+
+
+async def list_for(svc: Services, incoming: Incoming) -> list[Tool]:
+    """tools/list: the real server's tools, only for a caller whose replay turn on that agent is running (403
+    otherwise: no one lists an agent's servers through kagent-fork who is not replaying it)."""
+    if await holder_of(svc, incoming) is None:  # first: whoever is not replaying learns nothing of the agent
+        raise Forbidden(_no_turn(incoming))
+    return await real_tools(await target(svc, incoming))
+
+
+def _no_turn(incoming: Incoming) -> str:
+    return (
+        f"no branch of a replay is running a turn on {incoming.agent} for {incoming.user_id}: a replay twin's "
+        "tools are listed and answered only during the turns kagent-fork replays"
     )
 
 
@@ -91,13 +133,17 @@ def refusal(text: str) -> CallToolResult:
 
 def recorded_result(response: object) -> CallToolResult:
     """The source's recorded result as the tool answered it (ADK keeps an MCP tool's CallToolResult as the
-    function response); any other shape as its JSON text."""
+    function response); any other shape as its JSON text, and an object also as its structured content (the MCP
+    SDK refuses an answer without one for a tool that declares an output schema, as FastMCP's tools do)."""
     if isinstance(response, dict):
         try:
             return CallToolResult.model_validate(response)
         except ValueError:
             pass
-    return CallToolResult(content=[TextContent(type="text", text=msgspec.json.encode(response).decode())])
+    return CallToolResult(
+        content=[TextContent(type="text", text=msgspec.json.encode(response).decode())],
+        structuredContent=response if isinstance(response, dict) else None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,16 +162,12 @@ _policy = msgspec.json.Decoder(ToolPolicy)
 
 
 async def call(svc: Services, incoming: Incoming, tool: str, arguments: dict[str, object]) -> CallToolResult:
-    """Answer one call of a twin (see the module's text), kept with its branch and turn. Reads run live unless the
-    branch's policy says `reads: "recorded"` (a job written before policies were kept: live)."""
-    where = await target(svc, incoming)
+    """Answer one call of a twin (see the module's text), kept with its branch and turn. Reads run live only when
+    the branch's policy says `reads: "live"`."""
     holder = await holder_of(svc, incoming)
-    if holder is None:
-        return refusal(
-            f"not run: {tool} was called through kagent-fork's replay endpoint for {incoming.agent}, but no branch "
-            f"of a replay is running a turn on it for {incoming.user_id}: a replay twin's tools answer only the "
-            "turns kagent-fork replays"
-        )
+    if holder is None:  # not kept: no branch asked; first, so that whoever is not replaying learns nothing more
+        return refusal(f"not run: {tool} was called through kagent-fork's replay endpoint, but {_no_turn(incoming)}")
+    where = await target(svc, incoming)
     async with svc.connection() as conn:
         job = await svc.store.jobs.whatif_job(conn, holder.job_id, incoming.user_id)
         rows = await svc.store.jobs.whatif_turns(conn, holder.job_id) if job is not None else []
@@ -136,8 +178,8 @@ async def call(svc: Services, incoming: Incoming, tool: str, arguments: dict[str
             else {}
         )
     policy = _policy.decode(job.tool_policy) if job is not None and job.tool_policy else None
-    reads = policy.reads if policy is not None else "live"
-    answered = await _answer(where, tool, arguments, recordings, reads, tools.read_only_names(svc.settings))
+    reads = policy.reads if policy is not None else "recorded"  # no policy kept: the safe side
+    answered = await _answer(where, tool, arguments, recordings, reads, trust.trust_of(svc.settings))
     async with svc.connection() as conn:
         await svc.store.replay.insert_call(
             conn, holder, twin=incoming.agent, server=incoming.server, tool=tool, arguments=canonical(arguments),
@@ -146,36 +188,51 @@ async def call(svc: Services, incoming: Incoming, tool: str, arguments: dict[str
     return answered.result
 
 
+_REPLAY = "not run: this is a replay of a recorded conversation (kagent-fork), and {tool} with these arguments {why}"
+
+
 async def _answer(
     where: Target, tool: str, arguments: dict[str, object], recordings: dict[tuple[str, str], object], reads: str,
-    read_only_names: frozenset[str],
+    word: trust.Trust,
 ) -> Answered:  # fmt: skip
+    if where.allowed is not None and tool not in where.allowed:  # the source agent could never have called it
+        why = (
+            "was not run: it is not among the source agent's configured tools. The call is kept as the agent's intent."
+        )
+        return Answered(result=refusal(_REPLAY.format(tool=tool, why=why)), answered_from="refused", tool_class="acts")
     try:
         listed = await real_server.list_tools(where.server)
-    except real_server.Unreachable:
+    except real_server.Unreachable as exc:  # unlisted: every tool acts, and the reason is logged, not answered
+        log.warning("replay endpoint: server %s: %s", where.key, exc)
         listed = []
-    tool_class = classify(tool, where, listed, read_only_names)
+    tool_class = classify(tool, where, listed, word)
     if (tool, canonical(arguments)) in recordings:
         return Answered(
             result=recorded_result(recordings[(tool, canonical(arguments))]), answered_from="recorded",
             tool_class=tool_class,
         )  # fmt: skip
-    if tool_class == "reads" and reads == "live":
-        try:
-            result = await real_server.call_tool(where.server, tool, arguments)
-        except real_server.Unreachable as exc:  # kept as refused: the arm asked, and nothing ran
-            return Answered(result=refusal(f"not run: {exc}"), answered_from="refused", tool_class=tool_class)
-        return Answered(result=result, answered_from="live", tool_class=tool_class)
-    why = (
-        "it only reads, but this replay answers only from the source's recording (reads: recorded) and the "
-        "source made no such call"
-        if tool_class == "reads"
-        else f"it is not a read-only tool ({tool_class}) and the source conversation made no such call"
-    )
-    return Answered(
-        result=refusal(
-            f"not run: this is a replay of a recorded conversation (kagent-fork), and {tool} with these arguments "
-            f"was not run because {why}. The call is kept as the agent's intent."
-        ),
-        answered_from="refused", tool_class=tool_class,
-    )  # fmt: skip
+    if tool_class != "reads":
+        why = (
+            f"was not run: it is not a read-only tool ({tool_class}) and the source conversation made no such call. "
+            "The call is kept as the agent's intent."
+        )
+        return Answered(
+            result=refusal(_REPLAY.format(tool=tool, why=why)), answered_from="refused", tool_class=tool_class
+        )
+    if reads != "live":
+        why = (
+            "is not in the source's recording: the source conversation never made this call, and this replay "
+            'answers only what the source saw (reads: "recorded"). Nothing was run.'
+        )
+        return Answered(
+            result=refusal(_REPLAY.format(tool=tool, why=why)), answered_from="missed", tool_class=tool_class
+        )
+    try:
+        result = await real_server.call_tool(where.server, tool, arguments)
+    except real_server.Unreachable as exc:  # kept as refused: the arm asked, and nothing ran
+        log.warning("replay endpoint: server %s: %s", where.key, exc)
+        text = (
+            f"not run: the real MCP server {where.key} stands in for did not answer {tool} (kagent-fork's log says why)"
+        )
+        return Answered(result=refusal(text), answered_from="refused", tool_class=tool_class)
+    return Answered(result=result, answered_from="live", tool_class=tool_class)

@@ -82,7 +82,7 @@ const ExperimentView = (() => {
     return el("td", {}, el("div", {}, short(turn.answer, 300) || "(no answer)"),
       el("div", { class: "muted" }, turn.total_tokens + " tokens · " + (turn.state || "")),
       turn.tool_policy ? el("div", { class: "muted" }, "tools: " + turn.tool_policy.recorded + " recorded, " +
-        turn.tool_policy.live + " live, " + turn.tool_policy.refused + " refused") : null);
+        turn.tool_policy.live + " live, " + turn.tool_policy.missed + " missed, " + turn.tool_policy.refused + " refused") : null);
   }
 
   // What the judge said of a branch against the source (the experiment's judgment), under its name.

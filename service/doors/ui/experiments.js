@@ -197,7 +197,7 @@ function figures(f) {
 // A replay twin's tool calls by where the replay endpoint answered them from (docs/replay-twins.md), and the calls
 // it refused: what the arm wanted to run (its intent).
 function answered(r) {
-  return `tools: ${r.recorded} recorded, ${r.live} live, ${r.refused} refused`;
+  return `tools: ${r.recorded} recorded, ${r.live} live, ${r.missed} missed, ${r.refused} refused`;
 }
 
 function intents(r) {

@@ -5,8 +5,8 @@
 
 // What the agents' tools do (docs/whatif.md, "What an arm's tools do"): the page's choice as the body's `tools`.
 const TOOL_POLICIES = {
-  replay: { tools: "replay", text: "replay: nothing that acts runs (read-only tools run live)" },
-  recorded: { tools: { mode: "replay", reads: "recorded" }, text: "replay, reads from the recording only (replay twins)" },
+  replay: { tools: "replay", text: "replay: the source's recorded results only (replay twins); nothing runs" },
+  reads_live: { tools: { mode: "replay", reads: "live" }, text: "replay, reads live: an unrecorded read runs on today's servers" },
   live: { tools: "live", text: "live: every tool runs for real" },
 };
 
@@ -35,7 +35,9 @@ function toolsWarning(tools, plan, who) {
   const classes = plan.arms.map((a) => `  ${armWords(a)}`).join("\n");
   const what = tools === "live"
     ? `${who} run their tools for real: against the real cluster, with their real credentials. A tool that changes something changes it.`
-    : "Tools: replay. Nothing that acts runs; read-only tools run live, as you, against today's world; a tool that asks for an approval waits (kagent-fork never approves).";
+    : tools.reads === "live"
+      ? "Tools: replay, reads live. Nothing that acts runs; a read the source did not make runs live, as you, against today's world; a tool that asks for an approval waits (kagent-fork never approves)."
+      : "Tools: replay. Each tool call the source made answers its recorded result; one it never made answers that it is not in the recording (missed); nothing runs.";
   return `${what}\n\nWhat each can do (asks: needs an approval; reads: read-only; acts: changes something):\n${classes}`;
 }
 

@@ -90,6 +90,7 @@ class AgentRow:
 
 
 _decoder = msgspec.json.Decoder(AgentConfig)
+_KNOWN = frozenset(AgentConfig.__struct_fields__)
 
 
 def decode_config(text: str | None) -> tuple[AgentConfig | None, str | None]:
@@ -98,6 +99,10 @@ def decode_config(text: str | None) -> tuple[AgentConfig | None, str | None]:
     if text is None or text.strip() in ("", "null"):
         return None, None
     try:
+        keys = msgspec.json.decode(text)
+        # A shape that would read as "no tools" (BYO's `{"type": "BYO"}`, keys we do not know) is not known to be.
+        if isinstance(keys, dict) and keys and not set(keys) & _KNOWN:
+            return None, f"kagent-fork does not know this configuration's shape (keys: {', '.join(sorted(keys))[:200]})"
         return _decoder.decode(text), None
     except msgspec.DecodeError as e:
         return None, f"kagent's stored config does not decode: {e}"
