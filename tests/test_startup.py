@@ -468,3 +468,10 @@ def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path)
     assert "demo A2A agents (answer from scripts, no model)" in output and "kagent/thorough-agent" in output
     assert "demo judge (prefers the continuation with fewer tool calls): kagent/demo-judge" in output
     assert _gone(pgdata, 30)
+
+
+def test_each_migration_has_a_version_of_its_own() -> None:
+    """Two branches may each add the next migration; merged, two files of one version would leave one unapplied
+    wherever the other ran first (a version is applied once)."""
+    versions = [int(p.name.split("_", 1)[0]) for p in sorted((ROOT / "sql" / "migrations").glob("*.sql"))]
+    assert len(versions) == len(set(versions)), sorted(versions)
