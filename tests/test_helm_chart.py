@@ -54,7 +54,8 @@ CASES: dict[str, dict[str, Any]] = {
         "auth": {"mode": "trusted-proxy", "userIdClaim": "email",
                  "jwt": {"audience": "kagent", "secretRef": {"name": "jwt", "key": "hs256"}}},
         "mcpApps": {"secretRef": {"name": "kagent-fork"}},
-        "replay": {"readOnlyTools": ["default", "get_pods"], "trustedServers": ["kagent/tools"]},
+        "replay": {"readOnlyTools": ["default", "kagent/tools/get_pods"], "trustedServers": ["kagent/tools"],
+                   "serverNames": ["kagent/tools=http://tools.kagent:8084/mcp"]},
         "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "fork@p.iam.gserviceaccount.com"}},
         "env": [{"name": "EXTRA", "value": "1"}],
         "extraObjects": [
@@ -236,10 +237,12 @@ def test_set_values_reach_the_service() -> None:
     assert env["MCP_APP_SECRET"]["valueFrom"] == {"secretKeyRef": {"name": "kagent-fork", "key": "mcp-app-secret"}}
     assert env["JWT_SECRET"]["valueFrom"] == {"secretKeyRef": {"name": "jwt", "key": "hs256"}}
     assert env["REPLAY_TRUSTED_SERVERS"]["value"] == "kagent/tools"
+    assert env["REPLAY_SERVER_NAMES"]["value"] == "kagent/tools=http://tools.kagent:8084/mcp"
     assert env["EXTRA"] == {"name": "EXTRA", "value": "1"}
     settings = _settings(docs)
     assert settings.auth_mode == "trusted-proxy" and settings.user_id_claim == "email"
-    assert settings.jwt_audience == "kagent" and settings.replay_read_only_tools == ("default", "get_pods")
+    assert settings.jwt_audience == "kagent" and settings.replay_trusted_servers == ("http://tools.kagent:8084/mcp",)
+    assert ("http://tools.kagent:8084/mcp", "get_pods") in settings.replay_read_only_tools
     off = _settings(render({"turnMap": {"minTasks": "off", "forkCopy": True}, "limits": {"maxForkEvents": 0}}))
     assert off.turn_map_min_tasks is None and off.turn_map_fork_copy and off.max_fork_events == 0
 
@@ -331,7 +334,11 @@ def test_routes_are_off_by_default_and_on_when_asked() -> None:
     assert {"HTTPRoute", "Ingress", "Route", "ServiceMonitor", "Agent"} <= {d["kind"] for d in docs}
     route = one(docs, "HTTPRoute")
     assert route["spec"]["parentRefs"] == [{"name": "gw", "namespace": "gateway-system"}]
-    assert [r["backendRefs"][0]["name"] for r in route["spec"]["rules"]] == ["kagent-fork", "kagent-ui"]
+    assert [r["backendRefs"][0]["name"] for r in route["spec"]["rules"]] == [
+        "kagent-fork",
+        "kagent-fork",
+        "kagent-ui",
+    ]  # 8 matches a rule at most
     ingress = one(docs, "Ingress")
     assert ingress["spec"]["tls"] == [{"secretName": "kagent-tls", "hosts": ["kagent.example.com"]}]
     openshift = one(docs, "Route")
@@ -346,7 +353,10 @@ def test_routes_without_kagents_ui_and_beside_another_kagent_release() -> None:
     values = {"kagent": {"fullname": "ai"}, "httpRoute": {**ROUTES_ON["httpRoute"], "kagentUi": False},
               "ingress": {"enabled": True, "kagentUi": False}}  # fmt: skip
     docs = render(values)
-    assert [r["backendRefs"][0]["name"] for r in one(docs, "HTTPRoute")["spec"]["rules"]] == ["kagent-fork"]
+    assert [r["backendRefs"][0]["name"] for r in one(docs, "HTTPRoute")["spec"]["rules"]] == [
+        "kagent-fork",
+        "kagent-fork",
+    ]
     paths = one(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"]
     assert {p["backend"]["service"]["name"] for p in paths} == {"kagent-fork"}
     assert env_of(docs)["KAGENT_A2A_URL"]["value"] == "http://ai-controller.kagent.svc:8083/api/a2a"

@@ -79,6 +79,12 @@ openapi.yaml by tests/test_deploy_manifests.py.
 - path: ^/mcp/?$
 - method: GET
   path: ^/(ui/[^/]*|api/fork-explorer/(sessions|whoami|agents))$
+- method: GET
+  path: ^/api/suites(/[^/]+(/export)?)?$
+- method: POST
+  path: ^/api/suites(/import|/[^/]+/cases)?$
+- method: DELETE
+  path: ^/api/suites/[^/]+/cases/[^/]+$
 {{- end }}
 
 {{/*
