@@ -222,7 +222,7 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.path_parameters["suite_id"] = suite
         if "case_id" in case.path_parameters:
             case.path_parameters["case_id"] = rnd.choice(cases)
-        conv = seeded.conversations[1]
+        conv = seeded.explored  # no fuzzed rewind hides its turns, so a case of it is found
     if path_has(case, "/suites") and not (case.headers and "X-User-Id" in case.headers):
         case.headers = {**(case.headers or {}), "X-User-Id": seeded.conversations[1].user_id}
     if isinstance(case.body, dict) and "session_id" in case.body:  # a suite's case, of a seeded conversation
