@@ -54,7 +54,7 @@ async def _held(http: httpx.AsyncClient) -> dict[str, float]:
     return {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith(HELD_METRICS) and not line.endswith("_created")
+        if line.startswith(HELD_METRICS) and "_created" not in line
     }
 
 
