@@ -97,7 +97,43 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.1f}"
 
 
-async def measure(dsn: str, readers: int, at_once: int, turns: int, env: dict[str, str], settle: float) -> str:
+async def _round(
+    url: str, pid: int, path: str, reference: bytes, readers: int, at_once: int, settle: float
+) -> dict[str, str]:
+    """One round: the readers come (at_once at a time), stall, then read everything and go."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        _reset_peak(pid)
+        host, port = url.removeprefix("http://").split(":")
+        began = time.monotonic()
+        opened = []
+        for first in range(0, readers, at_once):
+            wave = min(at_once, readers - first)
+            opened += await asyncio.gather(*(_stalled(host, int(port), path) for _ in range(wave)))
+        answered = time.monotonic() - began
+        statuses = sorted({head[:12].decode(errors="replace") for _, head in opened})
+        await asyncio.sleep(settle)
+        during = _status(pid)["VmRSS"]
+        held_during = await _held(http)
+        bodies = await asyncio.gather(*(_read_rest(sock, head) for sock, head in opened))
+        await asyncio.sleep(settle)
+        after = _status(pid)
+        held_after = await _held(http)
+    found = {
+        f"RSS with all {readers} stalled, MB": _mb(during),
+        "peak RSS (VmHWM) while they came and read, MB": _mb(after["VmHWM"]),
+        "RSS after every reader read its answer and went, MB": _mb(after["VmRSS"]),
+        f"first bytes of all {readers} answers after, s": f"{answered:.1f}",
+        "answers' first lines": ", ".join(statuses),
+        "readers that got the whole, correct body": f"{sum(body == reference for body in bodies)} of {readers}",
+    }
+    found.update({f"`{name}` while stalled": f"{value:,.0f}" for name, value in held_during.items()})
+    found.update({f"`{name}` after": f"{value:,.0f}" for name, value in held_after.items()})
+    return found
+
+
+async def measure(
+    dsn: str, readers: int, at_once: int, turns: int, env: dict[str, str], settle: float, rounds: int
+) -> str:
     from service.embedded.server import install_kagent_schema
 
     conn = await asyncpg.connect(dsn)
@@ -112,41 +148,18 @@ async def measure(dsn: str, readers: int, at_once: int, turns: int, env: dict[st
         reference = (await http.get(path, headers={"X-User-Id": USER})).content
         await asyncio.sleep(settle)
         before = _status(proc.pid)["VmRSS"]
-        _reset_peak(proc.pid)
-        host, port = url.removeprefix("http://").split(":")
-        began = time.monotonic()
-        opened = []
-        for first in range(0, readers, at_once):
-            wave = min(at_once, readers - first)
-            opened += await asyncio.gather(*(_stalled(host, int(port), path) for _ in range(wave)))
-        answered = time.monotonic() - began
-        statuses = sorted({head[:12].decode(errors="replace") for _, head in opened})
-        await asyncio.sleep(settle)
-        during = _status(proc.pid)["VmRSS"]
-        held_during = await _held(http)
-        bodies = await asyncio.gather(*(_read_rest(sock, head) for sock, head in opened))
-        await asyncio.sleep(settle)
-        after = _status(proc.pid)
-        held_after = await _held(http)
-    whole = sum(body == reference for body in bodies)
+        found = [await _round(url, proc.pid, path, reference, readers, at_once, settle) for _ in range(rounds)]
+    names = list(dict.fromkeys(name for one in found for name in one))
     lines = [
         f"{readers} stalled readers (4 KiB receive buffers) of a {_mb(len(reference))} MB JSON transcript "
-        f"({turns} turns), {at_once} asking at once; `kagent-fork serve --workers 1`; settings: {env or 'defaults'}",
+        f"({turns} turns), {at_once} asking at once, {rounds} round(s) one after the other; "
+        f"`kagent-fork serve --workers 1`; settings: {env or 'defaults'}",
         "",
-        "| measure | value |",
-        "|---|---:|",
-        f"| RSS before (after one warm-up read), MB | {_mb(before)} |",
-        f"| RSS with all {readers} stalled, MB | {_mb(during)} |",
-        f"| peak RSS (VmHWM) while they came and read, MB | {_mb(after['VmHWM'])} |",
-        f"| RSS after every reader read its answer and went, MB | {_mb(after['VmRSS'])} |",
-        f"| first bytes of all {readers} answers after, s | {answered:.1f} |",
-        f"| answers' first lines | {', '.join(statuses)} |",
-        f"| readers that got the whole, correct body | {whole} of {readers} |",
+        "| measure | " + " | ".join(f"round {i + 1}" for i in range(rounds)) + " |",
+        "|---|" + "---:|" * rounds,
+        f"| RSS before (after one warm-up read), MB | {_mb(before)} |" + " |" * (rounds - 1),
     ]
-    for name, value in held_during.items():
-        lines.append(f"| `{name}` while stalled | {value:,.0f} |")
-    for name, value in held_after.items():
-        lines.append(f"| `{name}` after | {value:,.0f} |")
+    lines += [f"| {name} | " + " | ".join(one.get(name, "") for one in found) + " |" for name in names]
     return "\n".join(lines)
 
 
@@ -158,6 +171,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--at-once", type=int, default=10,
                    help="readers that ask at the same time (the pool's size: more wait for a connection)")  # fmt: skip
     p.add_argument("--turns", type=int, default=345, help="turns of the session (10 events and one task each)")
+    p.add_argument("--rounds", type=int, default=1, help="times the readers come, stall, read and go")
     p.add_argument("--settle", type=float, default=2.0, help="seconds waited before each reading of the RSS")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE, a setting of the service")
     p.add_argument("--keep", action="store_true", help="keep the database")
@@ -167,7 +181,7 @@ def parser() -> argparse.ArgumentParser:
 async def main(args: argparse.Namespace) -> None:
     env = dict(item.split("=", 1) for item in args.env)
     async with bench_database(args.server_url, args.keep, prefix="kf_stalled_") as dsn:
-        print(await measure(dsn, args.readers, args.at_once, args.turns, env, args.settle))
+        print(await measure(dsn, args.readers, args.at_once, args.turns, env, args.settle, args.rounds))
 
 
 if __name__ == "__main__":
