@@ -37,8 +37,8 @@ class Settings:
     # past it a request answers 503 with Retry-After, so that no burst stalls the service (docs/reliability.md).
     db_pool_wait_seconds: float = 10.0
     idempotency_ttl_seconds: int = 24 * 3600
-    # What answers read whole before their first byte (transcripts) may hold in all, per process, while they wait
-    # for their readers: memory first, then temporary files, then 503 with Retry-After (docs/reliability.md).
+    # What answers made whole before their first byte (transcripts, any over 64 KiB) may hold in all, per process,
+    # while they wait for their readers: memory, then temporary files, then 503 with Retry-After (reliability.md).
     response_memory_bytes: int = 64 * 1024 * 1024
     response_disk_bytes: int = 1024 * 1024 * 1024
     embedded_data_dir: str = ".kagent-fork/pgdata"

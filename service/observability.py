@@ -73,14 +73,15 @@ POOL = Gauge(
 
 HELD_BYTES = Gauge(
     "kagent_fork_response_bytes_held",
-    "Bytes of answers read whole before their first byte (transcripts) that wait to be sent, by place: memory "
+    "Bytes of answers made whole before their first byte (transcripts, any answer over 64 KiB) that wait to be "
+    "sent, by place: memory "
     "(at most RESPONSE_MEMORY_BYTES) or disk (temporary files, at most RESPONSE_DISK_BYTES)",
     ["place"],
     multiprocess_mode="livesum",
 )
 HELD_RESPONSES = Counter(
     "kagent_fork_responses_held_total",
-    "Answers read whole before their first byte, by where they waited to be sent: memory, disk (past "
+    "Answers over 64 KiB and transcripts, by where they waited to be sent: memory, disk (past "
     "RESPONSE_MEMORY_BYTES) or refused (503, past RESPONSE_DISK_BYTES)",
     ["place"],
 )

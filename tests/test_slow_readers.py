@@ -20,6 +20,7 @@ import pytest
 
 from service.app import create_app
 from service.config import Settings
+from service.doors import held
 from tests.helpers import named_connections, seed
 from tests.support.conversations import Conversation
 from tests.support.live_server import live_server
@@ -194,3 +195,36 @@ async def test_answers_past_both_limits_are_refused_and_freed_when_clients_go(
             assert await _held(client) == {"memory": 0, "disk": 0}
             again = await client.get(path, headers={"X-User-Id": conv.user_id})
             assert again.status_code == 200 and again.text.count(PAD) >= 200
+
+
+async def _counted(client: httpx.AsyncClient) -> dict[str, float]:
+    """Answers held so far, by where (kagent_fork_responses_held_total)."""
+    text = (await client.get("/metrics")).text
+    found = re.findall(r'^kagent_fork_responses_held_total\{place="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return {place: float(value) for place, value in found}
+
+
+async def test_a_large_json_answer_is_held_within_the_budget_too(
+    settings: Settings, database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Any answer larger than a block (here a page of 200 turns) waits within the budget as a transcript does:
+    with no memory to hold it, in a temporary file, sent whole with its Content-Length; with no room on disk
+    either, 503 before its first byte."""
+    conv = await _padded(pool, turns=200)
+    path = f"/api/sessions/{conv.session_id}/invocations?limit=1000"
+    user = {"X-User-Id": conv.user_id}
+    with _budgeted(settings, database_url, memory=0, disk=10_000_000) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            before = await _counted(client)
+            r = await client.get(path, headers=user)
+            assert r.status_code == 200 and len(r.content) > held.BLOCK and len(r.json()["data"]) == 200
+            assert r.headers["content-length"] == str(len(r.content)) and "transfer-encoding" not in r.headers
+            assert (await _counted(client))["disk"] == before.get("disk", 0) + 1
+            assert await _held(client) == {"memory": 0, "disk": 0}
+            small = await client.get(f"/api/sessions/{conv.session_id}/invocations?limit=2", headers=user)
+            assert small.status_code == 200 and len(small.json()["data"]) == 2  # a small answer is sent as it is
+    with _budgeted(settings, database_url, memory=0, disk=0) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            r = await client.get(path, headers=user)
+            assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+            assert await _held(client) == {"memory": 0, "disk": 0}

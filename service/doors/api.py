@@ -52,13 +52,20 @@ def services(request: AnyRequest) -> Services:
     return svc
 
 
-def ok(data: object, message: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
-    return Response(
-        content=_encoder.encode(Envelope(data=data, message=message)),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+def ok(data: object, message: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[Any]:
+    return bytes_answer(_encoder.encode(Envelope(data=data, message=message)), "application/json", status, headers)
+
+
+def bytes_answer(body: bytes, media: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[Any]:
+    """`body` as the answer. One larger than a block waits for its reader within the process's budget of held
+    answers, as a transcript does (held.py): in memory or in a temporary file, given back as it is sent."""
+    if len(body) <= held.BLOCK:
+        return Response(content=body, status_code=status, media_type=media, headers=headers)
+    spool = held.spool()  # closed when the request ends, however it ends
+    spool.write(body)
+    # Content-Length as a whole answer has it (a stream would otherwise be sent chunked).
+    length = {"Content-Length": str(len(body))}
+    return Stream(spool.blocks(), status_code=status, media_type=media, headers={**(headers or {}), **length})
 
 
 async def decode_body(request: AnyRequest, kind: type[T]) -> T:

@@ -1,8 +1,9 @@
-"""What answers read whole before their first byte hold while they wait to be sent (docs/reliability.md, "Limits").
+"""What answers made whole before their first byte hold while they wait to be sent (docs/reliability.md, "Limits").
 
-Such an answer (a transcript) is read whole so that no database connection waits for a slow client; the bytes
-then wait for the client instead. One budget per process bounds them: in memory up to RESPONSE_MEMORY_BYTES for
-all answers together, past it in a temporary file up to RESPONSE_DISK_BYTES, past that a 503 with Retry-After.
+A transcript is read whole so that no database connection waits for a slow client, and every other answer is
+made whole (msgspec encodes it at once); the bytes then wait for the client. A transcript, and any answer larger
+than a block, waits here. One budget per process bounds them: in memory up to RESPONSE_MEMORY_BYTES for all
+answers together, past it in a temporary file up to RESPONSE_DISK_BYTES, past that a 503 with Retry-After.
 An answer's bytes are given back as they are sent, and all of them when its request ends, however it ends
 (sent, failed, cancelled, the client gone): the middleware (`releasing`) closes every spool of its request.
 """
@@ -65,10 +66,13 @@ class Spool:
         if self._file is None:
             if self._budget.take("memory", len(data)):
                 self._held += len(data)
+                if len(data) >= BLOCK:  # kept as it is, not copied (a whole JSON answer)
+                    self._end_tail()
+                    self._blocks.append(data)
+                    return
                 self._tail += data
                 if len(self._tail) >= BLOCK:
-                    self._blocks.append(bytes(self._tail))
-                    self._tail = bytearray()
+                    self._end_tail()
                 return
             self._spill()
         assert self._file is not None
@@ -104,19 +108,26 @@ class Spool:
         """Every byte written, in blocks of BLOCK. A block's memory is given back once the server has taken it
         (the generator resumes after the send); the file's share when the spool is closed (at the end)."""
         HELD_RESPONSES.labels(self.place).inc()
-        if self._tail:
-            self._blocks.append(bytes(self._tail))
-            self._tail = bytearray()
+        self._end_tail()
         if self._file is not None:
             self._file.seek(0)
         try:
             while block := self._next():
-                yield block
-                if self._file is None:
+                # A block written whole goes to the server in pieces of BLOCK too: given at once, the server
+                # would hold all of it in its write buffer, outside the count. A piece of exactly BLOCK is the
+                # block itself (bytes slicing does not copy then).
+                for at in range(0, len(block), BLOCK):
+                    yield block[at : at + BLOCK]
+                if self._file is None:  # its last piece taken: nothing holds the block any more
                     self._held -= len(block)
                     self._budget.give("memory", len(block))
         finally:
             self.close()
+
+    def _end_tail(self) -> None:
+        if self._tail:
+            self._blocks.append(bytes(self._tail))
+            self._tail = bytearray()
 
     def _next(self) -> bytes:
         if self._file is not None:
