@@ -220,6 +220,9 @@ async def test_a_large_json_answer_is_held_within_the_budget_too(
             assert r.status_code == 200 and len(r.content) > held.BLOCK and len(r.json()["data"]) == 200
             assert r.headers["content-length"] == str(len(r.content)) and "transfer-encoding" not in r.headers
             assert (await _counted(client))["disk"] == before.get("disk", 0) + 1
+            head = await client.head(path, headers=user)  # HEAD: the same headers, no body
+            assert head.status_code == 200 and not head.content
+            assert head.headers["content-length"] == str(len(r.content))
             assert await _held(client) == {"memory": 0, "disk": 0}
             small = await client.get(f"/api/sessions/{conv.session_id}/invocations?limit=2", headers=user)
             assert small.status_code == 200 and len(small.json()["data"]) == 2  # a small answer is sent as it is
