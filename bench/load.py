@@ -82,13 +82,25 @@ def free_port() -> int:
 @contextlib.asynccontextmanager
 async def serve(dsn: str, workers: int, log: Path) -> AsyncIterator[str]:
     """`kagent-fork serve` in a subprocess, as users run it; stopped (SIGINT) at the end."""
+    async with serve_process(dsn, workers, log) as (url, _):
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve_process(
+    dsn: str, workers: int, log: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """serve, also giving the process (with --workers 1 the one that serves: its memory can be read) and
+    taking settings for it (`env`, over this process's environment)."""
     port = free_port()
     command = Path(sys.executable).with_name("kagent-fork")
     cmd = [str(command)] if command.exists() else [sys.executable, "-m", "service"]
     cmd += ["serve", "--port", str(port), "--workers", str(workers)]
-    env = {**os.environ, "DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1"}
+    environment = {**os.environ, **(env or {}), "DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1"}
     with log.open("ab") as out:
-        proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, env=environment, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -102,7 +114,7 @@ async def serve(dsn: str, workers: int, log: Path) -> AsyncIterator[str]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"kagent-fork serve was not ready in 60 s; see {log}")
                 await asyncio.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGINT)

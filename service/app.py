@@ -19,7 +19,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from service.agents import whatif
 from service.config import Settings
 from service.database import open_pool, prepare_database
-from service.doors import api, experiments_http, mcp_apps, mcp_http, mcp_tools, replay_mcp, suites_http
+from service.doors import api, experiments_http, held, mcp_apps, mcp_http, mcp_tools, replay_mcp, suites_http
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import turn_map
 from service.kagent.store import Store
@@ -209,7 +209,12 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_body_bytes,
-        middleware=[*tracing_middleware(settings.otel_tracing_enabled), observe, options_allow_every_method],
+        middleware=[
+            *tracing_middleware(settings.otel_tracing_enabled),
+            observe,
+            options_allow_every_method,
+            held.releasing(held.Budget(settings.response_memory_bytes, settings.response_disk_bytes)),
+        ],
         logging_config=None,  # logs are configured once, as JSON lines (service.observability)
         openapi_config=None,
         debug=False,

@@ -42,6 +42,10 @@ class Settings:
     # past it a request answers 503 with Retry-After, so that no burst stalls the service (docs/reliability.md).
     db_pool_wait_seconds: float = 10.0
     idempotency_ttl_seconds: int = 24 * 3600
+    # What answers made whole before their first byte (transcripts, any over 64 KiB) may hold in all, per process,
+    # while they wait for their readers: memory, then temporary files, then 503 with Retry-After (reliability.md).
+    response_memory_bytes: int = 64 * 1024 * 1024
+    response_disk_bytes: int = 1024 * 1024 * 1024
     embedded_data_dir: str = ".kagent-fork/pgdata"
     otel_tracing_enabled: bool = False
     # Optional verification of the bearer JWT in trusted-proxy mode (kagent itself trusts the proxy).
@@ -136,6 +140,8 @@ def from_env(env: Mapping[str, str]) -> Settings:
         db_pool_wait_seconds=_int(env, "DB_POOL_WAIT_SECONDS", 10, minimum=1, maximum=600),
         db_connect_timeout_seconds=_int(env, "DB_CONNECT_TIMEOUT_SECONDS", 5, minimum=1, maximum=600),
         idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60, maximum=1 << 31),
+        response_memory_bytes=_int(env, "RESPONSE_MEMORY_BYTES", 64 * 1024 * 1024, minimum=0, maximum=1 << 40),
+        response_disk_bytes=_int(env, "RESPONSE_DISK_BYTES", 1024 * 1024 * 1024, minimum=0, maximum=1 << 50),
         embedded_data_dir=env.get("KAGENT_FORK_DATA_DIR", ".kagent-fork/pgdata") or ".kagent-fork/pgdata",
         jwt_secret=jwt_secret,
         jwt_public_key=jwt_public_key,

@@ -71,6 +71,21 @@ POOL = Gauge(
     "kagent_fork_db_pool_connections", "Database pool connections of this process", ["state"], multiprocess_mode="all"
 )
 
+HELD_BYTES = Gauge(
+    "kagent_fork_response_bytes_held",
+    "Bytes of answers made whole before their first byte (transcripts, any answer over 64 KiB) that wait to be "
+    "sent, by place: memory "
+    "(at most RESPONSE_MEMORY_BYTES) or disk (temporary files, at most RESPONSE_DISK_BYTES)",
+    ["place"],
+    multiprocess_mode="livesum",
+)
+HELD_RESPONSES = Counter(
+    "kagent_fork_responses_held_total",
+    "Answers over 64 KiB and transcripts, by where they waited to be sent: memory, disk (past "
+    "RESPONSE_MEMORY_BYTES) or refused (503, past RESPONSE_DISK_BYTES)",
+    ["place"],
+)
+
 
 def metrics_text() -> bytes:
     """The exposition text; with several worker processes, every worker's metrics together."""

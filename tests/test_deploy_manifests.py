@@ -236,6 +236,26 @@ def test_resources_and_graceful_shutdown() -> None:
     assert f"timeout_graceful_shutdown={UVICORN_GRACEFUL_SHUTDOWN_SECONDS}" in cli
 
 
+def test_held_answers_fit_the_pod() -> None:
+    """Each worker's answers waiting for slow readers may hold RESPONSE_MEMORY_BYTES of memory and
+    RESPONSE_DISK_BYTES of temporary files on /tmp: every worker's together must fit the memory limit (beside
+    the workers' own ~120 MB each) and the emptyDir, whose overflow gets the pod evicted."""
+    c = container()
+    env = {e["name"]: int(e["value"]) for e in c["env"] if e["name"].startswith("RESPONSE_")}
+    workers = int(c["args"][c["args"].index("--workers") + 1])
+    units = {"Mi": 1 << 20, "Gi": 1 << 30}
+    quantity = re.compile(r"(\d+)(Mi|Gi)")
+
+    def size(text: str) -> int:
+        match = quantity.fullmatch(text)
+        assert match, text
+        return int(match[1]) * units[match[2]]
+
+    tmp = next(v for v in one("Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "tmp")
+    assert workers * env["RESPONSE_DISK_BYTES"] < size(tmp["emptyDir"]["sizeLimit"])
+    assert workers * (env["RESPONSE_MEMORY_BYTES"] + 120 * (1 << 20)) < size(c["resources"]["limits"]["memory"])
+
+
 def test_service_and_disruption_budget_select_the_pods() -> None:
     labels = one("Deployment")["spec"]["template"]["metadata"]["labels"]
     svc = one("Service", KAGENT_FORK)

@@ -205,6 +205,8 @@ def test_settings_from_env_fail_with_the_variable_named() -> None:
     assert from_env({}).auth_mode == "unsecure"
     assert from_env({"AUTH_MODE": "trusted-proxy", "MAX_FORK_DEPTH": "3"}).max_fork_depth == 3
     assert not from_env({}).turn_map_fork_copy and from_env({"TURN_MAP_FORK_COPY": "on"}).turn_map_fork_copy
+    assert (from_env({}).response_memory_bytes, from_env({}).response_disk_bytes) == (64 << 20, 1 << 30)
+    assert from_env({"RESPONSE_DISK_BYTES": "0"}).response_disk_bytes == 0
     for env, name in [
         ({"TURN_MAP_FORK_COPY": "yes please"}, "TURN_MAP_FORK_COPY"),
         ({"AUTH_MODE": "oidc"}, "AUTH_MODE"),
@@ -212,6 +214,8 @@ def test_settings_from_env_fail_with_the_variable_named() -> None:
         ({"MAX_FORK_DEPTH": "0"}, "MAX_FORK_DEPTH"),
         ({"KAGENT_FORK_SCHEMA": "public; drop"}, "KAGENT_FORK_SCHEMA"),
         ({"DB_POOL_MIN_SIZE": "5", "DB_POOL_MAX_SIZE": "2"}, "DB_POOL_MIN_SIZE"),
+        ({"RESPONSE_MEMORY_BYTES": "64Mi"}, "RESPONSE_MEMORY_BYTES"),
+        ({"RESPONSE_DISK_BYTES": "-1"}, "RESPONSE_DISK_BYTES"),
     ]:
         with pytest.raises(ConfigError, match=name):
             from_env(env)

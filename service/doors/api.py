@@ -6,9 +6,8 @@ import asyncio
 import json
 import logging
 import re
-import tempfile
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +22,7 @@ from prometheus_client import Counter
 
 from service.agents import whatif
 from service.branches import compare, lineage, transcript, turns
-from service.doors import explorer
+from service.doors import explorer, held
 from service.errors import BadRequest, DatabaseUnavailable, NotFound, ServiceError, UnsupportedMediaType
 from service.identity import Caller, resolve_caller, scope_headers
 from service.kagent import invocation_index
@@ -53,13 +52,20 @@ def services(request: AnyRequest) -> Services:
     return svc
 
 
-def ok(data: object, message: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
-    return Response(
-        content=_encoder.encode(Envelope(data=data, message=message)),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+def ok(data: object, message: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[Any]:
+    return bytes_answer(_encoder.encode(Envelope(data=data, message=message)), "application/json", status, headers)
+
+
+def bytes_answer(body: bytes, media: str, status: int = 200, headers: dict[str, str] | None = None) -> Response[Any]:
+    """`body` as the answer. One larger than a block waits for its reader within the process's budget of held
+    answers, as a transcript does (held.py): in memory or in a temporary file, given back as it is sent."""
+    if len(body) <= held.BLOCK:
+        return Response(content=body, status_code=status, media_type=media, headers=headers)
+    spool = held.spool()  # closed when the request ends, however it ends
+    spool.write(body)
+    # Content-Length as a whole answer has it (a stream would otherwise be sent chunked).
+    length = {"Content-Length": str(len(body))}
+    return Stream(spool.blocks(), status_code=status, media_type=media, headers={**(headers or {}), **length})
 
 
 async def decode_body(request: AnyRequest, kind: type[T]) -> T:
@@ -247,44 +253,27 @@ async def list_invocations(request: AnyRequest, session_id: FromPath[str]) -> Re
 TRANSCRIPT_FORMATS = {"json": "application/json", "markdown": "text/markdown"}
 
 
-# A transcript is read whole before its first byte is sent, into memory up to this size and into a temporary
-# file beyond it: the connection and its snapshot are held for as long as PostgreSQL takes to give the rows,
-# never for as long as a slow or stalled client takes to read them (docs/reliability.md).
-TRANSCRIPT_SPOOL_MEMORY_BYTES = 8 * 1024 * 1024
-TRANSCRIPT_SEND_BYTES = 64 * 1024
-
-
 @get("/api/sessions/{session_id:str}/transcript")
 async def session_transcript(request: AnyRequest, session_id: FromPath[str]) -> Stream:
-    """Read whole, then sent: every refusal (400, 404) is raised before the first byte."""
+    """Read whole, then sent: every refusal (400, 404, 503 when held answers fill their budget) is raised before
+    the first byte. Read whole so that the connection and its snapshot are held for as long as PostgreSQL takes
+    to give the rows, never for as long as a slow or stalled client takes to read them; the bytes wait for the
+    client in memory or in a temporary file, within the process's budget (held.py, docs/reliability.md)."""
     form = _query_text(request, "format") or "json"
     if form not in TRANSCRIPT_FORMATS:
         raise BadRequest(f"query parameter format must be one of {sorted(TRANSCRIPT_FORMATS)}, got {form!r}")
     before, before_task = _query_text(request, "before"), _query_text(request, "before_task")
     svc, caller = services(request), caller_of(request)
-    spool = tempfile.SpooledTemporaryFile(max_size=TRANSCRIPT_SPOOL_MEMORY_BYTES)  # noqa: SIM115 (closed by send)
-    try:
-        async with transcript.reading(svc, caller, checked_id(session_id), before=before, before_task=before_task) as r:
-            chunks = (
-                transcript.markdown_chunks(r)
-                if form == "markdown"
-                else transcript.json_chunks(r, message="Successfully read transcript")
-            )
-            async for chunk in chunks:
-                spool.write(chunk)
-        spool.seek(0)
-    except BaseException:
-        spool.close()
-        raise
-
-    async def send() -> AsyncGenerator[bytes, None]:
-        try:
-            while block := spool.read(TRANSCRIPT_SEND_BYTES):
-                yield block
-        finally:
-            spool.close()
-
-    return Stream(send(), media_type=TRANSCRIPT_FORMATS[form])
+    spool = held.spool()  # closed when the request ends, however it ends
+    async with transcript.reading(svc, caller, checked_id(session_id), before=before, before_task=before_task) as r:
+        chunks = (
+            transcript.markdown_chunks(r)
+            if form == "markdown"
+            else transcript.json_chunks(r, message="Successfully read transcript")
+        )
+        async for chunk in chunks:
+            spool.write(chunk)
+    return Stream(spool.blocks(), media_type=TRANSCRIPT_FORMATS[form])
 
 
 @get("/api/sessions/{session_id:str}/rewinds")

@@ -12,6 +12,7 @@ from service.doors.api import (
     AnyRequest,
     _authorization,
     _query_text,
+    bytes_answer,
     caller_of,
     decode_body,
     idempotency_key,
@@ -51,7 +52,7 @@ async def experiment(request: AnyRequest, experiment_id: FromPath[str]) -> Respo
         raise BadRequest(f"query parameter format must be one of {sorted(FORMATS)}, got {form!r}")
     found = await experiments.get(services(request), caller_of(request), checked_id(experiment_id, "experiment id"))
     if form == "markdown":
-        return Response(experiments.markdown(found).encode(), media_type=FORMATS["markdown"])
+        return bytes_answer(experiments.markdown(found).encode(), FORMATS["markdown"])
     return ok(found, "Successfully read experiment")
 
 
