@@ -208,16 +208,17 @@ def _settings(docs: list[dict[str, Any]]) -> Settings:
 
 def test_the_settings_default_to_the_services_own() -> None:
     """Every setting is written out, and the service reads each back as its own default, except the three the chart
-    wires to kagent and to itself."""
+    wires to kagent and to itself, and the disk the pod's /tmp gives answers waiting for slow readers."""
     settings = _settings(render())
     defaults = Settings()
-    wired = {"database_url", "kagent_a2a_url", "replay_mcp_url"}
+    wired = {"database_url", "kagent_a2a_url", "replay_mcp_url", "response_disk_bytes"}
     for field in Settings.__dataclass_fields__:
         if field not in wired:
             assert getattr(settings, field) == getattr(defaults, field), field
     assert settings.kagent_a2a_url == "http://kagent-controller.kagent.svc:8083/api/a2a"
     assert settings.replay_mcp_url == "http://kagent-fork.kagent.svc:8083/replay/mcp"
     assert settings.database_url and settings.database_url.startswith("postgresql://kagent:")
+    assert settings.response_disk_bytes == 384 * 1024 * 1024  # x 2 workers, within the 1Gi emptyDir
 
 
 def test_every_variable_the_service_reads_is_a_value_of_the_chart() -> None:
