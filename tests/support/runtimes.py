@@ -12,6 +12,7 @@ do not skip.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import socket
@@ -42,14 +43,16 @@ def runtime_venv(name: str) -> Path:
         raise RuntimeUnavailable(f"{name}'s virtual environment {venv} is missing and no {requirements} pins it")
     wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
     stamp = venv / ".requirements.sha256"
-    if not (venv / "bin" / "python").exists() or not stamp.exists() or stamp.read_text().strip() != wanted:
-        made = subprocess.run(
-            [str(ROOT / "scripts" / "runtime-venv"), name], capture_output=True, text=True, check=False
-        )
-        if made.returncode != 0:
-            raise RuntimeUnavailable(
-                f"{name}'s virtual environment {venv} could not be made ({how}):\n{made.stderr[-3000:]}"
-            )
+    # One maker at a time: tests start several runtimes of one environment at once (threads, processes), and two
+    # makers of one venv trip over each other's files. Whoever waited finds it made, by the stamp.
+    with (ROOT / f".venv-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "bin" / "python").exists() or not stamp.exists() or stamp.read_text().strip() != wanted:
+            script = str(ROOT / "scripts" / "runtime-venv")
+            made = subprocess.run([script, name], capture_output=True, text=True, check=False)
+            if made.returncode != 0:
+                why = made.stderr[-3000:]
+                raise RuntimeUnavailable(f"{name}'s virtual environment {venv} could not be made ({how}):\n{why}")
     if not stamp.exists() or stamp.read_text().strip() != wanted:
         raise RuntimeUnavailable(f"{venv} was not installed from the current {requirements.name}: {how}")
     return venv
