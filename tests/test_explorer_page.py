@@ -901,7 +901,7 @@ async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_
     await heads.nth(0).locator("summary").click()
     await expect(heads.nth(0).locator("details")).to_contain_text("the marker decides")
     await expect(tab.locator(".verdict-lines li").first).to_contain_text(
-        f"{NAMESPACE}/{MARKER_AGENT}: better than the source in 1 of 1 judged continuations"
+        f"{NAMESPACE}/{MARKER_AGENT}: inconclusive against the source over 1 judged continuations: 1 better"
     )
     await shot(tab, "experiment-verdict")
 
@@ -915,5 +915,5 @@ async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_
     await expect(tab.locator("#experiment h3")).to_contain_text("pair 2 of 3")
     await tab.get_by_role("button", name="Stop voting").click()
     await expect(tab.locator(".vote-lines li")).to_have_count(1, timeout=15_000)
-    await expect(tab.locator(".vote-lines li").first).to_contain_text("within chance")
+    await expect(tab.locator(".vote-lines li").first).to_contain_text("inconclusive against the source")
     assert problems == []

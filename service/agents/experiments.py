@@ -150,6 +150,9 @@ async def judge_experiment(
     async with svc.connection() as conn:
         try:
             async with conn.transaction():
+                # One at a time with a discard of the same experiment (discard.py locks the row too).
+                if await svc.store.experiments.locked_experiment(conn, row.id, caller.user_id) is None:
+                    raise NotFound(f"experiment {experiment_id} not found")
                 await svc.store.judgments.insert(conn, new)
                 await svc.store.judgments.insert_calls(conn, new.id, runner.id, calls)
         except asyncpg.UniqueViolationError:

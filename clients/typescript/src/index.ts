@@ -993,12 +993,17 @@ export interface JudgeRecord {
   not_judged: number;
   /** A tie counts half. */
   win_rate: number | null;
-  /** The 95 % bootstrap interval over the judged pairs (a fixed seed). */
+  /** The 95 % Wilson score interval of the win rate over the judged pairs (never a point). */
   ci_low: number | null;
   ci_high: number | null;
+  /** better: the interval above 0.5; worse: below; else inconclusive; null: nothing judged. */
+  outcome: "better" | "worse" | "inconclusive" | null;
+  /** The outcome is inconclusive. */
   within_chance: boolean;
-  /** When within chance: about how many judged repeats would settle it. */
+  /** When inconclusive: about how many judged pairs in all would settle it at this rate. */
   settle_with: number | null;
+  /** The same, counted from the pairs judged so far. */
+  more_repeats: number | null;
   /** One line a person can act on. */
   line: string;
 }
@@ -1048,8 +1053,12 @@ export interface AgentVerdict {
   losses: number;
   invalid: number;
   win_rate: number | null;
-  /** [low, high]: the 95 % bootstrap interval (a fixed seed). */
+  /** [low, high]: the 95 % Wilson score interval of win_rate (never a point). */
   ci95: [number, number] | null;
+  /** better: the interval above 0.5; worse: below; else inconclusive; null: nothing judged. */
+  outcome: "better" | "worse" | "inconclusive" | null;
+  /** When inconclusive: about how many more judged repeats would settle it at the rate seen. */
+  more_repeats: number | null;
   /** The mean over the agent's branches; `usd` null when unknown. */
   cost: { turns: number; tool_calls: number; total_tokens: number; duration_seconds: number; usd: number | null };
   summary: string;

@@ -45,8 +45,10 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     win_rate: float | None
     ci_low: float | None
     ci_high: float | None
+    outcome: str | None  # better, worse, inconclusive (the interval's word); None: nothing judged
     within_chance: bool
     settle_with: int | None
+    more_repeats: int | None  # inconclusive: about how many more judged repeats would settle it at this rate
     line: str
 
 
@@ -146,8 +148,9 @@ def _record(ref: str, against: str, outcomes: list[str], tokens: str | None, mon
     opponent = "the source" if against == "source" else against
     return Record(
         agent_ref=ref, against=against, wins=t.wins, ties=t.ties, losses=t.losses, not_judged=t.not_judged,
-        win_rate=t.win_rate, ci_low=t.ci_low, ci_high=t.ci_high, within_chance=t.within_chance,
-        settle_with=t.settle_with, line=verdict.line(ref, opponent, t, tokens=tokens, money=money),
+        win_rate=t.win_rate, ci_low=t.ci_low, ci_high=t.ci_high, outcome=t.outcome, within_chance=t.within_chance,
+        settle_with=t.settle_with, more_repeats=t.more_repeats,
+        line=verdict.line(ref, opponent, t, tokens=tokens, money=money),
     )  # fmt: skip
 
 
@@ -226,7 +229,9 @@ class AgentVerdict(msgspec.Struct, frozen=True, kw_only=True):
     losses: int
     invalid: int  # pairs counted neither way (an answer without the JSON, or a call without an answer)
     win_rate: float | None
-    ci95: list[float] | None
+    ci95: list[float] | None  # the Wilson score interval of win_rate
+    outcome: str | None  # better, worse, inconclusive; None: nothing judged
+    more_repeats: int | None  # inconclusive: about how many more repeats would settle it at the rate seen
     cost: Cost
     summary: str
 
@@ -265,7 +270,7 @@ def _agents(records: Sequence[Record], sides: dict[str | None, Side]) -> list[Ag
         AgentVerdict(
             agent_ref=r.agent_ref, against=r.against, wins=r.wins, ties=r.ties, losses=r.losses, invalid=r.not_judged,
             win_rate=r.win_rate, ci95=[r.ci_low, r.ci_high] if r.ci_low is not None and r.ci_high is not None else None,
-            cost=_cost(r.agent_ref, sides), summary=r.line,
+            outcome=r.outcome, more_repeats=r.more_repeats, cost=_cost(r.agent_ref, sides), summary=r.line,
         )
         for r in records
     ]  # fmt: skip
