@@ -400,6 +400,22 @@ def test_an_experiment_on_the_demo_runs_out_of_the_box(tmp_path: Path) -> None:
     models = [c.split(" ", 1)[1] for c in cells]
     assert models == ["(gpt-4o-mini)", "(gpt-4o-mini)", "(claude-haiku-4-5)"], cost
     assert all(c.startswith("$0.") and float(c.split(" ")[0][1:]) > 0 for c in cells), cost
+    assert all(len(c.split(" ")[0].lstrip("$0.")) == 2 for c in cells), cost  # two significant figures, as everywhere
+    # issue 47: the dry run estimates the whole start, the judge's calls too, in tokens and money; --max-usd refuses
+    # a start over it (the demo's agents and judge are priced by their agent rows)
+    plan = ("experiment", "demo-v1-session", "--before", turns[1]["invocation_id"], "--agent", "kagent/k8s-agent",
+            "--judge", "kagent/demo-judge")  # fmt: skip
+    dry = run(*plan, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    estimate = json.loads(dry.stdout)
+    assert estimate["estimated_judge_tokens"] > 0 and estimate["estimated_usd"] > 0, estimate
+    shown = run(*plan, "--dry-run")
+    assert (
+        f"(the judge's {estimate['estimated_judge_tokens']} included), {estimate['estimated_usd_text']} at least"
+        in (shown.stdout)
+    ), shown.stdout
+    over = run(*plan, "--max-usd", str(estimate["estimated_usd"] / 2))
+    assert over.returncode != 0 and "over max_usd" in over.stderr, over.stderr
 
 
 async def test_an_experiments_branches_are_discarded_and_brought_back(database_url: str, pool: asyncpg.Pool) -> None:

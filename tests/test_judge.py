@@ -125,7 +125,7 @@ def test_a_line_says_better_or_worse_only_when_the_interval_does() -> None:
     )
     assert verdict.dollars(0.012, 0.02) == "$0.012 against $0.020" and verdict.dollars(None, 0.02) == "money unknown"
     assert verdict.dollars(0.000123, 0.0000456) == "$0.00012 against $0.000046"  # fractions of a cent, said
-    assert verdict.dollars(0.0, 0.001) == "$0.000 against $0.001"
+    assert verdict.dollars(0.0, 0.001) == "$0.00 against $0.0010"
 
 
 def test_pairs_agree_in_both_orders_or_tie() -> None:

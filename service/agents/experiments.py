@@ -22,7 +22,16 @@ from service.agents.replay.engine import DryRun
 from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.runner import Runner
 from service.agents.replay.table import markdown
-from service.agents.replay.terms import Count, JudgeRef, MessageEdit, Replay, Tokens, TurnCount, whole_tokens
+from service.agents.replay.terms import (
+    Count,
+    Dollars,
+    JudgeRef,
+    MessageEdit,
+    Replay,
+    Tokens,
+    TurnCount,
+    whole_tokens,
+)
 from service.agents.replay.tools import Reads, ToolPolicy, ToolsField
 from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller, visible_session
@@ -47,6 +56,7 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     message: MessageEdit | None = None
     name: Text | None = None
     max_context_tokens: Tokens | None = None
+    max_usd: Dollars | None = None  # refuse a start whose estimated price (judge included) is over it
     repeats: Count = 1
     on_approval: Literal["stop", "reject"] = "stop"
     tools: ToolsField | None = None  # what the agents' tools do: "replay", "live" or {mode, reads}
@@ -65,7 +75,8 @@ async def start(
     replay = Replay(
         kind="experiment", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
-        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, on_approval=req.on_approval,
+        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, max_usd=req.max_usd,
+        on_approval=req.on_approval,
         tools=req.tools, reads=req.reads, dry_run=req.dry_run,
         judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip

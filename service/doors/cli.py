@@ -201,7 +201,11 @@ def tool_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dry-run",
         action="store_true",
-        help="print each agent's tools by class and what would be refused; start nothing",
+        help="print each agent's tools by class, the estimate in tokens and money, and what would be refused; "
+        "start nothing",
+    )
+    command.add_argument(
+        "--max-usd", type=float, help="refuse the start when its estimated price (the judge's too) is over this"
     )
 
 
@@ -399,8 +403,11 @@ def _show_plan(d: dict[str, Any]) -> str:
     """A what-if's or an experiment's dry run: what it would start, each agent's tools by class."""
     head = (
         f"Dry run: {_n(d['branches'], 'branch', 'branches')} x {_n(d['turns'], 'turn')}, about "
-        f"{_n(d['estimated_context_tokens'], 'token')} of context; "
-    )
+        f"{_n(d['estimated_context_tokens'], 'token')} of context"
+        + (f" (the judge's {d['estimated_judge_tokens']} included)" if d["estimated_judge_tokens"] else "")
+        + (f", {d['estimated_usd_text']} at least; " if d["estimated_usd"] is not None else
+           f", price unknown ({', '.join(d['unpriced'])}); ")
+    )  # fmt: skip
     head += f"refused: {d['refused']}" if d["refused"] else f"would start, tools: {_policy(d['tools'])}"
     return "\n".join([head, *(_show_arm(a) for a in d["arms"])])
 
@@ -550,7 +557,7 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
 
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
             "agent_ref": args.agent, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None,
+            "dry_run": args.dry_run or None, "max_usd": args.max_usd,
             "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
             if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
@@ -592,7 +599,7 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
             "agents": args.agent or None, "turns": turns,
             "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
             "on_approval": args.on_approval, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None,
+            "dry_run": args.dry_run or None, "max_usd": args.max_usd,
             "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
             if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)

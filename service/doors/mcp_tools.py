@@ -409,6 +409,10 @@ async def start_experiment(
     judge_agent: Annotated[
         str | None, Field(description='A kagent agent ("namespace/name") to judge the branches blind once they end.')
     ] = None,
+    max_usd: Annotated[
+        float | None,
+        Field(description="Refuse when the estimated price in US dollars (the judge's calls too) is over this."),
+    ] = None,
     judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
@@ -432,7 +436,7 @@ async def start_experiment(
                   "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
-                  "tools": tools, "reads": reads, "dry_run": dry_run or None,
+                  "max_usd": max_usd, "tools": tools, "reads": reads, "dry_run": dry_run or None,
                   "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
                   if judge_agent else None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)

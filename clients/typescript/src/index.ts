@@ -742,11 +742,20 @@ export interface ReplayDryRun {
   dry_run: true;
   branches: number;
   turns: number;
+  /** Every branch's turns and the judge's calls. */
   estimated_context_tokens: number;
+  /** The judge's calls' part of it (0 without a judge). */
+  estimated_judge_tokens: number;
+  /** Those input tokens priced (at least what it costs); null when a model's price is not known. */
+  estimated_usd: number | null;
+  /** estimated_usd as every door prints money ("$0.00012"), or "unknown". */
+  estimated_usd_text: string;
+  /** The agents (and judge) whose model's price is not known. */
+  unpriced: string[];
   /** The policy it would run with; null when it would be refused. */
   tools: Required<ToolPolicy> | null;
   arms: ArmTools[];
-  /** The refusal it would get (the cost gate's, the tools'); null when it would start. */
+  /** The refusal it would get (the cost gate's, max_usd's, the tools'); null when it would start. */
   refused: string | null;
 }
 
@@ -759,11 +768,14 @@ export interface ToolOptions {
   tools?: "replay" | "live" | ToolPolicy;
   /** With "replay": "live" (default) or "recorded" (a read the source did not make is refused). */
   reads?: "live" | "recorded";
+  /** Refuse (422) a start whose estimated price in US dollars, the judge's calls included, is over this. */
+  maxUsd?: number;
 }
 
 function toolFields(body: Record<string, unknown>, options: ToolOptions): void {
   if (options.tools !== undefined) body.tools = options.tools;
   if (options.reads !== undefined) body.reads = options.reads;
+  if (options.maxUsd !== undefined) body.max_usd = options.maxUsd;
 }
 
 // --- what-if jobs ------------------------------------------------------------------------------
@@ -976,6 +988,8 @@ export interface ExperimentColumn {
     cost_usd: number | null;
     /** The model priced, as the agent's configuration in kagent's agent table names it. */
     model: string | null;
+    /** cost_usd as every door prints money: two significant figures ("$0.000070"), or "unknown". */
+    cost_text: string;
     /** On a replay twin, the column's tool calls by where their answers came from (null: no twin). */
     tool_policy?: ReplayedCalls | null;
   };

@@ -61,6 +61,7 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int | None
     cost_usd: float | None  # None: unknown (no model, an unknown provider or price, tokens not counted)
     model: str | None  # the model priced, as the agent's configuration in kagent's `agent` table names it
+    cost_text: str = "unknown"  # cost_usd as every door prints it (prices.usd_text)
     # a replay twin's tool calls over the column's turns (null: the branch's agent is no twin; the source)
     tool_policy: Replayed | None = None
 
@@ -98,6 +99,7 @@ class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
 
     agent_ref: str
     totals: dict[str, Spread]
+    cost_text: str = "unknown"  # the price's spread as every door prints it: "$mean ($min-$max)"
 
 
 class Experiment(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,8 +195,8 @@ def totals(turns: list[TurnFigures], model: ModelConfig | None = None) -> Totals
         total_tokens=sums.total_tokens, duration_seconds=sums.duration_seconds,
         input_tokens=sum(i for i, _ in calls) if calls is not None else None,
         output_tokens=sum(o for _, o in calls) if calls is not None else None,
-        cost_usd=prices.cost_usd(prices.priced_model(model), calls), model=model.model or None if model else None,
-        tool_policy=_sum([t.tool_policy for t in turns]),
+        cost_usd=(cost := prices.cost_usd(prices.priced_model(model), calls)), cost_text=prices.usd_text(cost),
+        model=model.model or None if model else None, tool_policy=_sum([t.tool_policy for t in turns]),
     )  # fmt: skip
 
 
@@ -267,7 +269,13 @@ def by_agent(columns: list[Column]) -> list[AgentSummary]:
         if all(c is not None for c in costs):  # the price's spread only when every repeat's is known
             known = [float(c) for c in costs if c is not None]
             spreads["cost_usd"] = Spread(mean=round(statistics.fmean(known), 6), min=min(known), max=max(known))
-        out.append(AgentSummary(agent_ref=ref, totals=spreads))
+        cost = spreads.get("cost_usd")
+        text = (
+            "unknown"
+            if cost is None
+            else f"{prices.usd_text(cost.mean)} ({prices.usd_text(cost.min)}-{prices.usd_text(cost.max)})"
+        )
+        out.append(AgentSummary(agent_ref=ref, totals=spreads, cost_text=text))
     return out
 
 

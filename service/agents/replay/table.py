@@ -60,7 +60,7 @@ def _discarded(c: Column) -> str:
 def _cost(t: Totals) -> str:
     """A column's price, with the model priced; "unknown" when the model or its price is not known."""
     model = f" ({t.model})" if t.model else ""
-    return f"unknown{model}" if t.cost_usd is None else f"${t.cost_usd:.6f}{model}"
+    return f"{t.cost_text}{model}"
 
 
 def markdown(e: Experiment) -> str:
@@ -118,10 +118,9 @@ def markdown(e: Experiment) -> str:
         names = [*FIGURES, "cost_usd"]
         lines += ["", "| agent | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for a in e.by_agent:
-            cells = [
-                f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" if n in a.totals else "unknown"
-                for n in names
-            ]
+            cells = [f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" for n in FIGURES] + [
+                a.cost_text
+            ]  # money as every door prints it, never a float's own text (9e-05)
             lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
     lines += verdict_section(e)
     return "\n".join(lines) + "\n"

@@ -23,6 +23,8 @@ from service.schemas import VISIBLE_NO_NUL
 AGENT_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # fullmatch
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
 Tokens = Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)]
+# A budget in US dollars (`max_usd`): a start whose estimate is over it is refused.
+Dollars = Annotated[float, Meta(ge=0, le=1e9)]
 # Out of range (below 1, or more than the source holds from the boundary) is a 422 (span.count).
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is a 400).
 Count = Annotated[int, Meta(ge=-(2**31), le=2**31)] | Annotated[float, Meta(ge=-(2**31), le=2**31)]
@@ -90,6 +92,7 @@ class Replay:
     message: MessageEdit | None = None
     name: str | None = None
     max_context_tokens: int | float | None = None
+    max_usd: float | None = None  # refuse a start whose estimated price is over it (gate.money)
     on_approval: str = "stop"
     tools: ToolsField | None = None  # what the arms' tools do, as asked (None: the start decides, tools.decide)
     reads: Reads | None = None  # the contract's `reads` beside `tools`

@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from service.operations.prices import usd_text
+
 Z95 = 1.96  # the normal quantile of a two-sided 95 % interval
 # The most judged pairs `repeats_to_settle` looks at: a rate this close to 50 % is said not to settle.
 SETTLE_CAP = 100_000
@@ -177,12 +179,4 @@ def dollars(subject: float | None, opponent: float | None) -> str:
     """'$0.012 against $0.020', 'money unknown' when either side's cost is not known (never a guess)."""
     if subject is None or opponent is None:
         return "money unknown"
-    return f"{usd(subject)} against {usd(opponent)}"
-
-
-def usd(amount: float) -> str:
-    """Dollars to a tenth of a cent, and a small amount to its first two digits ($0.00012, not $0.000: a demo's or
-    a short turn's price is fractions of a cent, and $0.000 against $0.000 would say nothing)."""
-    if amount <= 0 or amount >= 0.001:
-        return f"${amount:.3f}"
-    return f"${amount:.{1 - math.floor(math.log10(amount))}f}"
+    return f"{usd_text(subject)} against {usd_text(opponent)}"

@@ -79,6 +79,13 @@ function experimentWarning(body, number, plan) {
     + `${toolsWarning(body.tools, plan, "The agents")}\n\nStart the experiment?`;
 }
 
+// The dry run's estimate of the whole start, the judge's calls included; money as the service prints it.
+function estimateWords(plan) {
+  const judge = plan.estimated_judge_tokens ? ` (the judge's ${plural(plan.estimated_judge_tokens, "token")} included)` : "";
+  const money = plan.estimated_usd === null ? `price unknown (${plan.unpriced.join(", ")})` : `${plan.estimated_usd_text} at least`;
+  return `Estimate: about ${plural(plan.estimated_context_tokens, "context token")}${judge}, ${money}.`;
+}
+
 async function startExperiment(body, number, refusal, found) {
   refusal.textContent = "";
   found.replaceChildren();
@@ -92,7 +99,8 @@ async function startExperiment(body, number, refusal, found) {
   }
   const plan = dry.data;
   found.replaceChildren(el("div", { text: "What each agent can do (asks: needs an approval; reads: read-only; acts: changes something):" }),
-    ...plan.arms.map((a) => el("div", { class: "arm-tools", text: armWords(a) })));
+    ...plan.arms.map((a) => el("div", { class: "arm-tools", text: armWords(a) })),
+    el("div", { class: "estimate", text: estimateWords(plan) }));
   if (plan.refused) {
     refusal.textContent = `Not started: ${plan.refused}`;
     say(`Starting the experiment failed: ${plan.refused}`, true);
@@ -280,7 +288,7 @@ function totalCell(c, col) {
 
 // A column's price: in US dollars, or "unknown" (no model, or a model or price the table does not know).
 function costText(t) {
-  return t.cost_usd === null ? "cost unknown" : `$${t.cost_usd.toFixed(t.cost_usd < 0.01 ? 4 : 2)}`;
+  return t.cost_usd === null ? "cost unknown" : t.cost_text;  // rounded by the service, as on every door
 }
 
 function costNote(t) {
@@ -323,7 +331,7 @@ function experimentGrid(x) {
   if (x.by_agent) {
     parts.push(el("ul", { class: "by-agent" }, ...x.by_agent.map((a) => el("li", {},
       el("b", { text: `${a.agent_ref} over ${x.repeats} repeats: ` }),
-      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}${a.totals.cost_usd ? `, $${spread(a.totals.cost_usd, "", 4, "").trim()}` : ", cost unknown"}`))));
+      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}${a.totals.cost_usd ? `, ${a.cost_text}` : ", cost unknown"}`))));
   }
   parts.push(...verdictSection(x));
   return parts.filter((p) => p != null);
