@@ -21,6 +21,7 @@ from playwright.async_api import Browser, ConsoleMessage, Dialog, Page, async_pl
 from service.app import create_app
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
+from service.operations.prices import usd_text
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.a2a_agent import FORGETFUL, NAMESPACE, SLOW, V1, Seen, running_agents
@@ -397,6 +398,8 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
         grid = tab.locator("#experiment table.experiment")
         await expect(grid).to_be_visible(timeout=15_000)
         assert "Tools: replay. Nothing that acts runs" in dialogs[-1]
+        # the dry run's estimate of the whole start under the form: the slow agent has no agent row, no price
+        await expect(form.locator(".estimate")).to_contain_text(f"context tokens, price unknown ({NAMESPACE}/{SLOW})")
         rows = grid.locator("tbody tr")
         await expect(rows).to_have_count(3)
         await expect(grid.locator("thead th[data-col=b0]")).to_contain_text(f"{NAMESPACE}/{V1}")
@@ -436,7 +439,9 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
          .total_price for i, o in [(120, 8), (140, 20)] * 3),
         Decimal(0),
     )  # fmt: skip
-    await expect(grid.locator("tfoot td[data-col=b0] .cost")).to_have_text(f"${float(price):.4f}")
+    # as every door prints money (prices.usd_text): two significant figures
+    assert usd_text(float(price)) == "$0.0028"
+    await expect(grid.locator("tfoot td[data-col=b0] .cost")).to_have_text(usd_text(float(price)))
     await expect(grid.locator("tfoot td[data-col=b1] .cost")).to_have_text("cost unknown")
     await expect(grid.locator("tfoot td[data-col=source] .cost")).to_have_text("cost unknown")
     await pool.execute("DELETE FROM agent WHERE id = $1", v1_row)

@@ -16,7 +16,7 @@ import asyncpg
 import msgspec
 from msgspec import Meta
 
-from service.agents.replay import engine, grid, jobs, judge, tools
+from service.agents.replay import engine, gate, grid, jobs, judge, tools
 from service.agents.replay.answerers import a2a_base, headers
 from service.agents.replay.engine import DryRun
 from service.agents.replay.judge import JudgeSpec
@@ -151,7 +151,7 @@ async def judge_experiment(
     new = judge.judgment_row(row.id, caller.user_id, req, card, dialect, "running", runner.id)
     async with svc.connection() as conn:
         calls = await judge.plan(svc, conn, row, branches, new.id, req.criteria)
-    tokens = judge.message_tokens(calls)
+    tokens = gate.message_tokens(calls)
     if tokens > limit:
         raise Unprocessable(
             f"the judge's {len(calls)} calls send about {tokens} tokens, over the limit of {limit}: judge fewer "

@@ -7,12 +7,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.agents.replay.judge import estimated_calls
 from service.agents.replay.terms import Replay, Span, whole_tokens
 from service.errors import Unprocessable
 from service.kagent.store.agents import ModelConfig
+from service.kagent.store.judgments import JudgeCall
 from service.operations import prices
 from service.services import Services
+
+
+def estimated_calls(agents: int, repeats: int) -> int:
+    """The most calls a judgment of an experiment makes (every branch completed): two a pair."""
+    return 2 * (agents * repeats + agents * (agents - 1) // 2 * repeats)
+
+
+def message_tokens(calls: list[JudgeCall]) -> int:
+    """What a judgment's calls send the judge's model, estimated as the transcript estimates (four characters a
+    token): only the calls that will be sent (a pair not judged is not)."""
+    return sum(len(c.message) for c in calls if c.error is None) // 4
 
 
 def judge_tokens(replay: Replay, span: Span) -> int:

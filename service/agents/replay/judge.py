@@ -28,7 +28,7 @@ import msgspec
 from msgspec import Meta
 
 from service.agents import a2a_client
-from service.agents.replay import blind
+from service.agents.replay import blind, verdict
 from service.agents.replay.answerers import agent
 from service.agents.replay.steady import steady
 from service.agents.replay.terms import JobSpan, JudgeRef, Spanned, checked_agent_ref
@@ -111,11 +111,6 @@ def _done(job: WhatifJob | None) -> bool:
     return job is None or job.status == "completed"
 
 
-def estimated_calls(agents: int, repeats: int) -> int:
-    """The most calls a judgment of an experiment makes (every branch completed): two a pair."""
-    return 2 * (agents * repeats + agents * (agents - 1) // 2 * repeats)
-
-
 async def _turns(
     svc: Services, conn: Connection, session_id: str, owner: str, since: datetime | None = None, *, branch: bool = False
 ) -> list[transcript.Turn]:
@@ -144,11 +139,6 @@ class Texts:
 SOURCE = "source"
 
 
-def answered(turns: list[transcript.Turn]) -> bool:
-    """Whether a continuation holds an answer: an assistant's text that says something."""
-    return any(m.kind == "text" and m.role != "user" and (m.text or "").strip() for t in turns for m in t.messages)
-
-
 async def read_texts(svc: Services, conn: Connection, row: Spanned, jobs: list[WhatifJob], known: Texts) -> None:
     """The texts `known` lacks for these branches, as the transcript reads them (the one reader), in one
     snapshot. A branch's continuation is its fork's turns since its job was written, read from then on (the
@@ -166,12 +156,12 @@ async def read_texts(svc: Services, conn: Connection, row: Spanned, jobs: list[W
             known.before = blind.turns_text(source[: keys[0]], numbered=False)
             span = source[keys[0] : keys[0] + row.turns]
             known.source = blind.turns_text(span)
-            if not answered(span):
+            if not blind.answered(span):
                 known.unanswered.add(SOURCE)
         for j in jobs:
             if j.id not in known.branches:
                 turns = await _turns(svc, conn, j.session_id, j.user_id, j.created_at, branch=True)
-                if not answered(turns):
+                if not blind.answered(turns):
                     known.unanswered.add(j.id)
                 text = blind.turns_text(turns)
                 figures = [
@@ -221,15 +211,7 @@ def _unanswered(known: Texts, left: WhatifJob | None, right: WhatifJob) -> str |
         "the source's" if job is None else f"{job.agent_ref} #{job.repeat}'s"
         for job in (left, right) if (SOURCE if job is None else job.id) in known.unanswered
     ]  # fmt: skip
-    if not empty:
-        return None
-    return f"not judged: {' and '.join(empty)} continuation holds no answer"
-
-
-def message_tokens(calls: list[JudgeCall]) -> int:
-    """What the calls send the judge's model, estimated as the transcript estimates (four characters a token):
-    only the calls that will be sent."""
-    return sum(len(c.message) for c in calls if c.error is None) // 4
+    return f"not judged: {' and '.join(empty)} continuation holds no answer" if empty else None
 
 
 async def _db(svc: Services, judgment: JudgmentRow, step: Callable[[Connection, bool], Awaitable[T]]) -> T:
@@ -313,27 +295,13 @@ async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
             del host.wakeups[judgment.judged]
 
 
-def ending(calls: list[JudgeCall]) -> tuple[str, str | None]:
-    """How a judgment whose calls all ended ended: `completed` when at least one call gave a usable answer (A, B
-    or tie), else `failed`, saying why in words (a verdict of nothing is no verdict)."""
-    if any(c.winner in ("A", "B", "tie") for c in calls):
-        return "completed", None
-    if not calls:
-        return "failed", "nothing was judged: no branch completed"
-    failed = [c for c in calls if c.error is not None or c.winner is None]
-    invalid = len(calls) - len(failed)
-    parts = [f"{len(failed)} of {len(calls)} calls failed ({failed[0].error or 'no answer'})"] if failed else []
-    if invalid:
-        parts.append(f"{invalid} of {len(calls)} answers held no JSON verdict")
-    return "failed", "no call to the judge gave a usable answer: " + "; ".join(parts)
-
-
 async def _finish(svc: Services, judgment: JudgmentRow, status: str | None, error: str | None) -> None:
-    """End the judgment: `status` None once every call ended (then `ending` says how)."""
+    """End the judgment: `status` None once every call ended (then verdict.ending says how)."""
 
     async def step(conn: Connection, _: bool) -> str:
         async with conn.transaction():
-            said, why = (status, error) if status else ending(await svc.store.judgments.calls(conn, judgment.id))
+            calls = [] if status else await svc.store.judgments.calls(conn, judgment.id)
+            said, why = (status, error) if status else verdict.ending([(c.winner, c.error) for c in calls])
             if await svc.store.judgments.finish(conn, judgment.id, said, why) is not None:
                 await svc.store.judgments.close_calls(conn, judgment.id, why or said)
             return said

@@ -180,3 +180,17 @@ def dollars(subject: float | None, opponent: float | None) -> str:
     if subject is None or opponent is None:
         return "money unknown"
     return f"{usd_text(subject)} against {usd_text(opponent)}"
+
+
+def ending(calls: Sequence[tuple[str | None, str | None]]) -> tuple[str, str | None]:
+    """How a judgment whose calls, each (winner, error), all ended ended: `completed` when one call at least gave a
+    usable answer (A, B or tie), else `failed`, saying why in words (a verdict of nothing is no verdict)."""
+    if any(winner in ("A", "B", "tie") for winner, _ in calls):
+        return "completed", None
+    if not calls:
+        return "failed", "nothing was judged: no branch completed"
+    failed = [error or "no answer" for winner, error in calls if error is not None or winner is None]
+    invalid, n = len(calls) - len(failed), len(calls)
+    parts = [f"{len(failed)} of {n} calls failed ({failed[0]})"] if failed else []
+    parts += [f"{invalid} of {n} answers held no JSON verdict"] if invalid else []
+    return "failed", "no call to the judge gave a usable answer: " + "; ".join(parts)
