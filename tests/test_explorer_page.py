@@ -908,6 +908,10 @@ async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_
     await expect(tab.locator(".verdict-lines li").first).to_contain_text(
         f"{NAMESPACE}/{MARKER_AGENT}: inconclusive against the source over 1 judged continuations: 1 better"
     )
+    await expect(tab.locator(".verdict-headline")).to_contain_text("No agent is shown better than the source yet")
+    await expect(tab.locator(".judge-info")).to_contain_text(
+        f"Judge: {NAMESPACE}/{JUDGE}, model unknown; criteria: the default. Its two orders agreed in 3 of 3 pairs."
+    )
     await shot(tab, "experiment-verdict")
 
     await tab.get_by_role("button", name="Vote blind yourself").click()

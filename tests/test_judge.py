@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from service.agents.replay import blind, verdict
+from service.agents.replay import blind, judged, verdict
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
 from tests.helpers import caller_fingerprint, seed
@@ -180,9 +180,24 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
         "rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT), ref(V1)],
         "turns": "all", "judge": {"agent": ref(JUDGE), "criteria": "Prefer the shorter answer when equal."},
     }  # fmt: skip
-    r = await start(eclient, conv.session_id, conv.user_id, body)
-    assert r.status_code == 202, r.text
-    started = r.json()["data"]["experiment"]
+    # the judge's model, as kagent's agent table names it, is said with the verdict
+    judge_config = json.dumps(
+        {"model": {"type": "openai", "model": "gpt-4o-mini"}, "instruction": "i", "http_tools": []}
+    )
+    await pool.execute(
+        "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', $2) "
+        "ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, deleted_at = NULL", agent_row_id(ref(JUDGE)),
+        judge_config,
+    )  # fmt: skip
+    try:
+        r = await start(eclient, conv.session_id, conv.user_id, body)
+        assert r.status_code == 202, r.text
+        await _judged_blind_in_both_orders(eclient, conv, seen, r.json()["data"]["experiment"])
+    finally:
+        await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(ref(JUDGE)))
+
+
+async def _judged_blind_in_both_orders(eclient: Any, conv: Any, seen: Seen, started: dict[str, Any]) -> None:  # noqa: F811
     assert started["judgment"]["status"] == "waiting" and started["judgment"]["judge_agent_ref"] == ref(JUDGE)
     assert started["judgment"]["judge_card"]["name"] == JUDGE
     before = len(seen.judged)
@@ -196,7 +211,19 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
         (None, marker): ("right", True), (None, other): ("tie", True), (marker, other): ("left", True)
     }  # fmt: skip
     v = done["verdict"]  # the contract's shape of the same judgment
-    assert v["judge"] == ref(JUDGE) and v["criteria"] == "Prefer the shorter answer when equal."
+    criteria = "Prefer the shorter answer when equal."
+    assert v["judge"] == {"agent": ref(JUDGE), "model": "gpt-4o-mini", "criteria": criteria}
+    assert v["criteria"] == criteria
+    # one pair each won or tied: nothing settled, which the headline says, naming the best so far
+    assert v["headline"] == (
+        f"No agent is shown better than the source yet: the best so far, {ref(MARKER_AGENT)}: 1 better, 0 worse of 1 "
+        "judged (95 % CI 21-100 %); about 3 more repeats would settle it"
+    )
+    assert [(a["agent_ref"], a["against"], a["consistency"]) for a in v["by_agent"]] == [
+        (ref(MARKER_AGENT), "source", {"agreed": 1, "asked": 1}), (ref(V1), "source", {"agreed": 1, "asked": 1}),
+        (ref(MARKER_AGENT), ref(V1), {"agreed": 1, "asked": 1}),
+    ]  # fmt: skip
+    assert all((a["invalid"], a["failed"]) == (0, 0) for a in v["by_agent"])
     assert {(p["a"], p["b"]): (p["verdict"], p["order_1"], p["order_2"]) for p in v["pairs"]} == {
         (None, marker): ("b", "B", "A"), (None, other): ("tie", "tie", "tie"), (marker, other): ("a", "A", "B")
     }  # fmt: skip
@@ -213,6 +240,10 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
         "95 % CI 21-100 %)"
     )
     assert "money unknown" in lines[0] and "x the tokens" in lines[0]
+    # what the branch did and how long its agent worked, against the source's, a continuation each
+    marker_totals = done["branches"][0]["totals"]
+    assert f"{marker_totals['tool_calls']} tool calls in 2 turns against the source's " in lines[0]
+    assert re.search(r", [0-9.]+ s against [0-9.]+ s;", lines[0]), lines[0]
     assert lines[1].startswith(
         f"{ref(V1)}: inconclusive against the source over 1 judged continuations: 0 better, 0 worse, 1 tied (50 %"
     )
@@ -246,7 +277,9 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
     hdr = {"X-User-Id": conv.user_id}
     md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
     assert "## Verdict (completed): judged blind by kagent/judge, 6 of 6 calls" in md.text
-    assert lines[0] in md.text
+    assert lines[0] in md.text and f"**{v['headline']}**" in md.text
+    assert f"Judge: kagent/judge, model gpt-4o-mini; criteria: the default and: {criteria}" in md.text
+    assert "The judge's two orders agreed in 3 of 3 pairs asked both ways." in md.text
 
     # a person's blind votes: counted as the judge's pairs are, shown apart from them
     votes = f"/api/experiments/{started['id']}/votes"
@@ -502,6 +535,8 @@ async def test_mcp_starts_a_judged_experiment_reads_its_verdict_and_judges_it_ag
             assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source")
             table = await mcp.call_tool("experiment_status", {"experiment_id": eid, "format": "markdown"})
             assert "## Verdict (completed)" in text_of(table) and status["judgment"]["lines"][0] in text_of(table)
+            assert status["verdict"]["headline"] and f"**{status['verdict']['headline']}**" in text_of(table)
+            assert status["verdict"]["judge"] == {"agent": ref(JUDGE), "model": None, "criteria": "Be strict."}
             again = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": ref(BIASED_JUDGE)})
             assert not again.isError, text_of(again)
             assert json.loads(text_of(again))["judgment"]["judge_agent_ref"] == ref(BIASED_JUDGE)
@@ -554,6 +589,9 @@ def test_the_cli_judges_an_experiment_and_judges_it_again(
     assert again.returncode == 0, again.stderr
     assert f"## Verdict (completed): judged blind by {ref(BIASED_JUDGE)}, 2 of 2 calls" in again.stdout
     assert f"Earlier judgments: {ref(JUDGE)} (completed" in again.stdout
+    assert f"Judge: {ref(BIASED_JUDGE)}, model unknown; criteria: the default" in again.stdout
+    assert "**No agent is shown better than the source yet: the best so far" in again.stdout
+    assert "The judge's two orders agreed in 0 of 1 pairs asked both ways." in again.stdout
     assert "more repeats at this rate would not settle it" in again.stdout
 
 
@@ -688,3 +726,41 @@ async def test_a_continuation_with_no_answer_is_not_judged_and_the_judgment_fail
     assert judged["verdict"]["pairs"][0]["reasons"] == [reason, reason]
     assert j["status"] == "failed" and j["error"].startswith("no call to the judge gave a usable answer: 2 of 2 calls")
     assert judged["verdict"]["status"] == "failed"
+
+
+def test_each_agents_line_answers_the_question_and_the_headline_names_the_best() -> None:
+    """Issue 47 (3): one line per agent, tied to the question (is it better than the source here, and at what
+    price): outcome, k of n, interval, tool calls and turns against the source's, tokens ratio, money per
+    continuation against the source's, time; a headline naming the best; how often the two orders agreed."""
+    source = judged.Side(label="source", agent_ref="kagent/k8s-agent", tokens=1000, cost_usd=0.002, turns=2,
+                         tool_calls=6, duration_seconds=30.0)  # fmt: skip
+    sides: dict[str | None, judged.Side] = {
+        f"x{i}": judged.Side(label=f"kagent/x #{i}", agent_ref="kagent/x", tokens=600, cost_usd=0.0012, turns=2,
+                             tool_calls=4, duration_seconds=12.0)
+        for i in range(1, 7)
+    }  # fmt: skip
+    sides["y1"] = judged.Side(label="kagent/y", agent_ref="kagent/y", tokens=2000, cost_usd=None, turns=1,
+                              tool_calls=9, duration_seconds=50.0)  # fmt: skip
+    outcomes = {(None, f"x{i}"): "right" for i in range(1, 7)} | {(None, "y1"): "failed", ("x1", "y1"): "failed"}
+    consistent: dict[tuple[str | None, str], bool | None] = {(None, f"x{i}"): i != 6 for i in range(1, 7)}
+    against, between = judged.records(outcomes, sides, source, consistent)
+    x, y = against
+    assert x.line == (
+        "kagent/x: better than the source over 6 judged continuations: 6 better, 0 worse (100 %, 95 % CI 61-100 %), "
+        "4 tool calls in 2 turns against the source's 6 in 2, 0.6x the tokens, $0.0012 against $0.0020 a "
+        "continuation, 12 s against 30 s"
+    )
+    assert x.consistency == judged.Consistency(agreed=5, asked=6) and x.outcome == "better"
+    assert (y.failed, y.invalid, y.win_rate) == (1, 0, None) and "money unknown" in y.line
+    assert between[0].line.startswith("kagent/x: no continuation judged against kagent/y yet (1 without a usable")
+    assert judged.headline(against, "completed", None) == (
+        "kagent/x is better than the source here: 6 better, 0 worse of 6 judged (95 % CI 61-100 %)"
+    )
+    unsure, _ = judged.records({(None, "x1"): "right", (None, "y1"): "left"}, sides, source)
+    assert judged.headline(unsure, "completed", None) == (
+        "No agent is shown better than the source yet: the best so far, kagent/x: 1 better, 0 worse of 1 judged "
+        "(95 % CI 21-100 %); about 3 more repeats would settle it"
+    )
+    assert judged.headline(against, "failed", "no call to the judge gave a usable answer").startswith(
+        "The judgment failed: no call"
+    )

@@ -71,7 +71,12 @@ async def test_a_whatif_is_judged_blind_against_the_source_in_both_orders(
         (None, job_id, "right", True)
     ]
     v = done["verdict"]
-    assert v["judge"] == ref(JUDGE) and v["criteria"] == "Prefer the shorter answer when equal."
+    criteria = "Prefer the shorter answer when equal."
+    assert v["judge"] == {"agent": ref(JUDGE), "model": None, "criteria": criteria} and v["criteria"] == criteria
+    assert v["headline"].startswith(
+        f"No agent is shown better than the source yet: the best so far, {ref(MARKER_AGENT)}"
+    )
+    assert v["by_agent"][0]["consistency"] == {"agreed": 1, "asked": 1}
     assert [(p["a"], p["b"], p["verdict"], p["order_1"], p["order_2"]) for p in v["pairs"]] == [
         (None, job_id, "b", "B", "A")
     ]

@@ -1005,6 +1005,12 @@ export interface JudgeRecord {
   losses: number;
   /** Pairs with an invalid answer or a call without one: counted neither way. */
   not_judged: number;
+  /** Of not_judged: answers without the JSON. */
+  invalid: number;
+  /** Of not_judged: calls without an answer, or continuations without one. */
+  failed: number;
+  /** The judge's pairs whose two orders agreed, of those both answered; null for people's votes. */
+  consistency: { agreed: number; asked: number } | null;
   /** A tie counts half. */
   win_rate: number | null;
   /** The 95 % Wilson score interval of the win rate over the judged pairs (never a point). */
@@ -1056,6 +1062,10 @@ export interface Judgment {
   against_source: JudgeRecord[];
   between_agents: JudgeRecord[];
   lines: string[];
+  /** The best agent against the source in one line (the failure, when the judgment failed). */
+  headline: string;
+  /** The model the judge's configuration names; null: not known. */
+  judge_model: string | null;
 }
 
 /** One agent's verdict against the source or another agent, as the API contract names it. */
@@ -1065,7 +1075,12 @@ export interface AgentVerdict {
   wins: number;
   ties: number;
   losses: number;
+  /** Pairs counted neither way: an answer without the JSON. */
   invalid: number;
+  /** Pairs counted neither way: a call without an answer, or a continuation without one. */
+  failed: number;
+  /** The judge's pairs whose two orders agreed, of those both answered; null for people's votes. */
+  consistency: { agreed: number; asked: number } | null;
   win_rate: number | null;
   /** [low, high]: the 95 % Wilson score interval of win_rate (never a point). */
   ci95: [number, number] | null;
@@ -1080,7 +1095,9 @@ export interface AgentVerdict {
 
 /** The latest judgment in the contract's shape. */
 export interface Verdict {
-  judge: string;
+  judge: { agent: string; model: string | null; criteria: string | null };
+  /** The best agent against the source in one line. */
+  headline: string;
   criteria: string | null;
   status: "waiting" | "running" | "completed" | "failed" | "cancelled";
   by_agent: AgentVerdict[];

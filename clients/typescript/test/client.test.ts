@@ -303,7 +303,8 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(judged.judgment?.calls, 2);
   assert.equal(judged.judgment?.pairs[0]?.said.length, 2);
   assert.equal(judged.judgment?.criteria, "Be brief.");
-  assert.equal(judged.verdict?.judge, "kagent/scripted-agent");
+  assert.equal(judged.verdict?.judge.agent, "kagent/scripted-agent");
+  assert.ok(judged.verdict?.headline);
   assert.equal(judged.verdict?.pairs.length, 1);
   const voted = ok(await voteExperiment(started.id, { a: null, b: branch.job_id ?? "" }, "b"));
   assert.equal(voted.votes?.votes, 1);

@@ -352,6 +352,12 @@ async def keep_source_column(svc: Services, experiment_id: str, user_id: str) ->
         await svc.store.experiments.keep_source_turns(conn, row.id, _encoder.encode(turns).decode())
 
 
+def model_name(configs: dict[str, ModelConfig], ref: str | None) -> str | None:
+    """The model an agent's configuration names ("gpt-4o"), None when not known."""
+    config = configs.get(ref or "")
+    return config.model or None if config is not None else None
+
+
 async def models(svc: Services, conn: Connection, refs: list[str | None]) -> dict[str, ModelConfig]:
     """The model each agent's configuration names in kagent's `agent` table (one query), by namespace/name; an
     agent without a row, a config or a model is absent (its columns are priced "unknown")."""
@@ -378,7 +384,10 @@ async def experiment(
             baseline = await source_turns(svc, conn, row)
     else:
         baseline = []
-    configs = await models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs)])
+    found = await svc.store.judgments.of_experiment(conn, row.id)
+    latest = found[-1] if found else None
+    judge_ref = latest.judge_agent_ref if latest else None
+    configs = await models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs), judge_ref])
     columns = [branch_column(j, turns[j.id], configs.get(j.agent_ref or ""), calls[j.id]) for j in jobs]
     discard = await svc.store.experiments.latest_discard(conn, row.id)
     if discard is not None and discard.undone_at is None:
@@ -391,11 +400,11 @@ async def experiment(
         status="completed", error=None, stopped_at=None, turns=baseline,
         totals=totals(baseline, configs.get(row.source_agent_ref or "")),
     )  # fmt: skip
-    found = await svc.store.judgments.of_experiment(conn, row.id)
-    latest = found[-1] if found else None
     asked = await svc.store.judgments.calls(conn, latest.id) if latest else []
     sides = {c.job_id: side(c, row.repeats) for c in columns}
-    judgment = judged.judgment(latest, asked, sides, side(source, 1)) if latest else None
+    judgment = (
+        judged.judgment(latest, asked, sides, side(source, 1), model_name(configs, judge_ref)) if latest else None
+    )
     people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, side(source, 1))
     status = row.status
     if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):

@@ -137,8 +137,11 @@ def verdict_section(e: Experiment) -> list[str]:
     if j is None:
         return _votes(e)
     lines = ["", f"## Verdict ({j.status}): judged blind by {j.judge_agent_ref}, {j.calls_answered} of {j.calls} calls"]
-    if j.criteria:
-        lines.append(f"\nCriteria added: {_one_line(j.criteria)}")
+    lines += ["", f"**{j.headline}**", "", f"Judge: {j.judge_agent_ref}, model {j.judge_model or 'unknown'}; "
+              f"criteria: the default{f' and: {_one_line(j.criteria)}' if j.criteria else ''}"]  # fmt: skip
+    agreed = [p.consistent for p in j.pairs if p.consistent is not None]
+    if agreed:
+        lines.append(f"The judge's two orders agreed in {agreed.count(True)} of {len(agreed)} pairs asked both ways.")
     if j.error:
         lines.append(f"\nError: {j.error}")
     lines += ["", *[f"- {line}" for line in j.lines]] if j.lines else ["", "- no pair judged yet"]

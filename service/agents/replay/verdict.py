@@ -105,6 +105,8 @@ class Tally:
     outcome: str | None  # better, worse, inconclusive; None: nothing judged
     settle_with: int | None  # inconclusive: about how many judged pairs in all would settle it at this rate
     more_repeats: int | None  # the same, counted from the pairs judged so far
+    invalid: int = 0  # of not_judged: an answer without the JSON
+    failed: int = 0  # of not_judged: a call without an answer, or a continuation without one (never sent)
 
     @property
     def judged(self) -> int:
@@ -129,7 +131,8 @@ def tally(outcomes: Sequence[str]) -> Tally:
     return Tally(
         wins=judged.count("left"), ties=judged.count("tie"), losses=judged.count("right"),
         not_judged=sum(1 for o in outcomes if o in ("invalid", "failed")), win_rate=rate, ci_low=low, ci_high=high,
-        outcome=outcome, settle_with=settle, more_repeats=more,
+        outcome=outcome, settle_with=settle, more_repeats=more, invalid=outcomes.count("invalid"),
+        failed=outcomes.count("failed"),
     )  # fmt: skip
 
 
@@ -142,10 +145,16 @@ def _pct(value: float) -> str:
     return f"{round(value * 100)}"
 
 
-def line(subject: str, opponent: str, t: Tally, *, tokens: str | None = None, money: str | None = None) -> str:
-    """One line a person can act on, e.g. "kagent/sonnet-agent: inconclusive against the source over 6 judged
-    continuations: 5 better, 1 worse (83 %, 95 % CI 44-97 %), 0.6x the tokens, $0.012 against $0.020; about 10
-    more repeats would settle it at this rate". `better` and `worse` only when the interval says so."""
+def line(
+    subject: str, opponent: str, t: Tally, *, work: str | None = None, tokens: str | None = None,
+    money: str | None = None, time: str | None = None,
+) -> str:  # fmt: skip
+    """One line a person can act on, tied to the question (is it better than the other, here, and at what price):
+    the outcome, k of n, the interval, then what it did and cost against the other, e.g. "kagent/sonnet-agent:
+    inconclusive against the source over 6 judged continuations: 5 better, 1 worse (83 %, 95 % CI 44-97 %), 4 tool
+    calls in 2 turns against the source's 6 in 2, 0.6x the tokens, $0.012 against $0.020 a continuation, 12 s
+    against 30 s; about 3 more repeats would settle it at this rate". `better` and `worse` only when the interval
+    says so."""
     if t.win_rate is None or t.ci_low is None or t.ci_high is None:
         why = f" ({t.not_judged} without a usable answer)" if t.not_judged else ""
         text = f"{subject}: no continuation judged against {opponent} yet{why}"
@@ -158,7 +167,7 @@ def line(subject: str, opponent: str, t: Tally, *, tokens: str | None = None, mo
         )
         if t.not_judged:
             text += f", {t.not_judged} not judged"
-    text += "".join(f", {x}" for x in (tokens, money) if x)
+    text += "".join(f", {x}" for x in (work, tokens, money, time) if x)
     if t.within_chance:
         if t.more_repeats is None:
             text += "; an even record: more repeats at this rate would not settle it"
@@ -166,6 +175,18 @@ def line(subject: str, opponent: str, t: Tally, *, tokens: str | None = None, mo
             more = f"{t.more_repeats} more repeat{'s' if t.more_repeats > 1 else ''} would"
             text += f"; about {more} settle it at this rate"
     return text
+
+
+def work(subject: tuple[float, float], opponent: tuple[float, float], whose: str) -> str:
+    """'4 tool calls in 2 turns against the source's 6 in 2': (tool calls, turns) a continuation, each side."""
+    return (
+        f"{subject[0]:.3g} tool calls in {subject[1]:.3g} turns against {whose} {opponent[0]:.3g} in {opponent[1]:.3g}"
+    )
+
+
+def seconds(subject: float, opponent: float) -> str:
+    """'12 s against 30 s': the agent's working time a continuation, each side."""
+    return f"{subject:.3g} s against {opponent:.3g} s"
 
 
 def ratio(subject: float | None, opponent: float | None) -> str | None:

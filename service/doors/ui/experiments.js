@@ -339,11 +339,21 @@ function experimentGrid(x) {
 
 // --- the verdict, judging again, and a person's blind votes ------------------------------------------------
 
+// Who judged, on which model and by what, and how often its two orders agreed (a judge that flips with the order
+// is judging the position, not the answers).
+function judgeWords(j) {
+  const said = j.pairs.filter((p) => p.consistent !== null);
+  const agreed = said.length ? ` Its two orders agreed in ${said.filter((p) => p.consistent).length} of ${plural(said.length, "pair")}.` : "";
+  return `Judge: ${j.judge_agent_ref}, model ${j.judge_model || "unknown"}; criteria: the default${j.criteria ? ` and: ${j.criteria}` : ""}.${agreed}`;
+}
+
 function verdictSection(x) {
   const j = x.judgment;
   const out = [];
   if (j) {
     out.push(el("h3", { text: `Verdict (${j.status}): judged blind by ${j.judge_agent_ref}, ${j.calls_answered} of ${plural(j.calls, "question")} answered` }),
+      el("p", { class: "verdict-headline" }, el("b", { text: j.headline })),
+      el("p", { class: "muted judge-info", text: judgeWords(j) }),
       j.error ? el("p", { class: "error", text: j.error }) : null,
       el("ul", { class: "verdict-lines" }, ...(j.lines.length ? j.lines : ["No pair judged yet."]).map((line) => el("li", { text: line }))));
   }
