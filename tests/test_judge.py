@@ -192,12 +192,18 @@ async def test_an_experiment_is_judged_blind_in_both_orders(
     try:
         r = await start(eclient, conv.session_id, conv.user_id, body)
         assert r.status_code == 202, r.text
-        await _judged_blind_in_both_orders(eclient, conv, seen, r.json()["data"]["experiment"])
+        await _judged_blind_in_both_orders(eclient, pool, conv, seen, r.json()["data"]["experiment"])
     finally:
         await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(ref(JUDGE)))
 
 
-async def _judged_blind_in_both_orders(eclient: Any, conv: Any, seen: Seen, started: dict[str, Any]) -> None:  # noqa: F811
+async def _judged_blind_in_both_orders(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    conv: Any,
+    seen: Seen,
+    started: dict[str, Any],
+) -> None:
     assert started["judgment"]["status"] == "waiting" and started["judgment"]["judge_agent_ref"] == ref(JUDGE)
     assert started["judgment"]["judge_card"]["name"] == JUDGE
     before = len(seen.judged)
@@ -291,13 +297,19 @@ async def _judged_blind_in_both_orders(eclient: Any, conv: Any, seen: Seen, star
         f"{ref(V1)}: inconclusive against the source over 1 judged continuations: 0 better, 1 worse (0 %, 95 % CI "
         "0-79 %)" + voted["votes"]["lines"][0].split("0-79 %)", 1)[1]
     ]
-    assert voted["verdict"]["votes"][0]["outcome"] == "inconclusive"
+    votes_verdict = voted["verdict"]["votes"]
+    assert votes_verdict["by_agent"][0]["outcome"] == "inconclusive" and votes_verdict["voters"] == 1
+    # the judge called that pair a tie, the person the source: they agree on 0 of 1
+    assert votes_verdict["agreement"] == {"agreed": 0, "compared": 1} == voted["votes"]["agreement"]
     for bad, status in (({"pair": {"a": other, "b": marker}, "winner": "a"}, 422),
                         ({"pair": {"a": None, "b": other}, "winner": "A"}, 400),
                         ({"pair": {"a": None, "b": other}, "winner": "tie", "who": 1}, 400)):  # fmt: skip
         assert (await eclient.post(votes, json=bad, headers=hdr)).status_code == status, bad
     md = await eclient.get(f"/api/experiments/{started['id']}?format=markdown", headers=hdr)
-    assert "People's blind votes (1), apart from the judge's:" in md.text
+    assert (
+        "People's blind votes (1, by 1 voter; they agree with the judge on 0 of 1), apart from the judge's:" in md.text
+    )
+    await _others_vote(eclient, pool, conv, started["id"], other, marker)
 
     # judged again, by a position-biased judge: every pair a tie (the two orders disagree); the first kept
     again = await eclient.post(
@@ -764,3 +776,79 @@ def test_each_agents_line_answers_the_question_and_the_headline_names_the_best()
     assert judged.headline(against, "failed", "no call to the judge gave a usable answer").startswith(
         "The judgment failed: no call"
     )
+
+
+async def _others_vote(eclient: Any, pool: asyncpg.Pool, conv: Any, eid: str, other: str, marker: str) -> None:  # noqa: F811
+    """Issue 47 (6): anyone who can read the source votes (its owner, a share link's reader), once a pair each (a
+    second vote replaces the first), each voter's votes kept apart; who cannot read it gets a 404 and writes
+    nothing."""
+    from tests.helpers import new_user
+
+    votes = f"/api/experiments/{eid}/votes"
+    token = f"share-{new_user()}"
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO session_share (token, session_id, user_id, read_only) VALUES ($1, $2, $3, true)",
+            token, conv.session_id, conv.user_id,
+        )  # fmt: skip
+        reader = {"X-User-Id": new_user(), "X-Share-Token": token}
+        stranger = {"X-User-Id": new_user()}
+        before = await conn.fetchval("SELECT count(*) FROM kagent_fork.judge_vote WHERE experiment_id = $1", eid)
+        r = await eclient.post(votes, json={"pair": {"a": None, "b": other}, "winner": "b"}, headers=stranger)
+        assert r.status_code == 404 and r.json()["error"] == f"experiment {eid} not found", r.text
+        bad_share = {**stranger, "X-Share-Token": "no-such-share"}
+        assert (await eclient.post(votes, json={"pair": {"a": None, "b": other}, "winner": "b"},
+                                   headers=bad_share)).status_code == 403  # fmt: skip
+        r = await eclient.post(votes, json={"pair": {"a": None, "b": marker}, "winner": "a"}, headers=reader)
+        assert r.status_code == 200, r.text
+        r = await eclient.post(votes, json={"pair": {"a": None, "b": marker}, "winner": "b"}, headers=reader)
+        assert r.status_code == 200, r.text  # a second vote on the pair replaces the reader's first
+        counted = r.json()["data"]["votes"]
+        assert (counted["votes"], counted["voters"]) == (2, 2)
+        # the judge said the marker's continuation is better, as the reader did: 1 of the 2 votes agree
+        assert counted["agreement"] == {"agreed": 1, "compared": 2}
+        after = await conn.fetchval("SELECT count(*) FROM kagent_fork.judge_vote WHERE experiment_id = $1", eid)
+        assert after == before + 1
+        mine = await conn.fetch("SELECT user_id, winner FROM kagent_fork.judge_vote WHERE experiment_id = $1", eid)
+        assert {(m["user_id"], m["winner"]) for m in mine} == {(conv.user_id, "left"), (reader["X-User-Id"], "right")}
+        # the reader still cannot read the experiment itself: only its creator sees it
+        assert (await eclient.get(f"/api/experiments/{eid}", headers=reader)).status_code == 404
+
+
+async def test_control_adds_the_sources_own_agent_as_the_noise_floor(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+) -> None:
+    """Issue 47 (4): `control: true` adds the source's own agent as an arm; its verdict against the source is the
+    noise floor, said as such beside the others and never named the best."""
+    conv = await seed(pool, dialect="v1", turns=2, agent_id="kagent__NS__v1_agent")  # the source's agent: v1-agent
+    hdr = {"X-User-Id": conv.user_id}
+    body = {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref(MARKER_AGENT)], "control": True,
+            "judge": {"agent": ref(JUDGE)}}  # fmt: skip
+    path = f"/api/sessions/{conv.session_id}/experiments"
+    dry = await eclient.post(path, json={**body, "dry_run": True}, headers=hdr)
+    assert dry.status_code == 200 and dry.json()["data"]["branches"] == 2, dry.text
+    eight = [ref(f"{MARKER_AGENT}-{i}") for i in range(8)]
+    over = await eclient.post(path, json={**body, "agents": eight}, headers=hdr)
+    assert over.status_code == 422 and "9 agents x 1 repeats is 9 branches, over 8" in over.text, over.text
+    r = await start(eclient, conv.session_id, conv.user_id, body)
+    assert r.status_code == 202, r.text
+    done = await until_over(eclient, r.json()["data"]["experiment"]["id"], conv.user_id)
+    assert [b["agent_ref"] for b in done["branches"]] == [ref(MARKER_AGENT), ref(V1)]
+    v = done["verdict"]
+    mine, floor = (a for a in v["by_agent"] if a["against"] == "source")
+    assert (mine["agent_ref"], mine["control"], floor["agent_ref"], floor["control"]) == (
+        ref(MARKER_AGENT), False, ref(V1), True
+    )  # fmt: skip
+    assert floor["summary"].startswith(
+        f"{ref(V1)} (the source's own agent run again: the noise floor): inconclusive against the source"
+    )
+    assert v["headline"].startswith(
+        f"No agent is shown better than the source yet: the best so far, {ref(MARKER_AGENT)}"
+    )
+    assert v["headline"].endswith(
+        "; the noise floor, the source's own agent run again: 0 better, 0 worse, 1 tied of 1 judged (95 % CI 5-95 %)"
+    )
+    # the source's own agent named already: control adds nothing
+    again = await eclient.post(path, json={**body, "agents": [ref(V1)], "dry_run": True}, headers=hdr)
+    assert again.status_code == 200 and again.json()["data"]["branches"] == 1, again.text

@@ -63,6 +63,9 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     reads: Reads | None = None
     dry_run: bool = False  # what it would do, each agent's tools by class; nothing written
     judge: JudgeSpec | None = None
+    # The source's own agent added as an arm (if not named already): its verdict against the source is the noise
+    # floor, what the same agent run again scores against itself.
+    control: bool = False
 
 
 async def start(
@@ -77,7 +80,7 @@ async def start(
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
         message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, max_usd=req.max_usd,
         on_approval=req.on_approval,
-        tools=req.tools, reads=req.reads, dry_run=req.dry_run,
+        tools=req.tools, reads=req.reads, dry_run=req.dry_run, control=req.control,
         judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip
     answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
@@ -188,12 +191,19 @@ class VoteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteRequest) -> grid.Experiment:
-    """Keep a person's vote on a pair the judge would compare (its latest replaces an earlier one); 409 while
-    the experiment runs, 422 for a pair it does not have."""
+    """Keep a person's vote on a pair the judge would compare (a voter's latest on a pair replaces their earlier
+    one): anyone who can read the experiment's source (its owner, a share link's reader) votes, each voter's votes
+    kept apart. 404 for one who cannot (as for a missing experiment), 409 while the experiment runs, 422 for a
+    pair it does not have. Answers the grid (as its creator sees it: the voter can read the source it continues)."""
     async with svc.connection() as conn:
-        row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
+        row = await svc.store.experiments.experiment_to_vote(conn, experiment_id)
         if row is None:
             raise NotFound(f"experiment {experiment_id} not found")
+        if row.user_id != caller.user_id:
+            try:  # the source as the caller may read it: its owner, or a share link's reader
+                await visible_session(svc, conn, caller, row.source_session_id)
+            except NotFound:
+                raise NotFound(f"experiment {experiment_id} not found") from None
         if row.status == "running":
             raise Conflict(f"experiment {experiment_id} is running: vote once its branches ended")
         pairs = {(left.id if left else None, right.id) for left, right in judge.pairs(
@@ -205,4 +215,4 @@ async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteReque
         await svc.store.judgments.vote(
             conn, row.id, Vote(user_id=caller.user_id, left_job=req.pair.a or "", right_job=req.pair.b, winner=winner)
         )
-        return await grid.experiment(svc, conn, caller, experiment_id)
+        return await grid.experiment(svc, conn, Caller(user_id=row.user_id), experiment_id)

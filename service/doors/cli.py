@@ -599,7 +599,7 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
             "agents": args.agent or None, "turns": turns,
             "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
             "on_approval": args.on_approval, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None, "max_usd": args.max_usd,
+            "dry_run": args.dry_run or None, "max_usd": args.max_usd, "control": args.control,
             "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
             if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
@@ -973,6 +973,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="the forks' name")
     tool_arguments(e)
     judge_arguments(e, "the branches blind once they end")
+    e.add_argument("--control", action="store_true", default=None, help="add the source's own agent: the noise floor")
     e.add_argument(
         "--wait", action="store_true", help="wait until every branch ended (and the judge), then print the table"
     )

@@ -413,6 +413,10 @@ async def start_experiment(
         float | None,
         Field(description="Refuse when the estimated price in US dollars (the judge's calls too) is over this."),
     ] = None,
+    control: Annotated[
+        bool,
+        Field(description="Add the source's own agent as an arm: its verdict against the source is the noise floor."),
+    ] = False,
     judge_criteria: Annotated[str | None, Field(description="What the judge should weigh, beyond the default.")] = None,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
@@ -437,6 +441,7 @@ async def start_experiment(
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
                   "max_usd": max_usd, "tools": tools, "reads": reads, "dry_run": dry_run or None,
+                  "control": control or None,
                   "judge": {"agent": judge_agent, **({"criteria": judge_criteria} if judge_criteria else {})}
                   if judge_agent else None}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)

@@ -1110,8 +1110,14 @@ export interface Verdict {
     verdict: "a" | "b" | "tie" | "invalid" | "failed" | "pending";
     reasons: string[];
   }[];
-  /** People's blind votes, counted apart. */
-  votes: AgentVerdict[];
+  /** People's blind votes (anyone who can read the source votes, each voter's kept), counted apart. */
+  votes: {
+    votes: number;
+    voters: number;
+    /** Of the votes on a pair the judge decided, those naming what it named; null when none. */
+    agreement: { agreed: number; compared: number } | null;
+    by_agent: AgentVerdict[];
+  } | null;
 }
 
 /** An experiment: the source's own turns beside a column per branch (GET /api/experiments/{id}). */
@@ -1150,7 +1156,14 @@ export interface Experiment {
     finished_at: string | null;
   }[];
   /** People's blind votes, counted apart from the judge's (null: none). */
-  votes: { votes: number; against_source: JudgeRecord[]; between_agents: JudgeRecord[]; lines: string[] } | null;
+  votes: {
+    votes: number;
+    voters: number;
+    agreement: { agreed: number; compared: number } | null;
+    against_source: JudgeRecord[];
+    between_agents: JudgeRecord[];
+    lines: string[];
+  } | null;
   /** The latest judgment as the API contract names it (null: never judged). */
   verdict: Verdict | null;
 }
@@ -1186,6 +1199,8 @@ export interface ExperimentOptions extends ClientOptions, ToolOptions {
   rewindBeforeTaskId?: string;
   /** A kagent agent (namespace/name) that judges the branches blind once they end, and what it should weigh. */
   judge?: { agent: string; criteria?: string };
+  /** Add the source's own agent as an arm: its verdict against the source is the noise floor. */
+  control?: boolean;
 }
 
 /**
@@ -1205,6 +1220,7 @@ export async function startExperiment(
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.messageText !== undefined) body.message = { text: options.messageText };
   if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.control !== undefined) body.control = options.control;
   if (options.onApproval !== undefined) body.on_approval = options.onApproval;
   if (options.name !== undefined) body.name = options.name;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
@@ -1235,6 +1251,7 @@ export async function dryRunExperiment(
   if (options.agents !== undefined) body.agents = options.agents;
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.control !== undefined) body.control = options.control;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
   toolFields(body, options);
   return call<ReplayDryRun>(options, "POST", sessionPath(sessionId, "experiments"), body, {}, [

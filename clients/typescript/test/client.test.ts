@@ -308,7 +308,8 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(judged.verdict?.pairs.length, 1);
   const voted = ok(await voteExperiment(started.id, { a: null, b: branch.job_id ?? "" }, "b"));
   assert.equal(voted.votes?.votes, 1);
-  assert.equal(voted.verdict?.votes[0]?.wins, 1);
+  assert.equal(voted.verdict?.votes?.by_agent[0]?.wins, 1);
+  assert.equal(voted.verdict?.votes?.voters, 1);
   failed(await judgeExperiment("no-such-experiment", "kagent/scripted-agent"), "experiment no-such-experiment not found");
   failed(await judgeExperiment(started.id, "not-a-ref"), /judge.agent must be namespace\/name/);
 });

@@ -59,6 +59,7 @@ async def start(
         boundary = await span.start_turn(svc, caller, replay)
         async with svc.connection() as conn:
             found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
+        replay = replay.with_control(found)
         gate.gate(svc, replay, found)
         plan, cards = await answerers.cast(svc, replay, found, hdrs)
         refs = list(dict.fromkeys(ref for ref, _ in plan))
@@ -120,6 +121,7 @@ async def dry_run(
     boundary = await span.start_turn(svc, caller, replay)
     async with svc.connection() as conn:
         found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
+    replay = replay.with_control(found)
     refused: list[str] = []
     try:
         gate.gate(svc, replay, found)

@@ -402,10 +402,12 @@ async def experiment(
     )  # fmt: skip
     asked = await svc.store.judgments.calls(conn, latest.id) if latest else []
     sides = {c.job_id: side(c, row.repeats) for c in columns}
-    judgment = (
-        judged.judgment(latest, asked, sides, side(source, 1), model_name(configs, judge_ref)) if latest else None
-    )
-    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, side(source, 1))
+    # The noise floor: the source's own agent asked the source's own questions again (an edited first question
+    # asks every branch something else, so no branch is a control then).
+    control = row.source_agent_ref if row.message is None else None
+    judge_model = model_name(configs, judge_ref)
+    judgment = judged.judgment(latest, asked, sides, side(source, 1), judge_model, control) if latest else None
+    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, side(source, 1), judgment, control)
     status = row.status
     if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):
         status = "judging"

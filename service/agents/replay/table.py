@@ -172,5 +172,7 @@ def verdict_section(e: Experiment) -> list[str]:
 def _votes(e: Experiment) -> list[str]:
     if e.votes is None:
         return []
-    return ["", f"People's blind votes ({e.votes.votes}), apart from the judge's:", "",
-            *[f"- {line}" for line in e.votes.lines]]  # fmt: skip
+    v = e.votes
+    agree = f"; they agree with the judge on {v.agreement.agreed} of {v.agreement.compared}" if v.agreement else ""
+    return ["", f"People's blind votes ({v.votes}, by {v.voters} voter{'s' if v.voters > 1 else ''}{agree}), apart "
+            "from the judge's:", "", *[f"- {line}" for line in v.lines]]  # fmt: skip

@@ -361,7 +361,8 @@ function verdictSection(x) {
     out.push(el("p", { class: "muted", text: `Earlier judgments: ${x.earlier_judgments.map((e) => `${e.judge_agent_ref} (${e.status}, ${when(e.created_at)})`).join("; ")}` }));
   }
   if (x.votes) {
-    out.push(el("p", {}, el("b", { text: `Your blind votes (${x.votes.votes}), apart from the judge's:` })),
+    const agree = x.votes.agreement ? `; they agree with the judge on ${x.votes.agreement.agreed} of ${x.votes.agreement.compared}` : "";
+    out.push(el("p", {}, el("b", { class: "votes-head", text: `People's blind votes (${x.votes.votes}, by ${plural(x.votes.voters, "voter")}${agree}), apart from the judge's:` })),
       el("ul", { class: "vote-lines" }, ...x.votes.lines.map((line) => el("li", { text: line }))));
   }
   if (x.status !== "running" && x.status !== "judging") {
