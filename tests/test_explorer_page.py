@@ -391,7 +391,9 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
     try:
         await turns.nth(1).get_by_role("button", name="Experiment").click()
         form = turns.nth(1).locator(".experiment-form")
-        await expect(form.locator(".exp-turns")).to_have_value("all")  # every later turn by default
+        # one default on every door (issue 47): this turn only, as the API, the CLI and MCP take it
+        await expect(form.locator(".exp-turns")).to_have_value("1")
+        await form.locator(".exp-turns").select_option("all")
         await form.locator(".exp-agents").fill(f"{NAMESPACE}/{V1}, {NAMESPACE}/{SLOW}")
         await form.locator(".exp-message").fill("Ask it differently: how many pods run?")
         await form.get_by_role("button", name="Start the experiment").click()
@@ -523,6 +525,7 @@ async def test_a_refused_experiment_shows_the_services_reason_and_writes_nothing
         turn = tab.locator("#turns > li.turn").nth(1)
         await turn.get_by_role("button", name="Experiment").click()
         await turn.locator(".exp-agents").fill(f"{NAMESPACE}/{V1}")
+        await turn.locator(".exp-turns").select_option("all")
         await turn.get_by_role("button", name="Start the experiment").click()
         refusal = turn.locator(".exp-refusal")
         await expect(refusal).to_contain_text("Not started: the contexts of every branch's turns are about")

@@ -849,6 +849,11 @@ async def test_control_adds_the_sources_own_agent_as_the_noise_floor(
     assert v["headline"].endswith(
         "; the noise floor, the source's own agent run again: 0 better, 0 worse, 1 tied of 1 judged (95 % CI 5-95 %)"
     )
+    # issue 47 (7): the source's experiments are listed with their agents, judge and outcome
+    listed = (await eclient.get(path, headers=hdr)).json()["data"]
+    assert [(x["agents"], x["judge"], x["outcome"]) for x in listed] == [
+        ([ref(MARKER_AGENT), ref(V1)], ref(JUDGE), v["headline"])
+    ]
     # the source's own agent named already: control adds nothing
     again = await eclient.post(path, json={**body, "agents": [ref(V1)], "dry_run": True}, headers=hdr)
     assert again.status_code == 200 and again.json()["data"]["branches"] == 1, again.text

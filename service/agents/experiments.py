@@ -16,7 +16,7 @@ import asyncpg
 import msgspec
 from msgspec import Meta
 
-from service.agents.replay import engine, gate, grid, jobs, judge, tools
+from service.agents.replay import engine, gate, grid, jobs, judge, listing, tools
 from service.agents.replay.answerers import a2a_base, headers
 from service.agents.replay.engine import DryRun
 from service.agents.replay.judge import JudgeSpec
@@ -93,12 +93,19 @@ async def get(svc: Services, caller: Caller, experiment_id: str) -> grid.Experim
         return await grid.experiment(svc, conn, caller, experiment_id)
 
 
-async def of_session(svc: Services, caller: Caller, session_id: str) -> list[grid.Listed]:
+async def of_session(svc: Services, caller: Caller, session_id: str) -> list[listing.Listed]:
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         rows = await svc.store.experiments.experiments(conn, source.id, source.user_id, caller.user_id)
         judging = await svc.store.judgments.being_judged(conn, [r.id for r in rows])
-    return [grid.listed(r, r.id in judging) for r in rows]
+        out = []
+        for r in rows:  # a source's experiments are few: each one's agents, judge and outcome read in turn
+            found = await svc.store.judgments.of_experiment(conn, r.id)
+            latest = found[-1] if found else None
+            calls = await svc.store.judgments.calls(conn, latest.id) if latest else []
+            jobs_ = await svc.store.experiments.branches(conn, r.id)
+            out.append(listing.listed(r, r.id in judging, jobs_, latest, calls))
+    return out
 
 
 async def cancel(

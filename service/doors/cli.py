@@ -421,7 +421,8 @@ def _show_experiments(items: list[dict[str, Any]]) -> str:
         f"Experiment {e['id']}: {e['status']}, from turn "
         f"{e['rewind_before_invocation_id'] or 'of task ' + str(e['rewind_before_task_id'])}, "
         f"{_n(e['turns'], 'turn')} x {_n(e['repeats'], 'repeat')}, on approval {e['on_approval']}, "
-        f"started {e['created_at']}"
+        f"started {e['created_at']}\n  agents: {', '.join(e['agents'])}"
+        + (f"; judged by {e['judge']}: {e['outcome']}" if e["judge"] else "; not judged")
         for e in items
     ]
     return "\n".join(lines) or "No experiments from this session."
@@ -823,8 +824,9 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         dsn = _database_url(settings, demo=True)
-        if args.command in ("whatif", "experiment") and not settings.database_url and settings.kagent_a2a_url is None:
-            # The embedded demo: its scripted agents answer, in this process, so the command waits for them.
+        replays = ("whatif", "experiment", "judge")  # the commands that ask agents (a judge is one)
+        if args.command in replays and not settings.database_url and settings.kagent_a2a_url is None:
+            # The embedded demo: its scripted agents (its judge too) answer, in this process, so the command waits.
             settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
             args.wait = True
         data, text = asyncio.run(_run(settings, dsn, args))

@@ -1273,6 +1273,12 @@ export interface ExperimentListed {
   created_at: string;
   finished_at: string | null;
   tool_policy: Required<ToolPolicy> | null;
+  /** Its agents, in the order named. */
+  agents: string[];
+  /** The latest judgment's judge; null: never judged. */
+  judge: string | null;
+  /** The latest judgment's headline; null: never judged. */
+  outcome: string | null;
 }
 
 export interface ExperimentReadOptions extends ClientOptions {

@@ -35,7 +35,7 @@ from service.identity import Caller
 from service.kagent import frameworks
 from service.kagent.store.agents import ModelConfig
 from service.kagent.store.base import BEGINNING, Connection
-from service.kagent.store.experiments import DiscardRow, ExperimentRow
+from service.kagent.store.experiments import DiscardRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
 from service.kagent.store.replay import ReplayCall
 from service.kagent.store.sessions import SessionRow
@@ -134,40 +134,12 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
     experiment: Experiment
 
 
-class Listed(msgspec.Struct, frozen=True, kw_only=True):
-    """An experiment in its source's list (the grid itself: GET /api/experiments/{id})."""
-
-    id: str
-    status: str
-    rewind_before_invocation_id: str | None
-    rewind_before_task_id: str | None
-    turns_requested: int | str
-    turns: int
-    repeats: int
-    on_approval: str
-    created_at: str
-    finished_at: str | None
-    tool_policy: ToolPolicy | None = None
-
-
-def _policy(text: str | None) -> ToolPolicy | None:
+def policy_of(text: str | None) -> ToolPolicy | None:
     return msgspec.json.decode(text, type=ToolPolicy) if text else None
 
 
-def _requested(text: str) -> int | str:
+def requested(text: str) -> int | str:
     return int(text) if text.isdigit() else text
-
-
-def listed(row: ExperimentRow, judging: bool = False) -> Listed:
-    """`judging`: its branches ended and its judgment waits or runs."""
-    status = "judging" if judging and row.status in ("completed", "failed") else row.status
-    return Listed(
-        id=row.id, status=status, rewind_before_invocation_id=row.rewind_before_invocation_id,
-        rewind_before_task_id=row.rewind_before_task_id, turns_requested=_requested(row.turns_requested),
-        turns=row.turns, repeats=row.repeats,
-        on_approval=row.on_approval, created_at=rfc3339(row.created_at),
-        finished_at=rfc3339(row.finished_at) if row.finished_at else None, tool_policy=_policy(row.tool_policy),
-    )  # fmt: skip
 
 
 def _sum(parts: list[Replayed | None]) -> Replayed | None:
@@ -414,11 +386,11 @@ async def experiment(
     return Experiment(
         id=row.id, status=status, source_session_id=row.source_session_id,
         rewind_before_invocation_id=row.rewind_before_invocation_id, rewind_before_task_id=row.rewind_before_task_id,
-        turns_requested=_requested(row.turns_requested),
+        turns_requested=requested(row.turns_requested),
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
-        tool_policy=_policy(row.tool_policy),
+        tool_policy=policy_of(row.tool_policy),
         arms=msgspec.json.decode(row.arms, type=list[ArmTools]) if row.arms else None,
         discard=discard_json(discard) if discard is not None else None,
         judgment=judgment, earlier_judgments=judged.earlier(found[:-1]), votes=people,

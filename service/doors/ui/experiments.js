@@ -32,9 +32,10 @@ function experimentAt(turn, number) {
   const listed = state.sessions.find((s) => s.id === t.session_id);
   const agents = el("input", { class: "exp-agents", autocomplete: "off", placeholder: "namespace/name, namespace/name",
     value: $("whatif-agent").value.trim() || (listed && listed.agent_id ? agentName(listed.agent_id) : "") });
+  // One default on every door: this turn only (turns: 1, as the API, the CLI and MCP take it).
   const turns = el("select", { class: "exp-turns" },
-    ...Array.from({ length: left - 1 }, (_, i) => choice(String(i + 1), i === 0 ? "this turn only" : `${i + 1} turns`)),
-    choice("all", `all ${plural(left, "turn")} from here`, true));
+    ...Array.from({ length: left - 1 }, (_, i) => choice(String(i + 1), i === 0 ? "this turn only" : `${i + 1} turns`, i === 0)),
+    choice("all", `all ${plural(left, "turn")} from here`, left === 1));
   const message = el("textarea", { class: "exp-message", rows: "2", placeholder: firstQuestion(t.turns[number - 1]) });
   const repeats = el("input", { class: "exp-repeats", type: "number", min: "1", max: "5", value: "1" });
   const onApproval = el("select", { class: "exp-approval" },
@@ -130,6 +131,8 @@ async function showExperiments() {
   const items = answer.data.map((x) => el("li", { class: "turn", "data-id": x.id, "data-status": x.status },
     el("b", { text: `Experiment ${x.status}: from ${turnLabel(x.rewind_before_invocation_id ?? x.rewind_before_task_id)}, ${plural(x.turns, "turn")}` }),
     el("div", { class: "muted", text: `${x.repeats > 1 ? `${x.repeats} repeats of each agent · ` : ""}on approval: ${x.on_approval} · started ${when(x.created_at)}${x.finished_at ? `, ended ${when(x.finished_at)}` : ""}` }),
+    el("div", { class: "listed-agents", text: `Agents: ${x.agents.join(", ")}${x.judge ? ` · judged by ${x.judge}` : " · not judged"}` }),
+    x.outcome ? el("div", { class: "listed-outcome", text: x.outcome }) : null,
     el("button", { type: "button", onclick: () => followExperiment(x.id), text: "Show the grid" })));
   $("experiments").replaceChildren(...items);
   if (!items.length) $("experiments").replaceChildren(el("li", { class: "muted", text: "No experiments from this session." }));
