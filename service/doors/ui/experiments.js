@@ -240,7 +240,8 @@ function columnVerdict(c, x) {
   if (!pair) return null;
   const disagreed = pair.outcome === "tie" && pair.consistent === false ? " (the two orders disagreed)" : "";
   return el("div", { class: `verdict verdict-${pair.outcome}`, "data-verdict": pair.outcome },
-    el("b", { text: `Judge: ${VERDICT_WORDS[pair.outcome]}${disagreed}` }),
+    // One pair says nothing settled: the verdict's lines and headline say how sure the judge is overall.
+    el("b", { text: `Judge: ${VERDICT_WORDS[pair.outcome]}${["left", "right", "tie"].includes(pair.outcome) ? " in this pair" : ""}${disagreed}` }),
     el("details", {}, el("summary", { text: "Why" }), ...pair.said.map((s) => el("div", { class: "muted",
       text: `Asked with this branch as ${s.a_is === "right" ? "A" : "B"}: ${s.winner || "no answer"}. ${s.reason || s.error || s.answer || ""}` }))));
 }
