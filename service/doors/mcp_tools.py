@@ -508,10 +508,11 @@ async def experiment_status(
     """An experiment started with start_experiment: its status (running until every branch ended, then
     judging while its judge runs) and the grid: the source's own turns and, for each agent's branch, each
     turn's question, answer, tool calls, model calls, tokens, duration and state, with totals and each column's
-    price (`cost_usd`, null when its model or price is unknown, and the `model` priced); and, once judged, the
-    verdict (`judgment.lines`: one line per agent against the source and per two agents, with a win rate and its
-    95 % interval; `judgment.pairs`: what the judge said in each order). `format`: "json" (the data) or
-    "markdown" (a table to show a person, the verdict under it)."""
+    price (`cost_usd`, null when its model or price is unknown, and the `model` priced, `cost_text` as printed);
+    and, once judged, the verdict (`verdict.headline`: the best agent in one line; `judgment.lines`: one line per
+    agent against the source and per two agents, with a win rate, its 95 % Wilson interval and the outcome it
+    allows, better / worse / inconclusive; `judgment.pairs`: what the judge said in each order). `format`: "json"
+    (the data) or "markdown" (a table to show a person, the verdict under it)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         if format not in ("json", "markdown"):
