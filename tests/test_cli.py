@@ -353,7 +353,10 @@ def test_experiments_by_id_from_the_cli(database_url: str, agents: tuple[str, Se
     assert [e["status"] for e in listed] == ["running"]
     experiment = ok_json(run("grid", listed[0]["id"], "--json"))
     assert [b["agent_ref"] for b in experiment["branches"]] == [f"{NAMESPACE}/{SLOW}", f"{NAMESPACE}/{V1}"]
-    assert run("experiments", conv.session_id).stdout.startswith(f"Experiment {experiment['id']}: running, from turn")
+    shown = run("experiments", conv.session_id).stdout
+    assert shown.startswith(f"Experiment {experiment['id']}: running, from turn")
+    assert f"\n  agents: {NAMESPACE}/{SLOW}, {NAMESPACE}/{V1}; not judged" in shown  # issue 47 (7)
+    assert listed[0]["agents"] == [f"{NAMESPACE}/{SLOW}", f"{NAMESPACE}/{V1}"] and listed[0]["judge"] is None
     table = run("grid", experiment["id"])
     assert table.returncode == 0 and table.stdout.startswith(f"# Experiment {experiment['id']}: running"), table
     assert f"{NAMESPACE}/{SLOW}" in table.stdout
@@ -419,6 +422,23 @@ def test_an_experiment_on_the_demo_runs_out_of_the_box(tmp_path: Path) -> None:
     models = [c.split(" ", 1)[1] for c in cells]
     assert models == ["(gpt-4o-mini)", "(gpt-4o-mini)", "(claude-haiku-4-5)"], cost
     assert all(c.startswith("$0.") and float(c.split(" ")[0][1:]) > 0 for c in cells), cost
+    assert all(len(c.split(" ")[0].lstrip("$0.")) == 2 for c in cells), cost  # two significant figures, as everywhere
+    # issue 47: the dry run estimates the whole start, the judge's calls too, in tokens and money; --max-usd refuses
+    # a start over it (the demo's agents and judge are priced by their agent rows)
+    plan = ("experiment", "demo-v1-session", "--before", turns[1]["invocation_id"], "--agent", "kagent/k8s-agent",
+            "--judge", "kagent/demo-judge")  # fmt: skip
+    dry = run(*plan, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    estimate = json.loads(dry.stdout)
+    assert estimate["estimated_judge_tokens"] > 0 and estimate["estimated_usd"] > 0, estimate
+    over = run(*plan, "--max-usd", str(estimate["estimated_usd"] / 2))
+    assert over.returncode != 0 and "over max_usd" in over.stderr, over.stderr
+    # issue 47 (7): `judge` works on the demo too: its scripted judge answers in this process, which waits for it
+    experiment_id = done.stdout.splitlines()[0].split()[2].rstrip(":")
+    judged = run("judge", experiment_id, "--agent", "kagent/demo-judge")
+    assert judged.returncode == 0, judged.stderr
+    assert "## Verdict (completed): judged blind by kagent/demo-judge, 6 of 6 calls" in judged.stdout, judged.stdout
+    assert "Judge: kagent/demo-judge, model gpt-4o-mini; criteria: the default" in judged.stdout
 
 
 async def test_an_experiments_branches_are_discarded_and_brought_back(database_url: str, pool: asyncpg.Pool) -> None:

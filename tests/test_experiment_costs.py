@@ -17,8 +17,9 @@ import pytest
 from service.agents.replay import grid
 from service.agents.replay.figures import TurnFigures
 from service.kagent.store.agents import ModelConfig, agent_row_id
+from service.operations.prices import usd_text
 from tests.helpers import seed
-from tests.support.a2a_agent import APPROVAL_V1, FORGETFUL, V1
+from tests.support.a2a_agent import APPROVAL_V1, FORGETFUL, JUDGE, V1
 from tests.test_experiments import agents, eclient, ref, start, until  # noqa: F401 (fixtures)
 
 
@@ -125,8 +126,9 @@ async def test_each_column_is_priced_for_its_agents_model_or_unknown(
     ).text
     (row,) = [line for line in table.splitlines() if line.startswith("| **cost (USD)**")]
     cells = [c.strip() for c in row.strip("|").split("|")][1:]
-    assert cells == ["unknown (llama3.2)", f"${totals['cost_usd']:.6f} (gpt-4o)", "unknown (no-such-model-from-anyone)",
+    assert cells == ["unknown (llama3.2)", f"{totals['cost_text']} (gpt-4o)", "unknown (no-such-model-from-anyone)",
                      "unknown"]  # fmt: skip
+    assert totals["cost_text"] == usd_text(totals["cost_usd"]) and no_row["totals"]["cost_text"] == "unknown"
 
 
 async def test_with_repeats_the_price_spreads_only_when_every_repeat_is_known(
@@ -152,7 +154,10 @@ async def test_with_repeats_the_price_spreads_only_when_every_repeat_is_known(
     (row,) = [line for line in table.splitlines() if line.startswith(f"| {ref(FORGETFUL)} |")]
     assert row.rstrip(" |").endswith("unknown")
     (row,) = [line for line in table.splitlines() if line.startswith(f"| {ref(V1)} |")]
-    assert row.rstrip(" |").endswith(f"{costs[0]:g} ({costs[0]:g}-{costs[1]:g})")
+    low, high = sorted(costs)
+    text = f"{usd_text(sum(costs) / 2)} ({usd_text(low)}-{usd_text(high)})"
+    assert priced["cost_text"] == text and row.rstrip(" |").endswith(f" {text}")  # never a float's own 9e-05
+    assert "e-0" not in table
 
 
 def _turn(model_calls: int, usage: list[tuple[int, int]] | None, state: str = "completed") -> TurnFigures:
@@ -209,3 +214,71 @@ def test_a_tiered_price_applies_to_each_call_not_to_the_sum() -> None:
                                            provider_id="openai").total_price for i, o in calls), Decimal(0))),
         abs=1e-6,
     )  # fmt: skip
+
+
+def test_money_is_printed_to_two_significant_figures() -> None:
+    """One function rounds money for every door: two significant figures, never fewer than the cents."""
+    assert [usd_text(v) for v in (0.00007, 0.00009, 0.000123, 0.0045, 0.012, 0.1, 0.999, 12.3, 0.0, None)] == [
+        "$0.000070", "$0.000090", "$0.00012", "$0.0045", "$0.012", "$0.10", "$1.00", "$12.30", "$0.00", "unknown",
+    ]  # fmt: skip
+
+
+async def test_the_dry_run_estimates_the_whole_start_and_max_usd_refuses_over_it(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agent_rows: Any,
+) -> None:
+    conv = await seed(pool, dialect="v1", turns=3, tool_calls=True, metadata_style="kagent")
+    await agent_rows(ref(V1), {"type": "openai", "model": "gpt-4o", "base_url": ""})
+    await agent_rows(ref(JUDGE), {"type": "anthropic", "model": "claude-sonnet-4-5"})
+    hdr = {"X-User-Id": conv.user_id}
+    base = {"rewind_before_invocation_id": conv.invocation_ids[1], "turns": "all", "agents": [ref(V1)]}
+    judged = {**base, "judge": {"agent": ref(JUDGE)}}
+    path = f"/api/sessions/{conv.session_id}/experiments"
+
+    async def dry(body: dict[str, Any]) -> dict[str, Any]:
+        r = await eclient.post(path, json={**body, "dry_run": True}, headers=hdr)
+        assert r.status_code == 200, r.text
+        data: dict[str, Any] = r.json()["data"]
+        return data
+
+    alone, whole = await dry(base), await dry(judged)
+    assert alone["estimated_judge_tokens"] == 0 and whole["estimated_judge_tokens"] > 0
+    assert whole["estimated_context_tokens"] == alone["estimated_context_tokens"] + whole["estimated_judge_tokens"]
+    # the money, written again here: each turn's context one gpt-4o request, each judge call one Claude request
+    span = alone["estimated_context_tokens"]
+    calls = whole["estimated_judge_tokens"] // 2  # one pair (the branch against the source), asked twice
+
+    def price(tokens: int, model: str, provider: str) -> Decimal:
+        usage = genai_prices.Usage(input_tokens=tokens, output_tokens=0)
+        return genai_prices.calc_price(usage, model, provider_id=provider).total_price
+
+    expected = float(price(span, "gpt-4o", "openai") + 2 * price(calls, "claude-sonnet-4-5", "anthropic"))
+    assert (
+        whole["estimated_usd"] == pytest.approx(expected, abs=2e-6) and whole["estimated_usd"] > alone["estimated_usd"]
+    )
+    assert whole["estimated_usd_text"] == usd_text(whole["estimated_usd"]) and whole["unpriced"] == []
+    # max_usd: under the estimate, a 422 that writes nothing (the dry run says the same refusal)
+    async with pool.acquire() as conn:
+        before = await conn.fetchval("SELECT count(*) FROM session WHERE user_id = $1", conv.user_id)
+    under = {**judged, "max_usd": whole["estimated_usd"] / 2}
+    r = await eclient.post(path, json=under, headers=hdr)
+    assert r.status_code == 422 and "over max_usd" in r.json()["error"], r.text
+    assert f"estimated at {whole['estimated_usd_text']}" in r.json()["error"]
+    assert "over max_usd" in (await dry(under))["refused"]
+    # a model without a price cannot be held to a budget: refused too, naming whose
+    await agent_rows(ref(JUDGE), {"type": "ollama", "model": "llama3.2"})
+    unknown = await dry(judged)
+    assert unknown["estimated_usd"] is None and unknown["estimated_usd_text"] == "unknown"
+    assert unknown["unpriced"] == [ref(JUDGE)]
+    r = await eclient.post(path, json={**judged, "max_usd": 100}, headers=hdr)
+    assert r.status_code == 422 and f"the price of {ref(JUDGE)}'s model is not known" in r.json()["error"], r.text
+    for bad in (-1, "1", True):
+        r = await eclient.post(path, json={**base, "max_usd": bad}, headers=hdr)
+        assert r.status_code == 400, (bad, r.text)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM session WHERE user_id = $1", conv.user_id) == before
+    # over the estimate: it starts
+    r = await eclient.post(path, json={**base, "max_usd": alone["estimated_usd"] * 2}, headers=hdr)
+    assert r.status_code == 202, r.text
+    await until(eclient, r.json()["data"]["experiment"]["id"], conv.user_id)

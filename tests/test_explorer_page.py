@@ -21,6 +21,7 @@ from playwright.async_api import Browser, ConsoleMessage, Dialog, Page, async_pl
 from service.app import create_app
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
+from service.operations.prices import usd_text
 from tests.helpers import new_user, seed, table_fingerprint
 from tests.support import kagent_reads
 from tests.support.a2a_agent import FORGETFUL, NAMESPACE, SLOW, V1, Seen, running_agents
@@ -390,13 +391,17 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
     try:
         await turns.nth(1).get_by_role("button", name="Experiment").click()
         form = turns.nth(1).locator(".experiment-form")
-        await expect(form.locator(".exp-turns")).to_have_value("all")  # every later turn by default
+        # one default on every door (issue 47): this turn only, as the API, the CLI and MCP take it
+        await expect(form.locator(".exp-turns")).to_have_value("1")
+        await form.locator(".exp-turns").select_option("all")
         await form.locator(".exp-agents").fill(f"{NAMESPACE}/{V1}, {NAMESPACE}/{SLOW}")
         await form.locator(".exp-message").fill("Ask it differently: how many pods run?")
         await form.get_by_role("button", name="Start the experiment").click()
         grid = tab.locator("#experiment table.experiment")
         await expect(grid).to_be_visible(timeout=15_000)
         assert "Tools: replay. Nothing that acts runs" in dialogs[-1]
+        # the dry run's estimate of the whole start under the form: the slow agent has no agent row, no price
+        await expect(form.locator(".estimate")).to_contain_text(f"context tokens, price unknown ({NAMESPACE}/{SLOW})")
         rows = grid.locator("tbody tr")
         await expect(rows).to_have_count(3)
         await expect(grid.locator("thead th[data-col=b0]")).to_contain_text(f"{NAMESPACE}/{V1}")
@@ -436,7 +441,9 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
          .total_price for i, o in [(120, 8), (140, 20)] * 3),
         Decimal(0),
     )  # fmt: skip
-    await expect(grid.locator("tfoot td[data-col=b0] .cost")).to_have_text(f"${float(price):.4f}")
+    # as every door prints money (prices.usd_text): two significant figures
+    assert usd_text(float(price)) == "$0.0028"
+    await expect(grid.locator("tfoot td[data-col=b0] .cost")).to_have_text(usd_text(float(price)))
     await expect(grid.locator("tfoot td[data-col=b1] .cost")).to_have_text("cost unknown")
     await expect(grid.locator("tfoot td[data-col=source] .cost")).to_have_text("cost unknown")
     await pool.execute("DELETE FROM agent WHERE id = $1", v1_row)
@@ -518,6 +525,7 @@ async def test_a_refused_experiment_shows_the_services_reason_and_writes_nothing
         turn = tab.locator("#turns > li.turn").nth(1)
         await turn.get_by_role("button", name="Experiment").click()
         await turn.locator(".exp-agents").fill(f"{NAMESPACE}/{V1}")
+        await turn.locator(".exp-turns").select_option("all")
         await turn.get_by_role("button", name="Start the experiment").click()
         refusal = turn.locator(".exp-refusal")
         await expect(refusal).to_contain_text("Not started: the contexts of every branch's turns are about")
@@ -901,7 +909,11 @@ async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_
     await heads.nth(0).locator("summary").click()
     await expect(heads.nth(0).locator("details")).to_contain_text("the marker decides")
     await expect(tab.locator(".verdict-lines li").first).to_contain_text(
-        f"{NAMESPACE}/{MARKER_AGENT}: better than the source in 1 of 1 judged continuations"
+        f"{NAMESPACE}/{MARKER_AGENT}: inconclusive against the source over 1 judged continuations: 1 better"
+    )
+    await expect(tab.locator(".verdict-headline")).to_contain_text("No agent is shown better than the source yet")
+    await expect(tab.locator(".judge-info")).to_contain_text(
+        f"Judge: {NAMESPACE}/{JUDGE}, model unknown; criteria: the default. Its two orders agreed in 3 of 3 pairs."
     )
     await shot(tab, "experiment-verdict")
 
@@ -915,5 +927,5 @@ async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_
     await expect(tab.locator("#experiment h3")).to_contain_text("pair 2 of 3")
     await tab.get_by_role("button", name="Stop voting").click()
     await expect(tab.locator(".vote-lines li")).to_have_count(1, timeout=15_000)
-    await expect(tab.locator(".vote-lines li").first).to_contain_text("within chance")
+    await expect(tab.locator(".vote-lines li").first).to_contain_text("inconclusive against the source")
     assert problems == []

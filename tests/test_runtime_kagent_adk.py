@@ -678,7 +678,7 @@ async def test_a_kagent_adk_agent_judges_an_experiment_blind_and_the_verdict_lan
     [pair] = judgment["pairs"]
     assert (pair["left_job_id"], pair["outcome"], pair["consistent"]) == (None, "right", True), pair
     assert [s["winner"] for s in pair["said"]] == ["B", "A"] and pair["said"][1]["answer"].startswith("Compared.")
-    assert judgment["lines"][0].startswith(f"{AGENT_REF}: better than the source in 1 of 1 judged continuations (100 %")
+    assert judgment["lines"][0].startswith(f"{AGENT_REF}: inconclusive against the source over 1 judged continuations")
 
     # what the judge's model was sent: the blind pair, in both orders, each in a conversation of its own
     judged = [r for r in adk.model.model.requests[seen_before:] if INSTRUCTION_B in system_of(r)]

@@ -71,17 +71,23 @@ async def test_a_whatif_is_judged_blind_against_the_source_in_both_orders(
         (None, job_id, "right", True)
     ]
     v = done["verdict"]
-    assert v["judge"] == ref(JUDGE) and v["criteria"] == "Prefer the shorter answer when equal."
+    criteria = "Prefer the shorter answer when equal."
+    assert v["judge"] == {"agent": ref(JUDGE), "model": None, "criteria": criteria} and v["criteria"] == criteria
+    assert v["headline"].startswith(
+        f"No agent is shown better than the source yet: the best so far, {ref(MARKER_AGENT)}"
+    )
+    assert v["by_agent"][0]["consistency"] == {"agreed": 1, "asked": 1}
     assert [(p["a"], p["b"], p["verdict"], p["order_1"], p["order_2"]) for p in v["pairs"]] == [
         (None, job_id, "b", "B", "A")
     ]
     (mine,) = v["by_agent"]
     assert (mine["agent_ref"], mine["against"], mine["wins"], mine["ties"], mine["losses"], mine["ci95"]) == (
-        ref(MARKER_AGENT), "source", 1, 0, 0, [1.0, 1.0]
+        ref(MARKER_AGENT), "source", 1, 0, 0, [0.2065, 1.0]
     )  # fmt: skip
+    assert mine["outcome"] == "inconclusive"  # one pair won: the Wilson interval is 21-100 %, no certainty
     assert mine["cost"]["turns"] == 2 and mine["summary"] == j["lines"][0]
     assert j["lines"] == [mine["summary"]]
-    assert j["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1 judged continuations")
+    assert j["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source over 1 judged continuations")
 
     # what the judge received: the pair in both orders, each in its own context, nothing naming an agent, a
     # session, a fork or which side is the source
@@ -261,7 +267,7 @@ async def test_mcp_starts_a_judged_whatif_and_reads_its_verdict(
                 await asyncio.sleep(0.1)
             assert status["status"] == "completed" and status["judgment"]["status"] == "completed"
             assert status["verdict"]["by_agent"][0]["wins"] == 1
-            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: better than the source in 1 of 1")
+            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source")
             refused = await mcp.call_tool(
                 "start_whatif",
                 {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
@@ -287,7 +293,7 @@ def test_the_cli_starts_a_judged_whatif_and_waits_for_its_verdict(
     shown = run(*common)
     assert shown.returncode == 0, shown.stderr
     assert f"judged blind by {ref(JUDGE)} (completed, 2 of 2 calls)" in shown.stdout, shown.stdout
-    assert f"verdict: {ref(MARKER_AGENT)}: better than the source in 1 of 1" in shown.stdout
+    assert f"verdict: {ref(MARKER_AGENT)}: inconclusive against the source over 1" in shown.stdout
 
 
 async def test_a_stopped_replicas_judging_is_taken_over_and_no_call_sent_twice(

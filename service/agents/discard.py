@@ -21,7 +21,7 @@ import uuid
 
 import msgspec
 
-from service.agents.replay import grid
+from service.agents.replay import grid, judge
 from service.errors import Conflict, NotFound
 from service.identity import Caller
 from service.kagent.store.base import Connection
@@ -81,6 +81,15 @@ async def discard(
                 raise Conflict(
                     f"experiment {experiment_id} is still running: cancel it or wait for it to end, then discard its "
                     "branches"
+                )
+            # The judge reads the branches' forks while it runs: hiding them meanwhile is refused, and the
+            # experiment's row lock makes a judgment asked for now wait for this transaction (judge_experiment).
+            if not replayed and any(
+                j.status in judge.OPEN for j in await svc.store.judgments.of_experiment(conn, row.id)
+            ):
+                raise Conflict(
+                    f"experiment {experiment_id} is being judged: wait for its judgment to end (or cancel it), then "
+                    "discard its branches"
                 )
             if not replayed:
                 await _hide(svc, conn, row, branches, kept)

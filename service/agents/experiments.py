@@ -16,13 +16,22 @@ import asyncpg
 import msgspec
 from msgspec import Meta
 
-from service.agents.replay import engine, grid, jobs, judge, tools
+from service.agents.replay import engine, gate, grid, jobs, judge, listing, tools
 from service.agents.replay.answerers import a2a_base, headers
 from service.agents.replay.engine import DryRun
 from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.runner import Runner
 from service.agents.replay.table import markdown
-from service.agents.replay.terms import Count, JudgeRef, MessageEdit, Replay, Tokens, TurnCount, whole_tokens
+from service.agents.replay.terms import (
+    Count,
+    Dollars,
+    JudgeRef,
+    MessageEdit,
+    Replay,
+    Tokens,
+    TurnCount,
+    whole_tokens,
+)
 from service.agents.replay.tools import Reads, ToolPolicy, ToolsField
 from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller, visible_session
@@ -47,12 +56,16 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     message: MessageEdit | None = None
     name: Text | None = None
     max_context_tokens: Tokens | None = None
+    max_usd: Dollars | None = None  # refuse a start whose estimated price (judge included) is over it
     repeats: Count = 1
     on_approval: Literal["stop", "reject"] = "stop"
     tools: ToolsField | None = None  # what the agents' tools do: "replay", "live" or {mode, reads}
     reads: Reads | None = None
     dry_run: bool = False  # what it would do, each agent's tools by class; nothing written
     judge: JudgeSpec | None = None
+    # The source's own agent added as an arm (if not named already): its verdict against the source is the noise
+    # floor, what the same agent run again scores against itself.
+    control: bool = False
 
 
 async def start(
@@ -65,8 +78,9 @@ async def start(
     replay = Replay(
         kind="experiment", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=req.agents, repeats=req.repeats, turns=req.turns,
-        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, on_approval=req.on_approval,
-        tools=req.tools, reads=req.reads, dry_run=req.dry_run,
+        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, max_usd=req.max_usd,
+        on_approval=req.on_approval,
+        tools=req.tools, reads=req.reads, dry_run=req.dry_run, control=req.control,
         judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip
     answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
@@ -79,12 +93,19 @@ async def get(svc: Services, caller: Caller, experiment_id: str) -> grid.Experim
         return await grid.experiment(svc, conn, caller, experiment_id)
 
 
-async def of_session(svc: Services, caller: Caller, session_id: str) -> list[grid.Listed]:
+async def of_session(svc: Services, caller: Caller, session_id: str) -> list[listing.Listed]:
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         source, _ = await visible_session(svc, conn, caller, session_id)
         rows = await svc.store.experiments.experiments(conn, source.id, source.user_id, caller.user_id)
         judging = await svc.store.judgments.being_judged(conn, [r.id for r in rows])
-    return [grid.listed(r, r.id in judging) for r in rows]
+        out = []
+        for r in rows:  # a source's experiments are few: each one's agents, judge and outcome read in turn
+            found = await svc.store.judgments.of_experiment(conn, r.id)
+            latest = found[-1] if found else None
+            calls = await svc.store.judgments.calls(conn, latest.id) if latest else []
+            jobs_ = await svc.store.experiments.branches(conn, r.id)
+            out.append(listing.listed(r, r.id in judging, jobs_, latest, calls))
+    return out
 
 
 async def cancel(
@@ -140,7 +161,7 @@ async def judge_experiment(
     new = judge.judgment_row(row.id, caller.user_id, req, card, dialect, "running", runner.id)
     async with svc.connection() as conn:
         calls = await judge.plan(svc, conn, row, branches, new.id, req.criteria)
-    tokens = judge.message_tokens(calls)
+    tokens = gate.message_tokens(calls)
     if tokens > limit:
         raise Unprocessable(
             f"the judge's {len(calls)} calls send about {tokens} tokens, over the limit of {limit}: judge fewer "
@@ -150,6 +171,9 @@ async def judge_experiment(
     async with svc.connection() as conn:
         try:
             async with conn.transaction():
+                # One at a time with a discard of the same experiment (discard.py locks the row too).
+                if await svc.store.experiments.locked_experiment(conn, row.id, caller.user_id) is None:
+                    raise NotFound(f"experiment {experiment_id} not found")
                 await svc.store.judgments.insert(conn, new)
                 await svc.store.judgments.insert_calls(conn, new.id, runner.id, calls)
         except asyncpg.UniqueViolationError:
@@ -174,12 +198,19 @@ class VoteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteRequest) -> grid.Experiment:
-    """Keep a person's vote on a pair the judge would compare (its latest replaces an earlier one); 409 while
-    the experiment runs, 422 for a pair it does not have."""
+    """Keep a person's vote on a pair the judge would compare (a voter's latest on a pair replaces their earlier
+    one): anyone who can read the experiment's source (its owner, a share link's reader) votes, each voter's votes
+    kept apart. 404 for one who cannot (as for a missing experiment), 409 while the experiment runs, 422 for a
+    pair it does not have. Answers the grid (as its creator sees it: the voter can read the source it continues)."""
     async with svc.connection() as conn:
-        row = await svc.store.experiments.experiment(conn, experiment_id, caller.user_id)
+        row = await svc.store.experiments.experiment_to_vote(conn, experiment_id)
         if row is None:
             raise NotFound(f"experiment {experiment_id} not found")
+        if row.user_id != caller.user_id:
+            try:  # the source as the caller may read it: its owner, or a share link's reader
+                await visible_session(svc, conn, caller, row.source_session_id)
+            except NotFound:
+                raise NotFound(f"experiment {experiment_id} not found") from None
         if row.status == "running":
             raise Conflict(f"experiment {experiment_id} is running: vote once its branches ended")
         pairs = {(left.id if left else None, right.id) for left, right in judge.pairs(
@@ -191,4 +222,4 @@ async def vote(svc: Services, caller: Caller, experiment_id: str, req: VoteReque
         await svc.store.judgments.vote(
             conn, row.id, Vote(user_id=caller.user_id, left_job=req.pair.a or "", right_job=req.pair.b, winner=winner)
         )
-        return await grid.experiment(svc, conn, caller, experiment_id)
+        return await grid.experiment(svc, conn, Caller(user_id=row.user_id), experiment_id)

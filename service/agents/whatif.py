@@ -13,7 +13,7 @@ from service.agents.replay.jobs import Job, Started, get, of_session
 from service.agents.replay.jobs import cancel_job as cancel
 from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.runner import Runner
-from service.agents.replay.terms import JudgeRef, MessageEdit, Replay, Tokens, TurnCount
+from service.agents.replay.terms import Dollars, JudgeRef, MessageEdit, Replay, Tokens, TurnCount
 from service.agents.replay.tools import Reads, ToolsField
 from service.identity import Caller
 from service.operations import forking
@@ -30,6 +30,7 @@ class WhatifRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     agent_ref: Text | None = None
     name: Text | None = None
     max_context_tokens: Tokens | None = None
+    max_usd: Dollars | None = None  # refuse a start whose estimated price (judge included) is over it
     turns: TurnCount = 1
     message: MessageEdit | None = None
     tools: ToolsField | None = None  # what the agent's tools do: "replay", "live" or {mode, reads}
@@ -53,7 +54,8 @@ async def start(
     replay = Replay(
         kind="whatif", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
         task_id=req.rewind_before_task_id, agents=None if req.agent_ref is None else [req.agent_ref], turns=req.turns,
-        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, tools=req.tools,
+        message=req.message, name=req.name, max_context_tokens=req.max_context_tokens, max_usd=req.max_usd,
+        tools=req.tools,
         reads=req.reads, dry_run=req.dry_run,
         judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip

@@ -205,7 +205,11 @@ def tool_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dry-run",
         action="store_true",
-        help="print each agent's tools by class and what would be refused; start nothing",
+        help="print each agent's tools by class, the estimate in tokens and money, and what would be refused; "
+        "start nothing",
+    )
+    command.add_argument(
+        "--max-usd", type=float, help="refuse the start when its estimated price (the judge's too) is over this"
     )
 
 
@@ -406,8 +410,11 @@ def _show_plan(d: dict[str, Any]) -> str:
     """A what-if's or an experiment's dry run: what it would start, each agent's tools by class."""
     head = (
         f"Dry run: {_n(d['branches'], 'branch', 'branches')} x {_n(d['turns'], 'turn')}, about "
-        f"{_n(d['estimated_context_tokens'], 'token')} of context; "
-    )
+        f"{_n(d['estimated_context_tokens'], 'token')} of context"
+        + (f" (the judge's {d['estimated_judge_tokens']} included)" if d["estimated_judge_tokens"] else "")
+        + (f", {d['estimated_usd_text']} at least; " if d["estimated_usd"] is not None else
+           f", price unknown ({', '.join(d['unpriced'])}); ")
+    )  # fmt: skip
     head += f"refused: {d['refused']}" if d["refused"] else f"would start, tools: {_policy(d['tools'])}"
     return "\n".join([head, *(_show_arm(a) for a in d["arms"])])
 
@@ -421,7 +428,8 @@ def _show_experiments(items: list[dict[str, Any]]) -> str:
         f"Experiment {e['id']}: {e['status']}, from turn "
         f"{e['rewind_before_invocation_id'] or 'of task ' + str(e['rewind_before_task_id'])}, "
         f"{_n(e['turns'], 'turn')} x {_n(e['repeats'], 'repeat')}, on approval {e['on_approval']}, "
-        f"started {e['created_at']}"
+        f"started {e['created_at']}\n  agents: {', '.join(e['agents'])}"
+        + (f"; judged by {e['judge']}: {e['outcome']}" if e["judge"] else "; not judged")
         for e in items
     ]
     return "\n".join(lines) or "No experiments from this session."
@@ -557,7 +565,7 @@ async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tu
 
     body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
             "agent_ref": args.agent, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None,
+            "dry_run": args.dry_run or None, "max_usd": args.max_usd,
             "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
             if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
@@ -599,7 +607,7 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
             "agents": args.agent or None, "turns": turns,
             "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
             "on_approval": args.on_approval, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None,
+            "dry_run": args.dry_run or None, "max_usd": args.max_usd, "control": args.control,
             "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
             if args.judge else None}  # fmt: skip
     req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
@@ -824,8 +832,9 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         dsn = _database_url(settings, demo=True)
-        if args.command in ("whatif", "experiment") and not settings.database_url and settings.kagent_a2a_url is None:
-            # The embedded demo: its scripted agents answer, in this process, so the command waits for them.
+        replays = ("whatif", "experiment", "judge")  # the commands that ask agents (a judge is one)
+        if args.command in replays and not settings.database_url and settings.kagent_a2a_url is None:
+            # The embedded demo: its scripted agents (its judge too) answer, in this process, so the command waits.
             settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
             args.wait = True
         data, text = asyncio.run(_run(settings, dsn, args))
@@ -974,6 +983,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="the forks' name")
     tool_arguments(e)
     judge_arguments(e, "the branches blind once they end")
+    e.add_argument("--control", action="store_true", default=None, help="add the source's own agent: the noise floor")
     e.add_argument(
         "--wait", action="store_true", help="wait until every branch ended (and the judge), then print the table"
     )

@@ -454,6 +454,16 @@ async def start_experiment(
     judge_criteria: Annotated[
         str | None, BODY, Field(description="What the judge should weigh, beyond the default (with judge_agent).")
     ] = None,
+    max_usd: Annotated[
+        float | None,
+        BODY,
+        Field(description="Refuse when the estimated price in US dollars (the judge's calls too) is over this."),
+    ] = None,
+    control: Annotated[
+        bool,
+        BODY,
+        Field(description="Add the source's own agent as an arm: its verdict against the source is the noise floor."),
+    ] = False,
 ) -> CallToolResult:
     """Experiment: replay the conversation from the turn `rewind_before_invocation_id` (or, for an agent that
     writes no invocation id, `rewind_before_task_id`) on several agents at once and compare them with the
@@ -476,8 +486,8 @@ async def start_experiment(
                   "rewind_before_task_id": rewind_before_task_id, "agents": agents, "turns": turns,
                   "message": {"text": message_text} if message_text is not None else None, "repeats": repeats,
                   "on_approval": on_approval, "name": name, "max_context_tokens": max_context_tokens,
-                  "tools": tools, "reads": reads, "dry_run": dry_run,
-                  "judge": _judge(judge_agent, judge_criteria)}  # fmt: skip
+                  "max_usd": max_usd, "tools": tools, "reads": reads, "dry_run": dry_run,
+                  "control": control, "judge": _judge(judge_agent, judge_criteria)}  # fmt: skip
         req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, experiments.ExperimentRequest)
         started, _ = await experiments.start(svc, runner_of(ctx)(), caller, checked_id(session_id), req)
         return started
@@ -542,10 +552,11 @@ async def experiment_status(
     """An experiment started with start_experiment: its status (running until every branch ended, then
     judging while its judge runs) and the grid: the source's own turns and, for each agent's branch, each
     turn's question, answer, tool calls, model calls, tokens, duration and state, with totals and each column's
-    price (`cost_usd`, null when its model or price is unknown, and the `model` priced); and, once judged, the
-    verdict (`judgment.lines`: one line per agent against the source and per two agents, with a win rate and its
-    95 % interval; `judgment.pairs`: what the judge said in each order). `format`: "json" (the data) or
-    "markdown" (a table to show a person, the verdict under it)."""
+    price (`cost_usd`, null when its model or price is unknown, and the `model` priced, `cost_text` as printed);
+    and, once judged, the verdict (`verdict.headline`: the best agent in one line; `judgment.lines`: one line per
+    agent against the source and per two agents, with a win rate, its 95 % Wilson interval and the outcome it
+    allows, better / worse / inconclusive; `judgment.pairs`: what the judge said in each order). `format`: "json"
+    (the data) or "markdown" (a table to show a person, the verdict under it)."""
 
     async def op(svc: Services, caller: Caller) -> object:
         if format not in ("json", "markdown"):

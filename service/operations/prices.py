@@ -11,6 +11,7 @@ in the tokens: the calls' sums are priced once, the same number.)
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,3 +97,15 @@ def cost_usd(model: Priced | None, calls: Sequence[tuple[int, int]] | None) -> f
             return None
         total += price
     return round(float(total), 6)
+
+
+def usd_text(amount: float | None) -> str:
+    """Money as every door prints it (the one place that rounds it): US dollars to two significant figures, never
+    fewer than the cents ($0.000070, $0.0045, $0.012, $0.10, $12.30); "unknown" when it is not known. A demo's or a
+    short turn's price is fractions of a cent: rounding those to a fixed number of places would print $0.000070 and
+    $0.000090 both as $0.0001, and a float's own text says 9e-05."""
+    if amount is None:
+        return "unknown"
+    if amount <= 0:
+        return "$0.00"
+    return f"${amount:.{max(2, 1 - math.floor(math.log10(amount)))}f}"

@@ -12,6 +12,10 @@ RETURNING created_at;
 -- An experiment, as its creator sees it.
 SELECT {experiment_columns} FROM {schema}.experiment WHERE id = $1 AND user_id = $2;
 
+-- name: get_experiment_to_vote
+-- An experiment whoever created it: a vote is allowed to anyone who can read its source (checked by the caller).
+SELECT {experiment_columns} FROM {schema}.experiment WHERE id = $1;
+
 -- name: list_experiments
 -- The experiments one user started from one source session, newest first.
 SELECT {experiment_columns} FROM {schema}.experiment

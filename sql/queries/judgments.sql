@@ -22,11 +22,14 @@ SELECT {judge_call_columns} FROM {schema}.judge_call WHERE judgment_id = $1 ORDE
 
 -- name: insert_judge_calls
 -- Calls of a judgment (the pairs whose branches completed), written once each by its runner (a call another
--- runner wrote first is left as it is; nothing when the judgment is not this runner's any more).
-INSERT INTO {schema}.judge_call (judgment_id, ordinal, left_job, right_job, swapped, message, context_id)
-SELECT $1, c.ordinal, c.left_job, c.right_job, c.swapped, c.message, c.context_id
-FROM unnest($2::int[], $3::text[], $4::text[], $5::bool[], $6::jsonb[], $7::text[])
-     AS c(ordinal, left_job, right_job, swapped, message, context_id)
+-- runner wrote first is left as it is; nothing when the judgment is not this runner's any more). A call with an
+-- error is written ended, never to be sent (a continuation without an answer is not judged).
+INSERT INTO {schema}.judge_call (judgment_id, ordinal, left_job, right_job, swapped, message, context_id, error,
+                                 ended_at)
+SELECT $1, c.ordinal, c.left_job, c.right_job, c.swapped, c.message, c.context_id, c.error,
+       CASE WHEN c.error IS NOT NULL THEN NOW() END
+FROM unnest($2::int[], $3::text[], $4::text[], $5::bool[], $6::jsonb[], $7::text[], $9::text[])
+     AS c(ordinal, left_job, right_job, swapped, message, context_id, error)
 WHERE EXISTS (SELECT 1 FROM {schema}.judgment WHERE id = $1 AND status = 'running' AND runner = $8)
 ON CONFLICT (judgment_id, ordinal) DO NOTHING;
 

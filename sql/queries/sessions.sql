@@ -10,6 +10,13 @@ SELECT id, user_id, name, agent_id, source, created_at, updated_at
 FROM session
 WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL;
 
+-- name: owned_session
+-- A session of one owner, hidden (deleted_at stamped) or not: an experiment's own branch fork, which a discard
+-- hides from the chat list and the judge still reads.
+SELECT id, user_id, name, agent_id, source, created_at, updated_at
+FROM session
+WHERE id = $1 AND user_id = $2;
+
 -- name: lock_session
 -- The live session row, locked: rewinds and undos of one session run one at a time.
 SELECT id, user_id, name, agent_id, source, created_at, updated_at

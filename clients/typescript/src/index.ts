@@ -742,11 +742,20 @@ export interface ReplayDryRun {
   dry_run: true;
   branches: number;
   turns: number;
+  /** Every branch's turns and the judge's calls. */
   estimated_context_tokens: number;
+  /** The judge's calls' part of it (0 without a judge). */
+  estimated_judge_tokens: number;
+  /** Those input tokens priced (at least what it costs); null when a model's price is not known. */
+  estimated_usd: number | null;
+  /** estimated_usd as every door prints money ("$0.00012"), or "unknown". */
+  estimated_usd_text: string;
+  /** The agents (and judge) whose model's price is not known. */
+  unpriced: string[];
   /** The policy it would run with; null when it would be refused. */
   tools: Required<ToolPolicy> | null;
   arms: ArmTools[];
-  /** The refusal it would get (the cost gate's, the tools'); null when it would start. */
+  /** The refusal it would get (the cost gate's, max_usd's, the tools'); null when it would start. */
   refused: string | null;
 }
 
@@ -759,11 +768,14 @@ export interface ToolOptions {
   tools?: "replay" | "live" | ToolPolicy;
   /** With "replay": "recorded" (default: a call the source never made answers so) or "live" (a read runs live). */
   reads?: "live" | "recorded";
+  /** Refuse (422) a start whose estimated price in US dollars, the judge's calls included, is over this. */
+  maxUsd?: number;
 }
 
 function toolFields(body: Record<string, unknown>, options: ToolOptions): void {
   if (options.tools !== undefined) body.tools = options.tools;
   if (options.reads !== undefined) body.reads = options.reads;
+  if (options.maxUsd !== undefined) body.max_usd = options.maxUsd;
 }
 
 // --- what-if jobs ------------------------------------------------------------------------------
@@ -980,6 +992,8 @@ export interface ExperimentColumn {
     cost_usd: number | null;
     /** The model priced, as the agent's configuration in kagent's agent table names it. */
     model: string | null;
+    /** cost_usd as every door prints money: two significant figures ("$0.000070"), or "unknown". */
+    cost_text: string;
     /** On a replay twin, the column's tool calls by where their answers came from (null: no twin). */
     tool_policy?: ReplayedCalls | null;
   };
@@ -995,14 +1009,25 @@ export interface JudgeRecord {
   losses: number;
   /** Pairs with an invalid answer or a call without one: counted neither way. */
   not_judged: number;
+  /** Of not_judged: answers without the JSON. */
+  invalid: number;
+  /** Of not_judged: calls without an answer, or continuations without one. */
+  failed: number;
+  /** The judge's pairs whose two orders agreed, of those both answered; null for people's votes. */
+  consistency: { agreed: number; asked: number } | null;
   /** A tie counts half. */
   win_rate: number | null;
-  /** The 95 % bootstrap interval over the judged pairs (a fixed seed). */
+  /** The 95 % Wilson score interval of the win rate over the judged pairs (never a point). */
   ci_low: number | null;
   ci_high: number | null;
+  /** better: the interval above 0.5; worse: below; else inconclusive; null: nothing judged. */
+  outcome: "better" | "worse" | "inconclusive" | null;
+  /** The outcome is inconclusive. */
   within_chance: boolean;
-  /** When within chance: about how many judged repeats would settle it. */
+  /** When inconclusive: about how many judged pairs in all would settle it at this rate. */
   settle_with: number | null;
+  /** The same, counted from the pairs judged so far. */
+  more_repeats: number | null;
   /** One line a person can act on. */
   line: string;
 }
@@ -1041,6 +1066,10 @@ export interface Judgment {
   against_source: JudgeRecord[];
   between_agents: JudgeRecord[];
   lines: string[];
+  /** The best agent against the source in one line (the failure, when the judgment failed). */
+  headline: string;
+  /** The model the judge's configuration names; null: not known. */
+  judge_model: string | null;
 }
 
 /** One agent's verdict against the source or another agent, as the API contract names it. */
@@ -1050,10 +1079,19 @@ export interface AgentVerdict {
   wins: number;
   ties: number;
   losses: number;
+  /** Pairs counted neither way: an answer without the JSON. */
   invalid: number;
+  /** Pairs counted neither way: a call without an answer, or a continuation without one. */
+  failed: number;
+  /** The judge's pairs whose two orders agreed, of those both answered; null for people's votes. */
+  consistency: { agreed: number; asked: number } | null;
   win_rate: number | null;
-  /** [low, high]: the 95 % bootstrap interval (a fixed seed). */
+  /** [low, high]: the 95 % Wilson score interval of win_rate (never a point). */
   ci95: [number, number] | null;
+  /** better: the interval above 0.5; worse: below; else inconclusive; null: nothing judged. */
+  outcome: "better" | "worse" | "inconclusive" | null;
+  /** When inconclusive: about how many more judged repeats would settle it at the rate seen. */
+  more_repeats: number | null;
   /** The mean over the agent's branches; `usd` null when unknown. */
   cost: { turns: number; tool_calls: number; total_tokens: number; duration_seconds: number; usd: number | null };
   summary: string;
@@ -1061,7 +1099,9 @@ export interface AgentVerdict {
 
 /** The latest judgment in the contract's shape. */
 export interface Verdict {
-  judge: string;
+  judge: { agent: string; model: string | null; criteria: string | null };
+  /** The best agent against the source in one line. */
+  headline: string;
   criteria: string | null;
   status: "waiting" | "running" | "completed" | "failed" | "cancelled";
   by_agent: AgentVerdict[];
@@ -1074,8 +1114,14 @@ export interface Verdict {
     verdict: "a" | "b" | "tie" | "invalid" | "failed" | "pending";
     reasons: string[];
   }[];
-  /** People's blind votes, counted apart. */
-  votes: AgentVerdict[];
+  /** People's blind votes (anyone who can read the source votes, each voter's kept), counted apart. */
+  votes: {
+    votes: number;
+    voters: number;
+    /** Of the votes on a pair the judge decided, those naming what it named; null when none. */
+    agreement: { agreed: number; compared: number } | null;
+    by_agent: AgentVerdict[];
+  } | null;
 }
 
 /** An experiment: the source's own turns beside a column per branch (GET /api/experiments/{id}). */
@@ -1114,7 +1160,14 @@ export interface Experiment {
     finished_at: string | null;
   }[];
   /** People's blind votes, counted apart from the judge's (null: none). */
-  votes: { votes: number; against_source: JudgeRecord[]; between_agents: JudgeRecord[]; lines: string[] } | null;
+  votes: {
+    votes: number;
+    voters: number;
+    agreement: { agreed: number; compared: number } | null;
+    against_source: JudgeRecord[];
+    between_agents: JudgeRecord[];
+    lines: string[];
+  } | null;
   /** The latest judgment as the API contract names it (null: never judged). */
   verdict: Verdict | null;
 }
@@ -1150,6 +1203,8 @@ export interface ExperimentOptions extends ClientOptions, ToolOptions {
   rewindBeforeTaskId?: string;
   /** A kagent agent (namespace/name) that judges the branches blind once they end, and what it should weigh. */
   judge?: { agent: string; criteria?: string };
+  /** Add the source's own agent as an arm: its verdict against the source is the noise floor. */
+  control?: boolean;
 }
 
 /**
@@ -1169,6 +1224,7 @@ export async function startExperiment(
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.messageText !== undefined) body.message = { text: options.messageText };
   if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.control !== undefined) body.control = options.control;
   if (options.onApproval !== undefined) body.on_approval = options.onApproval;
   if (options.name !== undefined) body.name = options.name;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
@@ -1199,6 +1255,7 @@ export async function dryRunExperiment(
   if (options.agents !== undefined) body.agents = options.agents;
   if (options.turns !== undefined) body.turns = options.turns;
   if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.control !== undefined) body.control = options.control;
   if (options.maxContextTokens !== undefined) body.max_context_tokens = options.maxContextTokens;
   toolFields(body, options);
   return call<ReplayDryRun>(options, "POST", sessionPath(sessionId, "experiments"), body, {}, [
@@ -1220,6 +1277,12 @@ export interface ExperimentListed {
   created_at: string;
   finished_at: string | null;
   tool_policy: Required<ToolPolicy> | null;
+  /** Its agents, in the order named. */
+  agents: string[];
+  /** The latest judgment's judge; null: never judged. */
+  judge: string | null;
+  /** The latest judgment's headline; null: never judged. */
+  outcome: string | null;
 }
 
 export interface ExperimentReadOptions extends ClientOptions {

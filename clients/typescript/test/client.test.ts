@@ -290,9 +290,9 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   failed(await startExperiment(V1, ""), /required/);
 
   // judged: the demo's scripted agent as the judge (each pair asked in both orders), the verdict read back
-  const judging = ok(await judgeExperiment(started.id, "kagent/scripted-agent", { criteria: "Be brief." }));
+  const judging = ok(await judgeExperiment(started.id, "kagent/demo-judge", { criteria: "Be brief." }));
   assert.equal(judging.status, "judging");
-  assert.equal(judging.judgment?.judge_agent_ref, "kagent/scripted-agent");
+  assert.equal(judging.judgment?.judge_agent_ref, "kagent/demo-judge");
   let judged = judging;
   while (judged.status === "judging") {
     assert.ok(Date.now() < deadline + 60_000, `never judged: ${JSON.stringify(judged.judgment)}`);
@@ -303,11 +303,13 @@ test("startExperiment and getExperiment: a real experiment, read back as a grid"
   assert.equal(judged.judgment?.calls, 2);
   assert.equal(judged.judgment?.pairs[0]?.said.length, 2);
   assert.equal(judged.judgment?.criteria, "Be brief.");
-  assert.equal(judged.verdict?.judge, "kagent/scripted-agent");
+  assert.equal(judged.verdict?.judge.agent, "kagent/demo-judge");
+  assert.ok(judged.verdict?.headline);
   assert.equal(judged.verdict?.pairs.length, 1);
   const voted = ok(await voteExperiment(started.id, { a: null, b: branch.job_id ?? "" }, "b"));
   assert.equal(voted.votes?.votes, 1);
-  assert.equal(voted.verdict?.votes[0]?.wins, 1);
+  assert.equal(voted.verdict?.votes?.by_agent[0]?.wins, 1);
+  assert.equal(voted.verdict?.votes?.voters, 1);
   failed(await judgeExperiment("no-such-experiment", "kagent/scripted-agent"), "experiment no-such-experiment not found");
   failed(await judgeExperiment(started.id, "not-a-ref"), /judge.agent must be namespace\/name/);
 });
@@ -317,7 +319,7 @@ test("startWhatif with a judge: the job reads judging, then holds its verdict", 
   const [, second] = await turns(V1);
   assert.ok(second !== undefined);
   const started = ok(await startWhatif(V1, second.invocation_id, {
-    agentRef: "kagent/k8s-agent", judge: { agent: "kagent/scripted-agent", criteria: "Be brief." },
+    agentRef: "kagent/k8s-agent", judge: { agent: "kagent/demo-judge", criteria: "Be brief." },
   }));
   assert.equal(started.job.judgment?.status, "waiting");
   let job = started.job;

@@ -260,7 +260,8 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   assert.deepEqual(mine && { ...mine, created_at: "", finished_at: "" }, {
     id: started.id, status: "completed", rewind_before_invocation_id: second, rewind_before_task_id: null,
     turns_requested: 2, turns: 2, repeats: 1, on_approval: "stop", created_at: "", finished_at: "",
-    tool_policy: { mode: "replay", reads: "recorded" },
+    tool_policy: { mode: "replay", reads: "recorded" }, agents: ["kagent/k8s-agent", "kagent/scripted-agent"],
+    judge: null, outcome: null,
   });
   assert.equal(typeof mine?.finished_at, "string");
   failed(await listExperiments(source, { userId: "alice@example.com" }), "Session not found");

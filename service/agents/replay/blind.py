@@ -56,6 +56,12 @@ def turns_text(turns: Sequence[Turn], *, numbered: bool = True) -> str:
     return "\n\n".join(out) if out else "(nothing)"
 
 
+def answered(turns: Sequence[Turn]) -> bool:
+    """Whether a continuation holds an answer: an assistant's text that says something (one without is never
+    sent to the judge: it would compare something with nothing)."""
+    return any(m.kind == "text" and m.role != "user" and (m.text or "").strip() for t in turns for m in t.messages)
+
+
 def tool_policy_note(turns: Sequence[object]) -> str | None:
     """What a continuation's tool policy did (issue 34: a turn's figures carry `tool_policy: {recorded, live,
     refused, refused_calls: [{tool, arguments}]}` on a replay twin), said at the end of that continuation: the

@@ -31,6 +31,7 @@ from service.errors import Unprocessable
 from service.identity import Caller
 from service.kagent.store.agents import agent_row_id
 from service.observability import EXPERIMENTS, WHATIF_JOBS
+from service.operations import prices
 from service.schemas import one_boundary
 from service.services import Services
 
@@ -58,6 +59,7 @@ async def start(
         boundary = await span.start_turn(svc, caller, replay)
         async with svc.connection() as conn:
             found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
+        replay = replay.with_control(found)
         gate.gate(svc, replay, found)
         plan, cards = await answerers.cast(svc, replay, found, hdrs)
         refs = list(dict.fromkeys(ref for ref, _ in plan))
@@ -65,6 +67,8 @@ async def start(
         asked = list(dict.fromkeys([*refs, *([judge] if judge else [])]))
         async with svc.connection() as conn:
             rows = await svc.store.agents.get_many(conn, asked)
+        models = {ref: row.config.model if row.config else None for ref, row in rows.items()}
+        gate.money(replay, gate.estimate(replay, found, [ref for ref, _ in plan], models))
         ids = {ref: agent_row_id(ref) for ref in refs}
         classes = await tools.classed(svc, caller, {ref: rows.get(ref) for ref in asked}, authorization)
         arms = {ref: classes[ref] for ref in refs}
@@ -91,14 +95,20 @@ async def start(
 
 
 class DryRun(msgspec.Struct, frozen=True, kw_only=True):
-    """What a start would do, nothing written: its branches and turns, the tokens the cost gate counts, each
-    agent's tools by class (`arms`), the policy it would run with (`tools`; null when refused) and the refusal it
-    would get (`refused`: the cost gate's or the tools'; null when it would start)."""
+    """What a start would do, nothing written: its branches and turns, the tokens the cost gate counts (the
+    branches' and the judge's), their price where the models are priced (`estimated_usd`, the input side: at
+    least that; null when a model's price is unknown, `unpriced` naming whose), each agent's tools by class
+    (`arms`), the policy it would run with (`tools`; null when refused) and the refusal it would get (`refused`:
+    the cost gate's, `max_usd`'s or the tools'; null when it would start)."""
 
     dry_run: bool
     branches: int
     turns: int
-    estimated_context_tokens: int
+    estimated_context_tokens: int  # the branches' turns and the judge's calls
+    estimated_judge_tokens: int
+    estimated_usd: float | None
+    estimated_usd_text: str  # as every door prints money (prices.usd_text)
+    unpriced: list[str]
     tools: ToolPolicy | None
     arms: list[ArmTools]
     refused: str | None
@@ -111,6 +121,7 @@ async def dry_run(
     boundary = await span.start_turn(svc, caller, replay)
     async with svc.connection() as conn:
         found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
+    replay = replay.with_control(found)
     refused: list[str] = []
     try:
         gate.gate(svc, replay, found)
@@ -118,6 +129,13 @@ async def dry_run(
         refused.append(exc.message)
     plan, _ = await answerers.cast(svc, replay, found, hdrs)
     judge = replay.judge.agent if replay.judge else None
+    async with svc.connection() as conn:
+        models = await grid.models(svc, conn, [*(ref for ref, _ in plan), judge])
+    cost = gate.estimate(replay, found, [ref for ref, _ in plan], models)
+    try:
+        gate.money(replay, cost)
+    except Unprocessable as exc:
+        refused.append(exc.message)
     classes = await tools.arms(svc, caller, [*(ref for ref, _ in plan), *([judge] if judge else [])], authorization)
     arms = {ref: classes[ref] for ref, _ in plan}
     policy: ToolPolicy | None = None
@@ -129,7 +147,8 @@ async def dry_run(
         refused.append(exc.message)
     return DryRun(
         dry_run=True, branches=replay.branches, turns=len(found.turns),
-        estimated_context_tokens=replay.branches * sum(found.tokens), tools=None if refused else policy,
+        estimated_context_tokens=cost.tokens, estimated_judge_tokens=cost.judge_tokens, estimated_usd=cost.usd,
+        estimated_usd_text=prices.usd_text(cost.usd), unpriced=cost.unpriced, tools=None if refused else policy,
         arms=list(arms.values()), refused=" ".join(refused) or None,
     )  # fmt: skip
 

@@ -36,7 +36,7 @@ from service.identity import Caller
 from service.kagent import frameworks
 from service.kagent.store.agents import ModelConfig
 from service.kagent.store.base import BEGINNING, Connection
-from service.kagent.store.experiments import DiscardRow, ExperimentRow
+from service.kagent.store.experiments import DiscardRow
 from service.kagent.store.jobs import JobTurn, WhatifJob
 from service.kagent.store.replay import ReplayCall
 from service.kagent.store.sessions import SessionRow
@@ -62,6 +62,7 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int | None
     cost_usd: float | None  # None: unknown (no model, an unknown provider or price, tokens not counted)
     model: str | None  # the model priced, as the agent's configuration in kagent's `agent` table names it
+    cost_text: str = "unknown"  # cost_usd as every door prints it (prices.usd_text)
     # a replay twin's tool calls over the column's turns (null: the branch's agent is no twin; the source)
     tool_policy: Replayed | None = None
 
@@ -102,6 +103,7 @@ class AgentSummary(msgspec.Struct, frozen=True, kw_only=True):
 
     agent_ref: str
     totals: dict[str, Spread]
+    cost_text: str = "unknown"  # the price's spread as every door prints it: "$mean ($min-$max)"
 
 
 class Experiment(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,40 +138,12 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
     experiment: Experiment
 
 
-class Listed(msgspec.Struct, frozen=True, kw_only=True):
-    """An experiment in its source's list (the grid itself: GET /api/experiments/{id})."""
-
-    id: str
-    status: str
-    rewind_before_invocation_id: str | None
-    rewind_before_task_id: str | None
-    turns_requested: int | str
-    turns: int
-    repeats: int
-    on_approval: str
-    created_at: str
-    finished_at: str | None
-    tool_policy: ToolPolicy | None = None
-
-
-def _policy(text: str | None) -> ToolPolicy | None:
+def policy_of(text: str | None) -> ToolPolicy | None:
     return msgspec.json.decode(text, type=ToolPolicy) if text else None
 
 
-def _requested(text: str) -> int | str:
+def requested(text: str) -> int | str:
     return int(text) if text.isdigit() else text
-
-
-def listed(row: ExperimentRow, judging: bool = False) -> Listed:
-    """`judging`: its branches ended and its judgment waits or runs."""
-    status = "judging" if judging and row.status in ("completed", "failed") else row.status
-    return Listed(
-        id=row.id, status=status, rewind_before_invocation_id=row.rewind_before_invocation_id,
-        rewind_before_task_id=row.rewind_before_task_id, turns_requested=_requested(row.turns_requested),
-        turns=row.turns, repeats=row.repeats,
-        on_approval=row.on_approval, created_at=rfc3339(row.created_at),
-        finished_at=rfc3339(row.finished_at) if row.finished_at else None, tool_policy=_policy(row.tool_policy),
-    )  # fmt: skip
 
 
 def _sum(parts: list[Replayed | None]) -> Replayed | None:
@@ -198,8 +172,8 @@ def totals(turns: list[TurnFigures], model: ModelConfig | None = None) -> Totals
         total_tokens=sums.total_tokens, duration_seconds=sums.duration_seconds,
         input_tokens=sum(i for i, _ in calls) if calls is not None else None,
         output_tokens=sum(o for _, o in calls) if calls is not None else None,
-        cost_usd=prices.cost_usd(prices.priced_model(model), calls), model=model.model or None if model else None,
-        tool_policy=_sum([t.tool_policy for t in turns]),
+        cost_usd=(cost := prices.cost_usd(prices.priced_model(model), calls)), cost_text=prices.usd_text(cost),
+        model=model.model or None if model else None, tool_policy=_sum([t.tool_policy for t in turns]),
     )  # fmt: skip
 
 
@@ -272,7 +246,13 @@ def by_agent(columns: list[Column]) -> list[AgentSummary]:
         if all(c is not None for c in costs):  # the price's spread only when every repeat's is known
             known = [float(c) for c in costs if c is not None]
             spreads["cost_usd"] = Spread(mean=round(statistics.fmean(known), 6), min=min(known), max=max(known))
-        out.append(AgentSummary(agent_ref=ref, totals=spreads))
+        cost = spreads.get("cost_usd")
+        text = (
+            "unknown"
+            if cost is None
+            else f"{prices.usd_text(cost.mean)} ({prices.usd_text(cost.min)}-{prices.usd_text(cost.max)})"
+        )
+        out.append(AgentSummary(agent_ref=ref, totals=spreads, cost_text=text))
     return out
 
 
@@ -349,6 +329,12 @@ async def keep_source_column(svc: Services, experiment_id: str, user_id: str) ->
         await svc.store.experiments.keep_source_turns(conn, row.id, _encoder.encode(turns).decode())
 
 
+def model_name(configs: dict[str, ModelConfig], ref: str | None) -> str | None:
+    """The model an agent's configuration names ("gpt-4o"), None when not known."""
+    config = configs.get(ref or "")
+    return config.model or None if config is not None else None
+
+
 async def models(svc: Services, conn: Connection, refs: list[str | None]) -> dict[str, ModelConfig]:
     """The model each agent's configuration names in kagent's `agent` table (one query), by namespace/name; an
     agent without a row, a config or a model is absent (its columns are priced "unknown")."""
@@ -375,7 +361,10 @@ async def experiment(
             baseline = await source_turns(svc, conn, row)
     else:
         baseline = []
-    configs = await models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs)])
+    found = await svc.store.judgments.of_experiment(conn, row.id)
+    latest = found[-1] if found else None
+    judge_ref = latest.judge_agent_ref if latest else None
+    configs = await models(svc, conn, [row.source_agent_ref, *(j.agent_ref for j in jobs), judge_ref])
     columns = [branch_column(j, turns[j.id], configs.get(j.agent_ref or ""), calls[j.id]) for j in jobs]
     discard = await svc.store.experiments.latest_discard(conn, row.id)
     if discard is not None and discard.undone_at is None:
@@ -394,23 +383,25 @@ async def experiment(
         status="completed", error=None, stopped_at=None, turns=baseline,
         totals=totals(baseline, configs.get(row.source_agent_ref or "")), purged=keys[0] not in there,
     )  # fmt: skip
-    found = await svc.store.judgments.of_experiment(conn, row.id)
-    latest = found[-1] if found else None
     asked = await svc.store.judgments.calls(conn, latest.id) if latest else []
     sides = {c.job_id: side(c, row.repeats) for c in columns}
-    judgment = judged.judgment(latest, asked, sides, side(source, 1)) if latest else None
-    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, side(source, 1))
+    # The noise floor: the source's own agent asked the source's own questions again (an edited first question
+    # asks every branch something else, so no branch is a control then).
+    control = row.source_agent_ref if row.message is None else None
+    judge_model = model_name(configs, judge_ref)
+    judgment = judged.judgment(latest, asked, sides, side(source, 1), judge_model, control) if latest else None
+    people = judged.votes(await svc.store.judgments.votes(conn, row.id), sides, side(source, 1), judgment, control)
     status = row.status
     if latest is not None and latest.status in ("waiting", "running") and status in ("completed", "failed"):
         status = "judging"
     return Experiment(
         id=row.id, status=status, source_session_id=row.source_session_id,
         rewind_before_invocation_id=row.rewind_before_invocation_id, rewind_before_task_id=row.rewind_before_task_id,
-        turns_requested=_requested(row.turns_requested),
+        turns_requested=requested(row.turns_requested),
         message=msgspec.json.decode(row.message) if row.message else None, created_at=rfc3339(row.created_at),
         finished_at=rfc3339(row.finished_at) if row.finished_at else None, source=source, branches=columns,
         on_approval=row.on_approval, repeats=row.repeats, by_agent=by_agent(columns) if row.repeats > 1 else None,
-        tool_policy=_policy(row.tool_policy),
+        tool_policy=policy_of(row.tool_policy),
         arms=msgspec.json.decode(row.arms, type=list[ArmTools]) if row.arms else None,
         discard=discard_json(discard) if discard is not None else None,
         judgment=judgment, earlier_judgments=judged.earlier(found[:-1]), votes=people,

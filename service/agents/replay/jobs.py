@@ -102,7 +102,7 @@ async def judged_job(
     turns = await svc.store.jobs.whatif_turns(conn, job.id)
     parent = await svc.store.sessions.get_session(conn, job.parent_session_id, job.parent_user_id)
     source_ref = agent_ref_of(parent.agent_id or "") if parent is not None else None
-    configs = await grid.models(svc, conn, [job.agent_ref, source_ref])
+    configs = await grid.models(svc, conn, [job.agent_ref, source_ref, latest.judge_agent_ref])
     column = grid.branch_column(job, turns, configs.get(job.agent_ref), calls)
     baseline: list[TurnFigures] = []
     if live:
@@ -114,7 +114,9 @@ async def judged_job(
         totals=grid.totals(baseline, configs.get(source_ref or "")),
     )  # fmt: skip
     sides: dict[str | None, judged.Side] = {job.id: grid.side(column, 1)}
-    judgment = judged.judgment(latest, asked, sides, grid.side(source, 1))
+    judgment = judged.judgment(
+        latest, asked, sides, grid.side(source, 1), grid.model_name(configs, latest.judge_agent_ref)
+    )
     verdict = judged.contract_verdict(judgment, None, sides)
     return job_json(job, calls, judgment, verdict, judging=latest.status in judge.OPEN)
 

@@ -28,7 +28,7 @@ import msgspec
 from msgspec import Meta
 
 from service.agents import a2a_client
-from service.agents.replay import blind
+from service.agents.replay import blind, verdict
 from service.agents.replay.answerers import agent
 from service.agents.replay.steady import steady
 from service.agents.replay.terms import JobSpan, JudgeRef, Spanned, checked_agent_ref
@@ -111,15 +111,13 @@ def _done(job: WhatifJob | None) -> bool:
     return job is None or job.status == "completed"
 
 
-def estimated_calls(agents: int, repeats: int) -> int:
-    """The most calls a judgment of an experiment makes (every branch completed): two a pair."""
-    return 2 * (agents * repeats + agents * (agents - 1) // 2 * repeats)
-
-
 async def _turns(
-    svc: Services, conn: Connection, session_id: str, owner: str, since: datetime | None = None
+    svc: Services, conn: Connection, session_id: str, owner: str, since: datetime | None = None, *, branch: bool = False
 ) -> list[transcript.Turn]:
-    session = await svc.store.sessions.get_session(conn, session_id, owner)
+    """A session's turns as the transcript reads them. `branch`: a branch's fork, the experiment's own row, read
+    whether or not a discard hid it (hidden, it would read as empty, and the judge would compare nothing)."""
+    sessions = svc.store.sessions
+    session = await (sessions.owned_session if branch else sessions.get_session)(conn, session_id, owner)
     if session is None:
         return []
     reading = await transcript.open_reading(svc, conn, session, since=since)
@@ -134,6 +132,11 @@ class Texts:
     before: str | None = None
     source: str | None = None
     branches: dict[str, str] = field(default_factory=dict)
+    # The continuations with no answer in them (SOURCE, or a branch's job id): never judged.
+    unanswered: set[str] = field(default_factory=set)
+
+
+SOURCE = "source"
 
 
 async def read_texts(svc: Services, conn: Connection, row: Spanned, jobs: list[WhatifJob], known: Texts) -> None:
@@ -151,10 +154,16 @@ async def read_texts(svc: Services, conn: Connection, row: Spanned, jobs: list[W
             if not keys:
                 raise Unprocessable("the replay's first turn is no longer in the source's transcript")
             known.before = blind.turns_text(source[: keys[0]], numbered=False)
-            known.source = blind.turns_text(source[keys[0] : keys[0] + row.turns])
+            span = source[keys[0] : keys[0] + row.turns]
+            known.source = blind.turns_text(span)
+            if not blind.answered(span):
+                known.unanswered.add(SOURCE)
         for j in jobs:
             if j.id not in known.branches:
-                text = blind.turns_text(await _turns(svc, conn, j.session_id, j.user_id, j.created_at))
+                turns = await _turns(svc, conn, j.session_id, j.user_id, j.created_at, branch=True)
+                if not blind.answered(turns):
+                    known.unanswered.add(j.id)
+                text = blind.turns_text(turns)
                 figures = [
                     msgspec.json.decode(t.figures) for t in await svc.store.jobs.whatif_turns(conn, j.id) if t.figures
                 ]
@@ -179,6 +188,7 @@ async def plan(
         first = known.source if left is None else known.branches[left.id]
         second = known.branches[right.id]
         assert known.before is not None and first is not None
+        error = _unanswered(known, left, right)
         for swapped in (False, True):
             a, b = (second, first) if swapped else (first, second)
             context = str(uuid.uuid4())
@@ -187,16 +197,21 @@ async def plan(
                 JudgeCall(
                     judgment_id=judgment_id, ordinal=2 * i + swapped, left_job=left.id if left else None,
                     right_job=right.id, swapped=swapped, message=a2a_client.text_message_json(text, context),
-                    context_id=context, sent_at=None, task_id=None, answer=None, winner=None, reason=None, error=None,
-                    ended_at=None,
+                    context_id=context, sent_at=None, task_id=None, answer=None, winner=None, reason=None,
+                    error=error, ended_at=None,
                 )
             )  # fmt: skip
     return calls
 
 
-def message_tokens(calls: list[JudgeCall]) -> int:
-    """What the calls send the judge's model, estimated as the transcript estimates (four characters a token)."""
-    return sum(len(c.message) for c in calls) // 4
+def _unanswered(known: Texts, left: WhatifJob | None, right: WhatifJob) -> str | None:
+    """Why a pair is not judged (its calls are written ended with this, never sent), or None: a side whose
+    continuation holds no answer (the judge would compare something with nothing)."""
+    empty = [
+        "the source's" if job is None else f"{job.agent_ref} #{job.repeat}'s"
+        for job in (left, right) if (SOURCE if job is None else job.id) in known.unanswered
+    ]  # fmt: skip
+    return f"not judged: {' and '.join(empty)} continuation holds no answer" if empty else None
 
 
 async def _db(svc: Services, judgment: JudgmentRow, step: Callable[[Connection, bool], Awaitable[T]]) -> T:
@@ -263,7 +278,7 @@ async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
                     raise exc
             if not await _db(svc, judgment, lambda c, _: svc.store.judgments.heartbeat(c, judgment.id, host.id)):
                 raise NotOurs
-        await _finish(svc, judgment, "completed", None)
+        await _finish(svc, judgment, None, None)
     except asyncio.CancelledError:
         raise
     except NotOurs:
@@ -280,14 +295,19 @@ async def run(host: Host, judgment: JudgmentRow, hdrs: dict[str, str]) -> None:
             del host.wakeups[judgment.judged]
 
 
-async def _finish(svc: Services, judgment: JudgmentRow, status: str, error: str | None) -> None:
-    async def step(conn: Connection, _: bool) -> None:
-        async with conn.transaction():
-            if await svc.store.judgments.finish(conn, judgment.id, status, error) is not None:
-                await svc.store.judgments.close_calls(conn, judgment.id, error or status)
+async def _finish(svc: Services, judgment: JudgmentRow, status: str | None, error: str | None) -> None:
+    """End the judgment: `status` None once every call ended (then verdict.ending says how)."""
 
-    await _db(svc, judgment, step)
-    log.info("judgment %s", status, extra={"action": "judge", "outcome": status})
+    async def step(conn: Connection, _: bool) -> str:
+        async with conn.transaction():
+            calls = [] if status else await svc.store.judgments.calls(conn, judgment.id)
+            said, why = (status, error) if status else verdict.ending([(c.winner, c.error) for c in calls])
+            if await svc.store.judgments.finish(conn, judgment.id, said, why) is not None:
+                await svc.store.judgments.close_calls(conn, judgment.id, why or said)
+            return said
+
+    said = await _db(svc, judgment, step)
+    log.info("judgment %s", said, extra={"action": "judge", "outcome": said})
 
 
 async def _call(host: Host, judgment: JudgmentRow, judge: a2a_client.Agent, call: JudgeCall) -> None:

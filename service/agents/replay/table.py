@@ -60,7 +60,7 @@ def _discarded(c: Column) -> str:
 def _cost(t: Totals) -> str:
     """A column's price, with the model priced; "unknown" when the model or its price is not known."""
     model = f" ({t.model})" if t.model else ""
-    return f"unknown{model}" if t.cost_usd is None else f"${t.cost_usd:.6f}{model}"
+    return f"{t.cost_text}{model}"
 
 
 def markdown(e: Experiment) -> str:
@@ -123,10 +123,9 @@ def markdown(e: Experiment) -> str:
         names = [*FIGURES, "cost_usd"]
         lines += ["", "| agent | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for a in e.by_agent:
-            cells = [
-                f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" if n in a.totals else "unknown"
-                for n in names
-            ]
+            cells = [f"{a.totals[n].mean:g} ({a.totals[n].min:g}-{a.totals[n].max:g})" for n in FIGURES] + [
+                a.cost_text
+            ]  # money as every door prints it, never a float's own text (9e-05)
             lines.append(f"| {a.agent_ref} | " + " | ".join(cells) + " |")
     lines += verdict_section(e)
     return "\n".join(lines) + "\n"
@@ -143,8 +142,11 @@ def verdict_section(e: Experiment) -> list[str]:
     if j is None:
         return _votes(e)
     lines = ["", f"## Verdict ({j.status}): judged blind by {j.judge_agent_ref}, {j.calls_answered} of {j.calls} calls"]
-    if j.criteria:
-        lines.append(f"\nCriteria added: {_one_line(j.criteria)}")
+    lines += ["", f"**{j.headline}**", "", f"Judge: {j.judge_agent_ref}, model {j.judge_model or 'unknown'}; "
+              f"criteria: the default{f' and: {_one_line(j.criteria)}' if j.criteria else ''}"]  # fmt: skip
+    agreed = [p.consistent for p in j.pairs if p.consistent is not None]
+    if agreed:
+        lines.append(f"The judge's two orders agreed in {agreed.count(True)} of {len(agreed)} pairs asked both ways.")
     if j.error:
         lines.append(f"\nError: {j.error}")
     lines += ["", *[f"- {line}" for line in j.lines]] if j.lines else ["", "- no pair judged yet"]
@@ -175,5 +177,7 @@ def verdict_section(e: Experiment) -> list[str]:
 def _votes(e: Experiment) -> list[str]:
     if e.votes is None:
         return []
-    return ["", f"People's blind votes ({e.votes.votes}), apart from the judge's:", "",
-            *[f"- {line}" for line in e.votes.lines]]  # fmt: skip
+    v = e.votes
+    agree = f"; they agree with the judge on {v.agreement.agreed} of {v.agreement.compared}" if v.agreement else ""
+    return ["", f"People's blind votes ({v.votes}, by {v.voters} voter{'s' if v.voters > 1 else ''}{agree}), apart "
+            "from the judge's:", "", *[f"- {line}" for line in v.lines]]  # fmt: skip

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal, Protocol
@@ -21,6 +22,8 @@ from service.schemas import VISIBLE_NO_NUL
 
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
 Tokens = Annotated[int, Meta(ge=1, le=10**12)] | Annotated[float, Meta(ge=1, le=1e12)]
+# A budget in US dollars (`max_usd`): a start whose estimate is over it is refused.
+Dollars = Annotated[float, Meta(ge=0, le=1e9)]
 # Out of range (below 1, or more than the source holds from the boundary) is a 422 (span.count).
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is a 400).
 Count = Annotated[int, Meta(ge=-(2**31), le=2**31)] | Annotated[float, Meta(ge=-(2**31), le=2**31)]
@@ -80,11 +83,31 @@ class Replay:
     message: MessageEdit | None = None
     name: str | None = None
     max_context_tokens: int | float | None = None
+    max_usd: float | None = None  # refuse a start whose estimated price is over it (gate.money)
     on_approval: str = "stop"
     tools: ToolsField | None = None  # what the arms' tools do, as asked (None: the start decides, tools.decide)
     reads: Reads | None = None  # the contract's `reads` beside `tools`
     dry_run: bool = False  # say what would run (the arms' tools by class), write nothing
     judge: JudgeRef | None = None  # the judge: (agent, criteria)
+    control: bool = False  # add the source's own agent as an arm (the noise floor), if not named already
+
+    def with_control(self, span: Span) -> Replay:
+        """The replay with the source's own agent among its agents when `control` asks for it (checked again: it
+        is one more agent). Its verdict against the source is the noise floor: what running the same agent again
+        scores against itself."""
+        if not self.control or self.agents is None:  # no agents named: the source's own agent is the only one
+            return self
+        own = span.agent_ref
+        if own is None:
+            raise Unprocessable(
+                f"control: the source session's agent {span.source.agent_id!r} is not namespace/name, so it cannot "
+                "be run again as the control"
+            )
+        if own in self.agents:
+            return self
+        with_it = dataclasses.replace(self, agents=[*self.agents, own])
+        with_it.checked()
+        return with_it
 
     def checked(self) -> None:
         """The request's own words, refused before anything is read (422, as the contract asks): the agents

@@ -32,9 +32,10 @@ function experimentAt(turn, number) {
   const listed = state.sessions.find((s) => s.id === t.session_id);
   const agents = el("input", { class: "exp-agents", autocomplete: "off", placeholder: "namespace/name, namespace/name",
     value: $("whatif-agent").value.trim() || (listed && listed.agent_id ? agentName(listed.agent_id) : "") });
+  // One default on every door: this turn only (turns: 1, as the API, the CLI and MCP take it).
   const turns = el("select", { class: "exp-turns" },
-    ...Array.from({ length: left - 1 }, (_, i) => choice(String(i + 1), i === 0 ? "this turn only" : `${i + 1} turns`)),
-    choice("all", `all ${plural(left, "turn")} from here`, true));
+    ...Array.from({ length: left - 1 }, (_, i) => choice(String(i + 1), i === 0 ? "this turn only" : `${i + 1} turns`, i === 0)),
+    choice("all", `all ${plural(left, "turn")} from here`, left === 1));
   const message = el("textarea", { class: "exp-message", rows: "2", placeholder: firstQuestion(t.turns[number - 1]) });
   const repeats = el("input", { class: "exp-repeats", type: "number", min: "1", max: "5", value: "1" });
   const onApproval = el("select", { class: "exp-approval" },
@@ -79,6 +80,13 @@ function experimentWarning(body, number, plan) {
     + `${toolsWarning(body.tools, plan, "The agents")}\n\nStart the experiment?`;
 }
 
+// The dry run's estimate of the whole start, the judge's calls included; money as the service prints it.
+function estimateWords(plan) {
+  const judge = plan.estimated_judge_tokens ? ` (the judge's ${plural(plan.estimated_judge_tokens, "token")} included)` : "";
+  const money = plan.estimated_usd === null ? `price unknown (${plan.unpriced.join(", ")})` : `${plan.estimated_usd_text} at least`;
+  return `Estimate: about ${plural(plan.estimated_context_tokens, "context token")}${judge}, ${money}.`;
+}
+
 async function startExperiment(body, number, refusal, found) {
   refusal.textContent = "";
   found.replaceChildren();
@@ -92,7 +100,8 @@ async function startExperiment(body, number, refusal, found) {
   }
   const plan = dry.data;
   found.replaceChildren(el("div", { text: "What each agent can do (asks: needs an approval; reads: read-only; acts: changes something):" }),
-    ...plan.arms.map((a) => el("div", { class: "arm-tools", text: armWords(a) })));
+    ...plan.arms.map((a) => el("div", { class: "arm-tools", text: armWords(a) })),
+    el("div", { class: "estimate", text: estimateWords(plan) }));
   if (plan.refused) {
     refusal.textContent = `Not started: ${plan.refused}`;
     say(`Starting the experiment failed: ${plan.refused}`, true);
@@ -122,6 +131,8 @@ async function showExperiments() {
   const items = answer.data.map((x) => el("li", { class: "turn", "data-id": x.id, "data-status": x.status },
     el("b", { text: `Experiment ${x.status}: from ${turnLabel(x.rewind_before_invocation_id ?? x.rewind_before_task_id)}, ${plural(x.turns, "turn")}` }),
     el("div", { class: "muted", text: `${x.repeats > 1 ? `${x.repeats} repeats of each agent · ` : ""}on approval: ${x.on_approval} · started ${when(x.created_at)}${x.finished_at ? `, ended ${when(x.finished_at)}` : ""}` }),
+    el("div", { class: "listed-agents", text: `Agents: ${x.agents.join(", ")}${x.judge ? ` · judged by ${x.judge}` : " · not judged"}` }),
+    x.outcome ? el("div", { class: "listed-outcome", text: x.outcome }) : null,
     el("button", { type: "button", onclick: () => followExperiment(x.id), text: "Show the grid" })));
   $("experiments").replaceChildren(...items);
   if (!items.length) $("experiments").replaceChildren(el("li", { class: "muted", text: "No experiments from this session." }));
@@ -229,7 +240,8 @@ function columnVerdict(c, x) {
   if (!pair) return null;
   const disagreed = pair.outcome === "tie" && pair.consistent === false ? " (the two orders disagreed)" : "";
   return el("div", { class: `verdict verdict-${pair.outcome}`, "data-verdict": pair.outcome },
-    el("b", { text: `Judge: ${VERDICT_WORDS[pair.outcome]}${disagreed}` }),
+    // One pair says nothing settled: the verdict's lines and headline say how sure the judge is overall.
+    el("b", { text: `Judge: ${VERDICT_WORDS[pair.outcome]}${["left", "right", "tie"].includes(pair.outcome) ? " in this pair" : ""}${disagreed}` }),
     el("details", {}, el("summary", { text: "Why" }), ...pair.said.map((s) => el("div", { class: "muted",
       text: `Asked with this branch as ${s.a_is === "right" ? "A" : "B"}: ${s.winner || "no answer"}. ${s.reason || s.error || s.answer || ""}` }))));
 }
@@ -280,7 +292,7 @@ function totalCell(c, col) {
 
 // A column's price: in US dollars, or "unknown" (no model, or a model or price the table does not know).
 function costText(t) {
-  return t.cost_usd === null ? "cost unknown" : `$${t.cost_usd.toFixed(t.cost_usd < 0.01 ? 4 : 2)}`;
+  return t.cost_usd === null ? "cost unknown" : t.cost_text;  // rounded by the service, as on every door
 }
 
 function costNote(t) {
@@ -323,7 +335,7 @@ function experimentGrid(x) {
   if (x.by_agent) {
     parts.push(el("ul", { class: "by-agent" }, ...x.by_agent.map((a) => el("li", {},
       el("b", { text: `${a.agent_ref} over ${x.repeats} repeats: ` }),
-      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}${a.totals.cost_usd ? `, $${spread(a.totals.cost_usd, "", 4, "").trim()}` : ", cost unknown"}`))));
+      `${spread(a.totals.turns, "turn")}, ${spread(a.totals.tool_calls, "tool call")}, ${spread(a.totals.model_calls, "model call")}, ${spread(a.totals.total_tokens, "token")}, ${spread(a.totals.duration_seconds, "s", 1, "s")}${a.totals.cost_usd ? `, ${a.cost_text}` : ", cost unknown"}`))));
   }
   parts.push(...verdictSection(x));
   return parts.filter((p) => p != null);
@@ -331,11 +343,21 @@ function experimentGrid(x) {
 
 // --- the verdict, judging again, and a person's blind votes ------------------------------------------------
 
+// Who judged, on which model and by what, and how often its two orders agreed (a judge that flips with the order
+// is judging the position, not the answers).
+function judgeWords(j) {
+  const said = j.pairs.filter((p) => p.consistent !== null);
+  const agreed = said.length ? ` Its two orders agreed in ${said.filter((p) => p.consistent).length} of ${plural(said.length, "pair")}.` : "";
+  return `Judge: ${j.judge_agent_ref}, model ${j.judge_model || "unknown"}; criteria: the default${j.criteria ? ` and: ${j.criteria}` : ""}.${agreed}`;
+}
+
 function verdictSection(x) {
   const j = x.judgment;
   const out = [];
   if (j) {
     out.push(el("h3", { text: `Verdict (${j.status}): judged blind by ${j.judge_agent_ref}, ${j.calls_answered} of ${plural(j.calls, "question")} answered` }),
+      el("p", { class: "verdict-headline" }, el("b", { text: j.headline })),
+      el("p", { class: "muted judge-info", text: judgeWords(j) }),
       j.error ? el("p", { class: "error", text: j.error }) : null,
       el("ul", { class: "verdict-lines" }, ...(j.lines.length ? j.lines : ["No pair judged yet."]).map((line) => el("li", { text: line }))));
   }
@@ -343,7 +365,8 @@ function verdictSection(x) {
     out.push(el("p", { class: "muted", text: `Earlier judgments: ${x.earlier_judgments.map((e) => `${e.judge_agent_ref} (${e.status}, ${when(e.created_at)})`).join("; ")}` }));
   }
   if (x.votes) {
-    out.push(el("p", {}, el("b", { text: `Your blind votes (${x.votes.votes}), apart from the judge's:` })),
+    const agree = x.votes.agreement ? `; they agree with the judge on ${x.votes.agreement.agreed} of ${x.votes.agreement.compared}` : "";
+    out.push(el("p", {}, el("b", { class: "votes-head", text: `People's blind votes (${x.votes.votes}, by ${plural(x.votes.voters, "voter")}${agree}), apart from the judge's:` })),
       el("ul", { class: "vote-lines" }, ...x.votes.lines.map((line) => el("li", { text: line }))));
   }
   if (x.status !== "running" && x.status !== "judging") {

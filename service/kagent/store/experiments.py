@@ -63,6 +63,11 @@ class Experiments:
         row = await conn.fetchrow(self.q["get_experiment"], experiment_id, user_id)
         return None if row is None else ExperimentRow(**dict(row))
 
+    async def experiment_to_vote(self, conn: Connection, experiment_id: str) -> ExperimentRow | None:
+        """The experiment whoever created it: only for a vote, whose caller must be able to read its source."""
+        row = await conn.fetchrow(self.q["get_experiment_to_vote"], experiment_id)
+        return None if row is None else ExperimentRow(**dict(row))
+
     async def locked_experiment(self, conn: Connection, experiment_id: str, user_id: str) -> ExperimentRow | None:
         """The experiment, its row locked until the transaction ends (needs one)."""
         row = await conn.fetchrow(self.q["lock_experiment"], experiment_id, user_id)

@@ -86,7 +86,7 @@ class Judgments:
         await conn.execute(
             self.q["insert_judge_calls"], judgment_id, [c.ordinal for c in calls], [c.left_job for c in calls],
             [c.right_job for c in calls], [c.swapped for c in calls], [c.message for c in calls],
-            [c.context_id for c in calls], runner,
+            [c.context_id for c in calls], runner, [c.error for c in calls],
         )  # fmt: skip
 
     async def start_waiting(self, conn: Connection, experiment_id: str, runner: str) -> list[JudgmentRow]:

@@ -70,6 +70,12 @@ class Sessions:
         row = await conn.fetchrow(self.q["lock_session" if lock else "get_session"], session_id, owner)
         return None if row is None else _session(row)
 
+    async def owned_session(self, conn: Connection, session_id: str, owner: str) -> SessionRow | None:
+        """The session row whether or not it is hidden: only for rows the service itself wrote for `owner` (an
+        experiment's branch forks), never for a session a caller names."""
+        row = await conn.fetchrow(self.q["owned_session"], session_id, owner)
+        return None if row is None else _session(row)
+
     async def session_status(self, conn: Connection, session_id: str, owner: str) -> tuple[str | None, bool] | None:
         row = await conn.fetchrow(self.q["session_status"], session_id, owner)
         return None if row is None else (row["name"], bool(row["deleted"]))
