@@ -921,6 +921,20 @@ async def test_a_judged_experiment_heads_its_columns_with_the_verdict_and_takes_
     await expect(tab.locator("#experiment h3")).to_contain_text("Blind vote: pair 1 of 3")
     shown = await tab.locator("#experiment").inner_text()
     assert MARKER_AGENT not in shown and f"{NAMESPACE}/" not in shown and "source" not in shown.lower()
+    # laid out evenly (issue 47: A was about 70 px wide at 1400 px): side by side at half each on a wide screen,
+    # one above the other on a phone
+    sides = tab.locator("#experiment td.blind-a"), tab.locator("#experiment td.blind-b")
+    for width, height in ((1400, 900), (390, 844)):
+        await tab.set_viewport_size({"width": width, "height": height})
+        a, b = [await side.bounding_box() for side in sides]
+        assert a and b, "both continuations shown"
+        if width > 720:
+            assert abs(a["width"] - b["width"]) <= 2 and a["width"] > 500 and a["y"] == b["y"], (a, b)
+        else:
+            assert a["width"] >= 300 and b["width"] >= 300 and b["y"] > a["y"], (a, b)
+        await tab.locator("#experiment h3").scroll_into_view_if_needed()
+        await shot(tab, f"experiment-vote-{width}")
+    await tab.set_viewport_size({"width": 1280, "height": 800})
     await tab.get_by_role("button", name="Tie").click()
     await expect(tab.locator(".vote-reveal")).to_contain_text("A was ")
     await tab.get_by_role("button", name="Next pair").click()

@@ -442,7 +442,7 @@ function voteBlind(x, index = 0) {
     el("h3", { text: `Blind vote: pair ${index + 1} of ${pairs.length}. Which continuation is better?` }),
     el("div", { class: "grid-scroll" }, el("table", { class: "compare blind" },
       el("thead", {}, el("tr", {}, el("th", { text: "A" }), el("th", { text: "B" }))),
-      el("tbody", {}, el("tr", {}, el("td", { class: "msg agent blind-a", text: blindText(column(a)) }), el("td", { class: "msg agent blind-b", text: blindText(column(b)) }))))),
+      el("tbody", {}, el("tr", {}, el("td", { class: "msg agent blind-a", "data-side": "A", text: blindText(column(a)) }), el("td", { class: "msg agent blind-b", "data-side": "B", text: blindText(column(b)) }))))),
     el("span", { class: "actions" }, ...["A", "B", "tie"].map((side) => el("button", { type: "button", class: `vote-${side}`, onclick: () => vote(side), text: side === "tie" ? "Tie" : `${side} is better` })),
       el("button", { type: "button", onclick: () => { shownExperiment.voting = null; followExperiment(x.id); }, text: "Stop voting" })),
     reveal);
