@@ -259,6 +259,40 @@ async def test_a_whatif_asks_first_and_says_running_until_the_job_ends(
     assert problems == []
 
 
+async def test_a_judged_whatif_ends_on_its_verdict_beside_the_turn(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 47, item 7: a what-if started from the page with a judge is followed while it is judged, and ends on
+    the verdict's headline and lines beside its turn, as an experiment's read."""
+    from tests.support.a2a_agent import JUDGE, MARKER_AGENT
+
+    tab, problems = page
+    user = new_user()
+    await seed(pool, dialect="v1", turns=2, user_id=user, name="Judge the what-if")
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    turns = tab.locator("#turns > li.turn")
+    await tab.fill("#whatif-agent", f"{NAMESPACE}/{MARKER_AGENT}")
+    await tab.fill("#whatif-judge", f"{NAMESPACE}/{JUDGE}")
+    await turns.nth(1).get_by_role("button", name="What-if").click()
+    beside = turns.nth(1).locator(".turn-result")
+    await expect(beside.locator(".verdict-headline")).to_contain_text(
+        f"Judged blind by {NAMESPACE}/{JUDGE}: ", timeout=60_000
+    )
+    await expect(beside.locator(".verdict-lines li").first).to_contain_text(
+        f"{NAMESPACE}/{MARKER_AGENT}: inconclusive against the source over 1 judged continuations: 1 better"
+    )
+    await expect(tab.locator("#status")).to_have_text("What-if completed")
+    async with pool.acquire() as conn:
+        judged = await conn.fetchval(
+            "SELECT count(*) FROM kagent_fork.judgment j JOIN kagent_fork.whatif_job w ON w.id = j.job_id "
+            "WHERE w.user_id = $1 AND j.status = 'completed'",
+            user,
+        )
+    assert judged == 1
+    assert problems == []
+
+
 async def test_the_page_follows_the_user_and_the_address(browser: Browser, page_url: str, pool: asyncpg.Pool) -> None:
     first, second = new_user(), new_user()
     mine = await seed(pool, dialect="legacy", turns=2, tool_calls=True, user_id=first, name="First user's chat")

@@ -330,6 +330,8 @@ async function whatifAt(turn, number) {
   const shown = agent || "this session's own agent";
   const body = boundaryOf(turn);
   if (agent) body.agent_ref = agent;
+  const judge = $("whatif-judge").value.trim();
+  if (judge) body.judge = { agent: judge };
   body.tools = TOOL_POLICIES[$("whatif-tools").value].tools;
   // The dry run first: the agent's tools by class, and the refusal it would get, before anything starts.
   const dry = await act("Checking the agent's tools", () => api("POST", `/api/sessions/${enc(current())}/whatif`,
@@ -368,8 +370,9 @@ async function followJob(jobId, number, box) {
       return;
     }
     if (epoch !== state.epoch) return;
-    if (job.status === "running") {
-      say(`What-if running: ${job.agent_ref} is answering turn ${number} (${Math.round((Date.now() - started) / 1000)} s)...`);
+    if (job.status === "running" || job.status === "judging") {
+      const doing = job.status === "running" ? `${job.agent_ref} is answering turn ${number}` : "its judge is comparing the answer with this chat's own";
+      say(`What-if ${job.status}: ${doing} (${Math.round((Date.now() - started) / 1000)} s)...`);
       await new Promise((resolve) => setTimeout(resolve, 500));
       continue;
     }
@@ -389,6 +392,11 @@ function jobWords(job, what) {
   if (job.result) {
     parts.push(el("div", { class: "msg agent", text: job.result.last_agent_text || "(no answer)" }),
       el("div", { class: "muted", text: `${toolList(job.result.tool_calls)} · ${plural(job.result.total_tokens, "token")}` }));
+  }
+  // A judged what-if: the verdict as an experiment's reads, its headline first, then its lines.
+  if (job.verdict) {
+    parts.push(el("div", { class: "verdict-headline", text: `Judged blind by ${job.verdict.judge.agent}: ${job.verdict.headline}` }),
+      el("ul", { class: "verdict-lines" }, ...job.verdict.by_agent.map((a) => el("li", { text: a.summary }))));
   }
   const source = state.session ? state.session.session_id : null;
   parts.push(el("span", { class: "actions" },
