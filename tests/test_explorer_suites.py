@@ -71,4 +71,24 @@ async def test_save_turns_as_cases_of_a_new_suite_then_of_the_same(
         ("failing pods", conv.session_id, conv.invocation_ids[1], "all"),
         ("failing pods", conv.session_id, conv.invocation_ids[2], "1"),
     ]
+
+    # the Suites tab: the suite and its cases in order, its file, a case removed
+    await tab.get_by_role("button", name="Suites", exact=True).click()
+    suite = tab.locator("#suites > li[data-suite]")
+    await expect(suite).to_have_count(1)
+    await expect(suite.locator("b").first).to_have_text("failing pods (2 cases)")
+    cases = suite.locator(".suite-cases > li")
+    await expect(cases).to_have_count(2)
+    await expect(cases.nth(0)).to_contain_text(
+        f"1. “{conv.turns[1].user_text}” · kagent/k8s-agent · every turn from there"
+    )
+    await expect(cases.nth(1)).to_contain_text("· 1 turn")
+    await suite.get_by_role("button", name="Show as YAML").click()
+    await expect(suite.locator(".suite-file")).to_contain_text("kind: kagent-fork/suite")
+    await expect(suite.locator(".suite-file")).to_contain_text(f"rewind_before_invocation_id: {conv.invocation_ids[1]}")
+    await shot(tab, "suites")
+    await cases.nth(0).get_by_role("button", name="Remove").click()
+    await expect(tab.locator("#status")).to_have_text("Case 1 removed from “failing pods” (1 case left)")
+    await expect(cases).to_have_count(1)
+    assert await _cases(pool, user) == [("failing pods", conv.session_id, conv.invocation_ids[2], "1")]
     assert problems == []

@@ -130,7 +130,7 @@ function setUser(user) {
   state.sessions = [];
   $("session-pane").hidden = true;
   $("sessions").replaceChildren();
-  for (const id of ["turns", "tree", "rewinds", "comparison", "whatifs", "experiments", "experiment"]) $(id).replaceChildren();
+  for (const id of ["turns", "tree", "rewinds", "comparison", "whatifs", "experiments", "experiment", "suites"]) $(id).replaceChildren();
   notice(null);
 }
 
@@ -549,7 +549,7 @@ async function start() {
   });
   $("user").addEventListener("change", () => setUser($("user").value.trim()));
   const tabs = { transcript: null, tree: showTree, rewinds: showRewinds, compare: () => fillCompareChoices(), whatifs: showWhatifs,
-    experiments: showExperiments };
+    experiments: showExperiments, suites: showSuites };
   for (const button of document.querySelectorAll(".tabs button")) {
     button.addEventListener("click", async () => {
       showTab(button.dataset.tab);
