@@ -203,7 +203,7 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
     await tab.fill("#whatif-agent", f"{NAMESPACE}/{V1}")
     await turns.nth(1).get_by_role("button", name="What-if").click()
     await expect(tab.locator("#status")).to_contain_text("What-if completed", timeout=30_000)
-    assert "Tools: replay. Nothing that acts runs" in dialogs[-1] and "turn 2" in dialogs[-1]
+    assert "Tools: replay. Each tool call the source made answers its recorded result" in dialogs[-1] and "turn 2" in dialogs[-1]
     assert f"{NAMESPACE}/{V1}: its tools are not known (kagent's agent table has no row" in dialogs[-1]
     await expect(turns.nth(1).locator(".turn-result")).to_contain_text("Regenerated answer")
     await expect(sessions).to_have_count(3)  # the list knows the what-if's fork without a reload
@@ -433,7 +433,7 @@ async def test_an_experiment_from_the_page_fills_its_grid_while_it_runs(
         await form.get_by_role("button", name="Start the experiment").click()
         grid = tab.locator("#experiment table.experiment")
         await expect(grid).to_be_visible(timeout=15_000)
-        assert "Tools: replay. Nothing that acts runs" in dialogs[-1]
+        assert "Tools: replay. Each tool call the source made answers its recorded result" in dialogs[-1]
         # the dry run's estimate of the whole start under the form: the slow agent has no agent row, no price
         await expect(form.locator(".estimate")).to_contain_text(f"context tokens, price unknown ({NAMESPACE}/{SLOW})")
         rows = grid.locator("tbody tr")
