@@ -1417,6 +1417,119 @@ function flatten(answer: BaseResponse<{ session: Session; rewind: RewindInfo }>)
   return { message: answer.message, data: { ...answer.data.session, rewind: answer.data.rewind } };
 }
 
+// --- suites (docs/suites.md): saved cases, turns of real conversations to continue from -----------------------
+
+export interface SuiteCase {
+  case_id: string;
+  session_id: string;
+  rewind_before_invocation_id: string | null;
+  rewind_before_task_id: string | null;
+  turns: number | "all";
+  message: { text: string } | null;
+  /** The turn's own question, and the conversation's agent, as the case was saved. */
+  user_text: string | null;
+  agent_ref: string | null;
+}
+
+export interface Suite {
+  id: string;
+  name: string;
+  created_at: string;
+  cases: SuiteCase[];
+}
+
+export interface SuiteListed {
+  id: string;
+  name: string;
+  created_at: string;
+  /** How many cases it holds. */
+  cases: number;
+}
+
+/** A case: a session and the turn to continue from (by its invocation id, or its task for agents that write none). */
+export interface CaseInput {
+  sessionId: string;
+  rewindBeforeInvocationId?: string;
+  rewindBeforeTaskId?: string;
+  /** How many turns a run replays from there, or "all" (default 1). */
+  turns?: number | "all";
+  /** Ask the case's first turn with this text instead. */
+  message?: string;
+}
+
+/** The caller's own conversations with `agent` (namespace/name), newest first, one case each at `turn`. */
+export interface SuiteSelect {
+  agent: string;
+  since?: string;
+  until?: string;
+  /** 1-200, default 20. */
+  limit?: number;
+  /** "first" (default), "last", or a user turn's number from 1. */
+  turn?: "first" | "last" | number;
+}
+
+export interface CreateSuiteOptions extends ClientOptions {
+  cases?: CaseInput[];
+  select?: SuiteSelect;
+}
+
+function caseBody(c: CaseInput): Record<string, unknown> {
+  const body: Record<string, unknown> = { session_id: c.sessionId };
+  if (c.rewindBeforeInvocationId !== undefined) body.rewind_before_invocation_id = c.rewindBeforeInvocationId;
+  if (c.rewindBeforeTaskId !== undefined) body.rewind_before_task_id = c.rewindBeforeTaskId;
+  if (c.turns !== undefined) body.turns = c.turns;
+  if (c.message !== undefined) body.message = { text: c.message };
+  return body;
+}
+
+/**
+ * Make a suite of `cases`, then of the conversations `select` picks; every case is checked as the caller reads its
+ * session, and nothing is saved unless every case is found.
+ */
+export async function createSuite(name: string, options: CreateSuiteOptions = {}): Promise<BaseResponse<Suite>> {
+  const body: Record<string, unknown> = { name };
+  if (options.cases !== undefined) body.cases = options.cases.map(caseBody);
+  if (options.select !== undefined) body.select = { ...options.select };
+  return call<Suite>(options, "POST", name ? "/suites" : "", body, {}, [name]);
+}
+
+/** The caller's suites, newest first. */
+export async function listSuites(options: ClientOptions = {}): Promise<BaseResponse<SuiteListed[]>> {
+  return call<SuiteListed[]>(options, "GET", "/suites", undefined, {}, []);
+}
+
+/** A suite and its cases, in order (only its creator sees it). */
+export async function getSuite(suiteId: string, options: ClientOptions = {}): Promise<BaseResponse<Suite>> {
+  return call<Suite>(options, "GET", suiteId ? `/suites/${encodeURIComponent(suiteId)}` : "", undefined, {}, [suiteId]);
+}
+
+/** Save as a case: add one case to a suite; `data` is the suite with it. */
+export async function saveCase(suiteId: string, c: CaseInput, options: ClientOptions = {}): Promise<BaseResponse<Suite>> {
+  const path = suiteId ? `/suites/${encodeURIComponent(suiteId)}/cases` : "";
+  return call<Suite>(options, "POST", path, caseBody(c), {}, [suiteId, c.sessionId]);
+}
+
+/** Remove a case from a suite (the conversation itself is not touched); `data` is the suite without it. */
+export async function removeCase(suiteId: string, caseId: string, options: ClientOptions = {}): Promise<BaseResponse<Suite>> {
+  const path = suiteId && caseId ? `/suites/${encodeURIComponent(suiteId)}/cases/${encodeURIComponent(caseId)}` : "";
+  return call<Suite>(options, "DELETE", path, undefined, {}, [suiteId, caseId]);
+}
+
+/** A suite as the YAML file people keep beside their agent's manifests; `data` is its text. */
+export async function exportSuite(suiteId: string, options: ClientOptions = {}): Promise<BaseResponse<string>> {
+  const path = suiteId ? `/suites/${encodeURIComponent(suiteId)}/export` : "";
+  return callText(options, path, [suiteId], "application/yaml", "a YAML document");
+}
+
+/** Make a suite from a file, YAML (as exportSuite writes it) or JSON; its cases are checked as createSuite's. */
+export async function importSuite(
+  file: string,
+  options: ClientOptions & { format?: "yaml" | "json" } = {},
+): Promise<BaseResponse<Suite>> {
+  const contentType = options.format === "json" ? "application/json" : "application/yaml";
+  return call<Suite>(options, "POST", file ? "/suites/import" : "", { raw: file, contentType }, {}, [file]);
+}
+
 function baseUrl(options: ClientOptions): string | undefined {
   const base = (options.baseUrl ?? env("KAGENT_FORK_URL"))?.trim().replace(/\/+$/, "");
   if (!base) return undefined;
@@ -1443,11 +1556,13 @@ function signalFor(options: ClientOptions): AbortSignal {
   return any ? any([timeout, options.signal]) : options.signal;
 }
 
+type Method = "GET" | "POST" | "DELETE";
+
 async function call<T>(
   options: ClientOptions,
-  method: "GET" | "POST",
+  method: Method,
   path: string,
-  body: Record<string, unknown> | undefined,
+  body: Record<string, unknown> | RawBody | undefined,
   extra: Record<string, string>,
   required: string[],
 ): Promise<BaseResponse<T>> {
@@ -1461,25 +1576,38 @@ async function call<T>(
   return { message, data: envelope.data as T };
 }
 
-/** A GET answered as a document (`format=markdown`): `data` is its text; a refusal is kagent's envelope. */
-async function callText(options: ClientOptions, path: string, required: string[]): Promise<BaseResponse<string>> {
-  const got = await send(options, "GET", path, undefined, {}, required, true);
+/** A GET answered as a document (`format=markdown`, a suite's YAML): `data` is its text; a refusal is kagent's
+ * envelope. */
+async function callText(
+  options: ClientOptions,
+  path: string,
+  required: string[],
+  media = "text/markdown",
+  words = "a Markdown document",
+): Promise<BaseResponse<string>> {
+  const got = await send(options, "GET", path, undefined, {}, required, media);
   if (typeof got === "string") return failure(got);
-  if (!(got.contentType ?? "").toLowerCase().startsWith("text/markdown")) {
-    return failure(`kagent-fork answered ${got.status} without a Markdown document (GET ${got.url})`);
+  if (!(got.contentType ?? "").toLowerCase().startsWith(media)) {
+    return failure(`kagent-fork answered ${got.status} without ${words} (GET ${got.url})`);
   }
   return { message: "OK", data: got.text };
 }
 
 /** One request: its successful answer's text, or the error text to fail with. */
+/** A body sent as it is (a suite's YAML file), with its own type, instead of JSON. */
+interface RawBody {
+  raw: string;
+  contentType: string;
+}
+
 async function send(
   options: ClientOptions,
-  method: "GET" | "POST",
+  method: Method,
   path: string,
-  body: Record<string, unknown> | undefined,
+  body: Record<string, unknown> | RawBody | undefined,
   extra: Record<string, string>,
   required: string[],
-  markdown: boolean,
+  document: string | false,
 ): Promise<{ status: number; url: string; text: string; contentType: string | null } | string> {
   if (required.some((value) => typeof value !== "string" || value.length === 0) || !path) {
     return "a session id (and, to rewind or undo, an invocation or rewind id) is required";
@@ -1488,15 +1616,17 @@ async function send(
   if (base === undefined) return "kagent-fork's URL is not set: pass baseUrl or set KAGENT_FORK_URL";
   const url = base + path;
   const doFetch: FetchLike = options.fetch ?? (fetch as unknown as FetchLike);
-  const headers = requestHeaders(options, extra, body !== undefined);
+  const raw = body !== undefined && typeof body.raw === "string" ? (body as RawBody) : undefined;
+  const headers = requestHeaders(options, extra, body !== undefined && raw === undefined);
+  if (raw) headers["content-type"] = raw.contentType;
   // A refusal is JSON whatever was asked for.
-  if (markdown) headers.accept = "text/markdown, application/json";
+  if (document) headers.accept = `${document}, application/json`;
   let response: ResponseLike;
   try {
     response = await doFetch(url, {
       method,
       headers,
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      ...(raw ? { body: raw.raw } : body !== undefined ? { body: JSON.stringify(body) } : {}),
       signal: signalFor(options),
       cache: "no-store",
     });
