@@ -203,7 +203,8 @@ async def test_fork_rewind_undo_tree_compare_and_whatif_with_clicks(
     await tab.fill("#whatif-agent", f"{NAMESPACE}/{V1}")
     await turns.nth(1).get_by_role("button", name="What-if").click()
     await expect(tab.locator("#status")).to_contain_text("What-if completed", timeout=30_000)
-    assert "Tools: replay. Each tool call the source made answers its recorded result" in dialogs[-1] and "turn 2" in dialogs[-1]
+    assert "Tools: replay. Each tool call the source made answers its recorded result" in dialogs[-1]
+    assert "turn 2" in dialogs[-1]
     assert f"{NAMESPACE}/{V1}: its tools are not known (kagent's agent table has no row" in dialogs[-1]
     await expect(turns.nth(1).locator(".turn-result")).to_contain_text("Regenerated answer")
     await expect(sessions).to_have_count(3)  # the list knows the what-if's fork without a reload

@@ -59,17 +59,22 @@ async def start(
         boundary = await span.start_turn(svc, caller, replay)
         async with svc.connection() as conn:
             found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
-        replay = replay.with_control(found)
-        gate.gate(svc, replay, found)
-        plan, cards = await answerers.cast(svc, replay, found, hdrs)
-        refs = list(dict.fromkeys(ref for ref, _ in plan))
+        replay = span.with_control(replay, found)
+        # The arms' and the judge's rows first, so that each room is entered once: the gates (the context, then
+        # the money, which needs the models), then the cards, then the tools.
+        own = found.agent_ref  # no agent named: the source's own (answerers.cast refuses one that is not ns/name)
+        refs = list(dict.fromkeys(replay.agents if replay.agents is not None else ([own] if own else [])))
         judge = replay.judge.agent if replay.judge else None
         asked = list(dict.fromkeys([*refs, *([judge] if judge else [])]))
         async with svc.connection() as conn:
             rows = await svc.store.agents.get_many(conn, asked)
-        models = {ref: row.config.model if row.config else None for ref, row in rows.items()}
-        gate.money(replay, gate.estimate(replay, found, [ref for ref, _ in plan], models))
         ids = {ref: agent_row_id(ref) for ref in refs}
+        models = {ref: row.config.model if row.config else None for ref, row in rows.items()}
+        gate.gate(svc, replay, found)
+        gate.money(
+            replay, gate.estimate(replay, found, [ref for ref in refs for _ in range(int(replay.repeats))], models)
+        )
+        plan, cards = await answerers.cast(svc, replay, found, hdrs)
         classes = await tools.classed(svc, caller, {ref: rows.get(ref) for ref in asked}, authorization)
         arms = {ref: classes[ref] for ref in refs}
         policy = tools.decide(
@@ -121,7 +126,7 @@ async def dry_run(
     boundary = await span.start_turn(svc, caller, replay)
     async with svc.connection() as conn:
         found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
-    replay = replay.with_control(found)
+    replay = span.with_control(replay, found)
     refused: list[str] = []
     try:
         gate.gate(svc, replay, found)

@@ -5,12 +5,13 @@ listing's one turn per task)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from service.agents.replay.terms import Boundary, Replay, SourceTurn, Span, whole
+from service.agents.replay.terms import MAX_BRANCHES, Boundary, Replay, SourceTurn, Span, whole
 from service.branches import turns as turn_listing
 from service.errors import NotFound, Unprocessable
 from service.identity import Caller, visible_session
@@ -252,3 +253,26 @@ async def read_span(
     return Span(
         source=source, dialect=dialect, turns=turns, tokens=tokens, position=found.position,
     )  # fmt: skip
+
+
+def with_control(replay: Replay, found: Span) -> Replay:
+    """The replay with the source's own agent among its agents when `control` asks for it: its verdict against the
+    source is the noise floor, what running the same agent again scores against itself. Resolved here, where the
+    source's agent is first known, and counted against the branch limit (it is one more agent)."""
+    if not replay.control or replay.agents is None:  # no agents named: the source's own agent is the only one
+        return replay
+    own = found.agent_ref
+    if own is None:
+        raise Unprocessable(
+            f"control: the source session's agent {found.source.agent_id!r} is not namespace/name, so it cannot "
+            "be run again as the control"
+        )
+    if own in replay.agents:
+        return replay
+    agents, repeats = [*replay.agents, own], int(replay.repeats)
+    if len(agents) * repeats > MAX_BRANCHES:
+        raise Unprocessable(
+            f"{len(agents)} agents (the control among them) x {repeats} repeats is {len(agents) * repeats} branches, "
+            f"over {MAX_BRANCHES}"
+        )
+    return dataclasses.replace(replay, agents=agents)

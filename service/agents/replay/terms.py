@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal, Protocol
@@ -90,24 +89,6 @@ class Replay:
     dry_run: bool = False  # say what would run (the arms' tools by class), write nothing
     judge: JudgeRef | None = None  # the judge: (agent, criteria)
     control: bool = False  # add the source's own agent as an arm (the noise floor), if not named already
-
-    def with_control(self, span: Span) -> Replay:
-        """The replay with the source's own agent among its agents when `control` asks for it (checked again: it
-        is one more agent). Its verdict against the source is the noise floor: what running the same agent again
-        scores against itself."""
-        if not self.control or self.agents is None:  # no agents named: the source's own agent is the only one
-            return self
-        own = span.agent_ref
-        if own is None:
-            raise Unprocessable(
-                f"control: the source session's agent {span.source.agent_id!r} is not namespace/name, so it cannot "
-                "be run again as the control"
-            )
-        if own in self.agents:
-            return self
-        with_it = dataclasses.replace(self, agents=[*self.agents, own])
-        with_it.checked()
-        return with_it
 
     def checked(self) -> None:
         """The request's own words, refused before anything is read (422, as the contract asks): the agents
