@@ -350,7 +350,7 @@ async def test_a_whatif_into_turn_3_of_a_crew_is_answered_and_a_flows_is_refused
     c = crews["plain"]
     q = [f"Q1 {t}: status of web-1?", f"Q2 {t}: replicas?", f"Q3 {t}: which is oldest?"]
     source, tasks = await conversation(c, http, user, q)
-    body = {"rewind_before_task_id": tasks[2], "agent_ref": c.ref}
+    body = {"tools": "live", "rewind_before_task_id": tasks[2], "agent_ref": c.ref}
     r = await api(c, http, "POST", f"/api/sessions/{source}/whatif", user, json=body)
     assert r.status_code == 202, r.text
     job_id = r.json()["data"]["job"]["id"]
@@ -366,6 +366,6 @@ async def test_a_whatif_into_turn_3_of_a_crew_is_answered_and_a_flows_is_refused
 
     f = crews["flow"]
     source, tasks = await conversation(f, http, user, [f"Q4 {t}: hello", f"Q5 {t}: again"])
-    body = {"rewind_before_task_id": tasks[1], "agent_ref": f.ref}
+    body = {"tools": "live", "rewind_before_task_id": tasks[1], "agent_ref": f.ref}
     r = await api(f, http, "POST", f"/api/sessions/{source}/whatif", user, json=body)
     assert r.status_code == 422 and "CrewAI flow" in r.json()["error"], r.text

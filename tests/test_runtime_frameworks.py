@@ -263,7 +263,7 @@ async def test_a_whatif_into_turn_3_is_answered_from_turns_1_and_2(agent: Agent,
     source, tasks = await conversation(agent, http, user, q)
     started = await api(
         agent, http, "POST", f"/api/sessions/{source}/whatif", user,
-        json={"rewind_before_task_id": tasks[2], "agent_ref": agent.ref},
+        json={"tools": "live", "rewind_before_task_id": tasks[2], "agent_ref": agent.ref},
     )  # fmt: skip
     job = await job_done(agent, http, started["job"]["id"], user)
     assert job["status"] == "completed", (job, agent.process.log_tail())
@@ -297,7 +297,7 @@ async def test_a_whatif_of_every_turn_from_turn_2_sends_the_model_turn_1_then_ea
     since = len(agent.model.requests)
     started = await api(
         agent, http, "POST", f"/api/sessions/{source}/whatif", user,
-        json={"rewind_before_task_id": tasks[1], "agent_ref": agent.ref, "turns": "all"},
+        json={"tools": "live", "rewind_before_task_id": tasks[1], "agent_ref": agent.ref, "turns": "all"},
     )  # fmt: skip
     assert (started["job"]["turns_total"], started["job"]["rewind_before_task_id"]) == (2, tasks[1])
     job = await job_done(agent, http, started["job"]["id"], user)
@@ -325,7 +325,7 @@ async def test_an_experiment_on_the_openai_runtime_from_a_turn_named_by_its_task
     since = len(a.model.requests)
     started = await api(
         a, http, "POST", f"/api/sessions/{source}/experiments", user,
-        json={"rewind_before_task_id": tasks[1], "agents": [a.ref], "turns": "all", "repeats": 2},
+        json={"tools": "live", "rewind_before_task_id": tasks[1], "agents": [a.ref], "turns": "all", "repeats": 2},
     )  # fmt: skip
     experiment = started["experiment"]
     assert (experiment["rewind_before_task_id"], experiment["rewind_before_invocation_id"]) == (tasks[1], None)
@@ -361,7 +361,7 @@ async def test_a_whatif_result_counts_the_tool_calls_of_the_re_asked_turn(
     source, tasks = await conversation(agent, http, user, q)
     started = await api(
         agent, http, "POST", f"/api/sessions/{source}/whatif", user,
-        json={"rewind_before_task_id": tasks[0], "agent_ref": agent.ref},
+        json={"tools": "live", "rewind_before_task_id": tasks[0], "agent_ref": agent.ref},
     )  # fmt: skip
     job = await job_done(agent, http, started["job"]["id"], user)
     assert job["status"] == "completed", (job, agent.process.log_tail())

@@ -323,7 +323,7 @@ async def test_a_whatif_is_answered_by_the_runtime_from_the_kept_turns(
 
     started = await api(
         adk, http, "POST", f"/api/sessions/{source}/whatif", user,
-        json={"rewind_before_invocation_id": listed[2]["invocation_id"], "agent_ref": AGENT_REF},
+        json={"tools": "live", "rewind_before_invocation_id": listed[2]["invocation_id"], "agent_ref": AGENT_REF},
     )  # fmt: skip
     job = await job_done(adk, http, started["job"]["id"], user)
     assert job["status"] == "completed", (job, adk.process.log_tail())
@@ -352,7 +352,8 @@ async def test_a_whatif_of_every_later_turn_replays_them_in_order_from_the_kept_
 
     started = await api(
         adk, http, "POST", f"/api/sessions/{source}/whatif", user,
-        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agent_ref": AGENT_REF, "turns": "all"},
+        json={"tools": "live", "rewind_before_invocation_id": listed[1]["invocation_id"], "agent_ref": AGENT_REF,
+              "turns": "all"},
     )  # fmt: skip
     job = await job_done(adk, http, started["job"]["id"], user)
     assert job["status"] == "completed", (job, adk.process.log_tail())
@@ -419,7 +420,7 @@ async def test_an_experiment_on_two_kagent_adk_agents_replays_every_later_turn_i
     edited = f"E2 {t}, asked again: how many pods run?"
     started = await api(
         adk, http, "POST", f"/api/sessions/{source}/experiments", user,
-        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF, adk_b],
+        json={"tools": "live", "rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF, adk_b],
               "turns": "all", "message": {"text": edited}},
     )  # fmt: skip
     done = await experiment_done(adk, http, started["experiment"]["id"], user)
@@ -490,8 +491,8 @@ async def test_an_approval_asked_mid_replay_stops_the_branch_or_is_rejected_as_k
 
     started = await api(
         adk, http, "POST", f"/api/sessions/{source}/experiments", user,
-        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF], "turns": "all",
-              "on_approval": on_approval},
+        json={"tools": "live", "rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF],
+              "turns": "all", "on_approval": on_approval},
     )  # fmt: skip
     done = await experiment_done(adk, http, started["experiment"]["id"], user)
     branch = done["branches"][0]
@@ -662,8 +663,9 @@ async def test_a_kagent_adk_agent_judges_an_experiment_blind_and_the_verdict_lan
     seen_before = len(adk.model.model.requests)
     started = await api(
         adk, http, "POST", f"/api/sessions/{source}/experiments", user,
-        json={"rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF], "turns": "all",
-              "message": {"text": edited}, "judge": {"agent": adk_b, "criteria": "Prefer exact counts."}},
+        json={"tools": "live", "rewind_before_invocation_id": listed[1]["invocation_id"], "agents": [AGENT_REF],
+              "turns": "all", "message": {"text": edited},
+              "judge": {"agent": adk_b, "criteria": "Prefer exact counts."}},
     )  # fmt: skip
     assert started["experiment"]["judgment"]["judge_card"] is not None
     deadline = time.monotonic() + 180
