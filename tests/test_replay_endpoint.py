@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
+import httpx
 import msgspec
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.fastmcp import FastMCP
 from mcp.shared.exceptions import McpError
 from mcp.types import ToolAnnotations
@@ -88,7 +89,8 @@ async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outsid
         )
     endpoint = f"{live_url}/replay/mcp/{agent}/{server_key(real_tools.url)}"
     async with (
-        streamablehttp_client(endpoint, headers={"X-User-Id": user}) as (read, write, _),
+        httpx.AsyncClient(headers={"X-User-Id": user}, timeout=30) as http,
+        streamable_http_client(endpoint, http_client=http) as (read, write, _),
         ClientSession(read, write) as mcp,
     ):
         await mcp.initialize()
@@ -119,7 +121,8 @@ async def test_the_endpoint_lists_the_real_servers_tools_and_runs_nothing_outsid
             for stood_for in (agent, nobody):
                 assert await Store(settings.service_schema).replay.take_lease(conn, stood_for, user, holder, "r", 60)
         async with (
-            streamablehttp_client(wrong, headers={"X-User-Id": user}) as (read, write, _),
+            httpx.AsyncClient(headers={"X-User-Id": user}, timeout=30) as http,
+            streamable_http_client(wrong, http_client=http) as (read, write, _),
             ClientSession(read, write) as mcp,
         ):
             await mcp.initialize()
@@ -239,7 +242,8 @@ async def test_an_sse_server_is_stood_in_for_too_and_a_read_runs_live_on_it(
         with live_server(create_app(trusting, database_url)) as live_url:
             endpoint = f"{live_url}/replay/mcp/{agent}/{server_key(real)}"
             async with (
-                streamablehttp_client(endpoint, headers={"X-User-Id": user}) as (read, write, _),
+                httpx.AsyncClient(headers={"X-User-Id": user}, timeout=30) as http,
+                streamable_http_client(endpoint, http_client=http) as (read, write, _),
                 ClientSession(read, write) as mcp,
             ):
                 await mcp.initialize()

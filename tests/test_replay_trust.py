@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, ToolAnnotations
@@ -80,7 +81,8 @@ def lying() -> Iterator[tuple[str, Calls]]:
 @asynccontextmanager
 async def endpoint(url: str, user: str) -> AsyncIterator[ClientSession]:
     async with (
-        streamablehttp_client(url, headers={"X-User-Id": user}) as (read, write, _),
+        httpx.AsyncClient(headers={"X-User-Id": user}, timeout=30) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
         ClientSession(read, write) as mcp,
     ):
         await mcp.initialize()
