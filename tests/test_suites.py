@@ -276,6 +276,8 @@ async def test_an_agent_saves_a_case_over_mcp_with_the_http_bodys_checks(
     async with mcp_session(live_url, {"X-User-Id": user}) as mcp:
         tool = next(t for t in (await mcp.list_tools()).tools if t.name == "save_case")
         assert tool.annotations is not None and tool.annotations.readOnlyHint is False
+        listed = ok(await mcp.call_tool("list_suites", {}))
+        assert [(s["id"], s["name"], s["cases"]) for s in listed] == [(suite["id"], "by an agent", 0)]
         saved = ok(await mcp.call_tool("save_case", {
             "suite_id": suite["id"], "session_id": conv.session_id,
             "rewind_before_invocation_id": conv.invocation_ids[1], "turns": "all", "message_text": "once more",

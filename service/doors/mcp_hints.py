@@ -37,6 +37,7 @@ HINTS: dict[str, ToolAnnotations] = {
     "fork_tree": _READ,
     "list_sessions": _READ,
     "experiment_status": _READ,
+    "list_suites": _READ,
     "fork_session": _ADDS,
     "save_case": _ADDS,
     "rewind_session": _HIDES,

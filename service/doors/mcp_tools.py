@@ -661,10 +661,10 @@ async def save_case(
         str | None, Field(description="Ask the case's first turn with this text instead of the user's own.")
     ] = None,
 ) -> CallToolResult:
-    """Save as a case: add a turn of a conversation to a suite, a saved set of real conversations that a suite
-    run continues on other agents and judges against the source's own answers. The turn is named by its
-    invocation id (list_turns), or by `rewind_before_task_id` for an agent that writes none. Answers the suite
-    with its cases."""
+    """Save as a case: add a turn of a conversation to a suite (list_suites names the caller's), a saved set of real
+    conversations that a suite run continues on other agents and judges against the source's own answers. The
+    turn is named by its invocation id (list_turns), or by `rewind_before_task_id` for an agent that writes none.
+    Answers the suite with its cases."""
 
     async def op(svc: Services, caller: Caller) -> object:
         fields = {"session_id": session_id, "rewind_before_invocation_id": rewind_before_invocation_id,
@@ -672,6 +672,15 @@ async def save_case(
                   "message": {"text": message_text} if message_text is not None else None}  # fmt: skip
         spec = msgspec.convert({k: v for k, v in fields.items() if v is not None}, CaseSpec)
         return await saved.add_case(svc, caller, checked_id(suite_id, "suite id"), spec)
+
+    return await _run(ctx, op)
+
+
+async def list_suites(ctx: Context[Any, Any, Any]) -> CallToolResult:
+    """The caller's suites, newest first: their ids (save_case takes one), names and how many cases each holds."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        return await saved.of_user(svc, caller)
 
     return await _run(ctx, op)
 
@@ -697,6 +706,7 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     undo_discard,
     judge_experiment,
     save_case,
+    list_suites,
 ]
 
 
