@@ -260,6 +260,38 @@ async def test_a_whatif_asks_first_and_says_running_until_the_job_ends(
     assert problems == []
 
 
+async def test_the_experiment_form_proposes_a_control_whose_verdict_is_the_noise_floor(
+    page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
+) -> None:
+    """Issue 47, item 4: the form offers the control (the chat's own agent run again); ticked, the experiment has its
+    branch and the verdict reads it as the noise floor."""
+    from tests.support.a2a_agent import JUDGE, MARKER_AGENT
+
+    tab, problems = page
+    user = new_user()
+    await seed(
+        pool, dialect="v1", turns=2, user_id=user, name="With a control", agent_id=agent_row_id(f"{NAMESPACE}/{V1}")
+    )
+    await open_as(tab, page_url, user)
+    await tab.locator("#sessions li").first.click()
+    await tab.locator("#turns > li.turn").nth(1).get_by_role("button", name="Experiment").click()
+    form = tab.locator(".experiment-form")
+    await form.locator(".exp-agents").fill(f"{NAMESPACE}/{MARKER_AGENT}")
+    await form.locator(".exp-judge").fill(f"{NAMESPACE}/{JUDGE}")
+    await expect(form.locator(".exp-control")).not_to_be_checked()
+    await form.locator(".exp-control").check()
+    await form.get_by_role("button", name="Start the experiment").click()
+    await expect(tab.locator("#experiment p[data-status=completed]")).to_have_count(1, timeout=60_000)
+    await expect(tab.locator("#experiment thead th[data-col]")).to_have_count(3)  # the source and two branches
+    await expect(tab.locator(".verdict-headline")).to_contain_text("the noise floor")
+    async with pool.acquire() as conn:
+        agents = await conn.fetch(
+            "SELECT agent_ref FROM kagent_fork.whatif_job WHERE user_id = $1 ORDER BY agent_ref", user
+        )
+    assert [r["agent_ref"] for r in agents] == sorted([f"{NAMESPACE}/{MARKER_AGENT}", f"{NAMESPACE}/{V1}"])
+    assert problems == []
+
+
 async def test_a_judged_whatif_ends_on_its_verdict_beside_the_turn(
     page: tuple[Page, list[str]], page_url: str, pool: asyncpg.Pool
 ) -> None:

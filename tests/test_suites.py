@@ -215,7 +215,9 @@ async def test_through_a_share_link_a_case_names_the_shared_session_and_the_suit
         token = await create_share(conn, session_id=shared.session_id, owner=owner, read_only=True)
     case = {"session_id": shared.session_id, "rewind_before_invocation_id": shared.invocation_ids[1]}
     r = await client.post(
-        "/api/suites", json={"name": "from a share link", "cases": [case]}, headers=_h(reader, **{"X-Share-Token": token})
+        "/api/suites",
+        json={"name": "from a share link", "cases": [case]},
+        headers=_h(reader, **{"X-Share-Token": token}),
     )
     assert r.status_code == 201, r.text
     suite = r.json()["data"]

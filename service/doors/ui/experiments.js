@@ -44,6 +44,9 @@ function experimentAt(turn, number) {
   const tools = policyChoices("exp-tools");
   const found = el("div", { class: "muted exp-arms" });
   const judge = el("input", { class: "exp-judge", autocomplete: "off", list: "known-agents", placeholder: "namespace/name (optional)" });
+  // The control: this chat's own agent run again beside the others, its verdict against the source the noise floor
+  // (what running the same agent twice scores), so that a difference can be told from chance.
+  const control = el("input", { class: "exp-control", type: "checkbox" });
   const refusal = el("div", { class: "error exp-refusal" });
   const form = el("form", { class: "experiment-form" },
     el("b", { text: `Experiment from turn ${number}: the same questions, re-asked turn by turn, on each agent` }),
@@ -56,6 +59,8 @@ function experimentAt(turn, number) {
     el("label", {}, "What the agents' tools do", tools),
     found,
     el("label", {}, "A judge: one of your agents compares each branch with this session's own turns, blind", judge),
+    el("label", { class: "inline" }, control,
+      " Also run this chat's own agent again as a control: its verdict is the noise floor the others are read against"),
     refusal,
     el("span", { class: "actions" },
       el("button", { type: "submit", class: "primary", text: "Start the experiment" }),
@@ -68,6 +73,7 @@ function experimentAt(turn, number) {
     if (names.length) body.agents = names;
     if (message.value.trim()) body.message = { text: message.value };
     if (judge.value.trim()) body.judge = { agent: judge.value.trim() };
+    if (control.checked) body.control = true;
     startExperiment(body, number, refusal, found);
   });
   const box = besideTurn(turn, form);
