@@ -8,8 +8,8 @@ INSERT INTO {schema}.suite (id, user_id, name) VALUES ($1, $2, $3) RETURNING cre
 SELECT id, user_id, name, created_at FROM {schema}.suite WHERE id = $1 AND user_id = $2;
 
 -- name: suite_lock
--- The suite, locked while cases are added to it (their ordinals follow one another).
-SELECT id FROM {schema}.suite WHERE id = $1 AND user_id = $2 FOR UPDATE;
+-- The suite, locked while cases are added to it or removed (their ordinals follow one another).
+SELECT id, user_id, name, created_at FROM {schema}.suite WHERE id = $1 AND user_id = $2 FOR UPDATE;
 
 -- name: suites_of_user
 -- The user's suites, newest first, each with its number of cases.

@@ -123,17 +123,25 @@ def _row(spec: CaseSpec, turn: TurnInfo, agent_id: str | None) -> CaseRow:
     )  # fmt: skip
 
 
-async def checked_case(svc: Services, conn: Connection, caller: Caller, spec: CaseSpec) -> CaseRow:
-    """The case as it will be kept, once its session and turn are found as the caller reads them."""
-    one_boundary(spec.rewind_before_invocation_id, spec.rewind_before_task_id, required=True)
-    _turns(spec.turns)
-    agent_id, turns = await _session_turns(svc, conn, caller, spec.session_id)
-    found = next((t for t in turns if _matches(t, spec)), None)
-    if found is None:
-        named = spec.rewind_before_invocation_id or spec.rewind_before_task_id
-        kind = "invocation" if spec.rewind_before_invocation_id else "task"
-        raise NotFound(f"{kind} {named} not found in session {spec.session_id}")
-    return _row(spec, found, agent_id)
+async def checked_cases(svc: Services, conn: Connection, caller: Caller, specs: list[CaseSpec]) -> list[CaseRow]:
+    """The cases as they will be kept, once each session and turn are found as the caller reads them; a session
+    named by several cases (a file of one chat's turns) is read once."""
+    for spec in specs:  # the request's own words first, before anything is read
+        one_boundary(spec.rewind_before_invocation_id, spec.rewind_before_task_id, required=True)
+        _turns(spec.turns)
+    read: dict[str, tuple[str | None, list[TurnInfo]]] = {}
+    rows = []
+    for spec in specs:
+        if spec.session_id not in read:
+            read[spec.session_id] = await _session_turns(svc, conn, caller, spec.session_id)
+        agent_id, turns = read[spec.session_id]
+        found = next((t for t in turns if _matches(t, spec)), None)
+        if found is None:
+            named = spec.rewind_before_invocation_id or spec.rewind_before_task_id
+            kind = "invocation" if spec.rewind_before_invocation_id else "task"
+            raise NotFound(f"{kind} {named} not found in session {spec.session_id}")
+        rows.append(_row(spec, found, agent_id))
+    return rows
 
 
 def _pick(turns: list[TurnInfo], turn: str | int) -> TurnInfo | None:

@@ -16,7 +16,7 @@ from service.agents.suites.cases import (
     SuiteFile,
     SuiteItem,
     SuiteRequest,
-    checked_case,
+    checked_cases,
     file_of,
     selected_cases,
     suite_json,
@@ -49,7 +49,7 @@ async def create(svc: Services, caller: Caller, req: SuiteRequest) -> Suite:
     """A new suite of the cases given, then those `select` picks; every case checked before one is written."""
     async with svc.connection() as conn:
         await _own(svc, conn, caller)
-        rows = [await checked_case(svc, conn, caller, spec) for spec in req.cases or []]
+        rows = await checked_cases(svc, conn, caller, list(req.cases or []))
         if req.select is not None:
             rows += await selected_cases(svc, conn, caller, req.select)
         if len(rows) > MAX_CASES:
@@ -79,14 +79,14 @@ async def add_case(svc: Services, caller: Caller, suite_id: str, spec: CaseSpec)
     async with svc.connection() as conn:
         await _own(svc, conn, caller)
         await _found(svc, conn, caller, suite_id)
-        row = await checked_case(svc, conn, caller, spec)
+        rows = await checked_cases(svc, conn, caller, [spec])
         async with conn.transaction():
             suite = await _found(svc, conn, caller, suite_id, lock=True)
+            await svc.store.suites.insert_cases(conn, suite.id, rows)
             cases = await svc.store.suites.cases(conn, suite.id)
-            if len(cases) >= MAX_CASES:
+            if len(cases) > MAX_CASES:  # the insert is rolled back with the transaction
                 raise Unprocessable(f"a suite holds at most {MAX_CASES} cases: suite {suite_id} is full")
-            await svc.store.suites.insert_cases(conn, suite.id, [row])
-            return suite_json(suite, await svc.store.suites.cases(conn, suite.id))
+            return suite_json(suite, cases)
 
 
 async def delete_case(svc: Services, caller: Caller, suite_id: str, case_id: str) -> Suite:

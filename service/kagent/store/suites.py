@@ -43,9 +43,7 @@ class Suites:
         return SuiteRow(id=suite_id, user_id=user_id, name=name, created_at=created_at)
 
     async def suite(self, conn: Connection, suite_id: str, user_id: str, *, lock: bool = False) -> SuiteRow | None:
-        if lock and await conn.fetchval(self.q["suite_lock"], suite_id, user_id) is None:
-            return None
-        row = await conn.fetchrow(self.q["suite"], suite_id, user_id)
+        row = await conn.fetchrow(self.q["suite_lock" if lock else "suite"], suite_id, user_id)
         if row is None:
             return None
         return SuiteRow(id=row["id"], user_id=row["user_id"], name=row["name"], created_at=row["created_at"])
