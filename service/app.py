@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -17,9 +18,20 @@ from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from service.agents import whatif
+from service.agents.suites import driver
 from service.config import Settings
 from service.database import open_pool, prepare_database
-from service.doors import api, experiments_http, held, mcp_apps, mcp_http, mcp_tools, replay_mcp, suites_http
+from service.doors import (
+    api,
+    experiments_http,
+    held,
+    mcp_apps,
+    mcp_http,
+    mcp_tools,
+    replay_mcp,
+    suite_runs_http,
+    suites_http,
+)
 from service.errors import DatabaseUnavailable, ServiceError, envelope
 from service.kagent import turn_map
 from service.kagent.store import Store
@@ -185,6 +197,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             services.append(app.state.services)
             runner = app.state.whatif_runner = whatif.Runner(svc=app.state.services)
             runners.append(runner)
+            runner.sweepers.append(functools.partial(driver.sweep, app.state.services, runner))
             # What-if jobs whose replica stopped (this one, before a restart) are finished or resumed.
             await runner.sweep()
             runner.start_sweeping()
@@ -203,6 +216,7 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
             *api.handlers(),
             *experiments_http.handlers(),
             *suites_http.handlers(),
+            *suite_runs_http.handlers(),
             mcp_endpoint,
             replay_endpoint,
         ],

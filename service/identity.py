@@ -51,6 +51,9 @@ def scope_headers(scope: Mapping[str, object]) -> dict[str, list[str]]:
 class Caller:
     user_id: str
     share_token: str | None = None
+    # Whose sessions this caller reads, never given by a request: a suite run's own user reads its creator's
+    # conversations (and writes its branches under its own id), its creator reads a run's branch to keep it.
+    reads_as: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +222,8 @@ def resolve_caller(
 def access_for(caller: Caller, session_id: str, share: Share | None) -> Access:
     """Whose session `session_id` is for this caller. A share of another session does not apply
     (kagent falls back to the caller's own sessions); an unknown token is refused."""
+    if caller.share_token is None and caller.reads_as is not None:
+        return Access(owner=caller.reads_as, read_only=True, via_share=False)
     if caller.share_token is None:
         return Access(owner=caller.user_id, read_only=False, via_share=False)
     if share is None:

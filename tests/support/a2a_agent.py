@@ -17,11 +17,11 @@ Agents (namespace `kagent`):
   given the answer kagent's UI sends, run the tool (approved) or answer without it (rejected);
 - `forgetful-agent` (v1): as `v1-agent`, but `tasks/get` answers "Task not found", as kagent main's runtime
   does once it lost the caller (the task row in kagent's table is right);
-- `marker-agent` (v1): as `v1-agent`, its answers holding MARKER;
+- `marker-agent` (v1): as `v1-agent`, its answers holding MARKER; `flawed-agent` (v1): its answers holding FLAW;
 - judges (both lines, `-legacy` for 0.10.x's): `judge` prefers the continuation holding MARKER (a tie when
-  both or neither do) and ends with the verdict JSON; `biased-judge` always answers A; `mute-judge` answers
-  without any JSON; `slow-judge` judges as `judge` once `Seen.judge_release` is set. Each records the text it
-  was sent (`Seen.judged`, with its context id);
+  both or neither do), then the one without FLAW, and ends with the verdict JSON; `biased-judge` always
+  answers A; `mute-judge` answers without any JSON; `slow-judge` judges as `judge` once
+  `Seen.judge_release` is set. Each records the text it was sent (`Seen.judged`, with its context id);
 Every agent but `no-such-agent` serves its card at `.well-known/agent-card.json`, as kagent does.
 """
 
@@ -63,6 +63,7 @@ NAMESPACE = "kagent"
 LEGACY, V1, SLOW, GARBAGE = "legacy-agent", "v1-agent", "slow-agent", "garbage-agent"
 APPROVAL_LEGACY, APPROVAL_V1, FORGETFUL = "approval-legacy", "approval-v1", "forgetful-agent"
 MARKER_AGENT, MARKER = "marker-agent", "[MARKER-7f3a]"
+FLAWED_AGENT, FLAW = "flawed-agent", "[FLAW-2c9e]"
 JUDGE, BIASED_JUDGE, MUTE_JUDGE, SLOW_JUDGE = "judge", "biased-judge", "mute-judge", "slow-judge"
 HITL = "https://kagent.dev/extensions/hitl/v1"
 
@@ -117,8 +118,8 @@ class KagentTaskStore(InMemoryTaskStore):
 class TurnWriter(AgentExecutor):
     """One ADK turn: the user's event, a tool call and its response, the answer; written into `event`."""
 
-    def __init__(self, dsn: str, seen: Seen, *, slow: bool = False, marker: bool = False) -> None:
-        self.dsn, self.seen, self.slow, self.marker = dsn, seen, slow, marker
+    def __init__(self, dsn: str, seen: Seen, *, slow: bool = False, marker: bool = False, flaw: bool = False) -> None:
+        self.dsn, self.seen, self.slow, self.marker, self.flaw = dsn, seen, slow, marker, flaw
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id and context.message
@@ -141,6 +142,8 @@ class TurnWriter(AgentExecutor):
         answer = f"Regenerated answer to {question!r} by {'slow' if self.slow else 'the other'} agent."
         if self.marker:
             answer += f" {MARKER}"
+        if self.flaw:
+            answer += f" {FLAW}"
         events = _agent_events(invocation, answer)
         await self._write(context.context_id, user, events)
         meta = {"adk_invocation_id": invocation, "adk_author": "whatif_agent"}
@@ -198,7 +201,8 @@ class JudgeWriter(AgentExecutor):
                 return
         a = _between(text, "=== Continuation A ===", "=== Continuation B ===")
         b = _between(text, "=== Continuation B ===", "=== Your answer ===")
-        winner = "A" if MARKER in a and MARKER not in b else "B" if MARKER in b and MARKER not in a else "tie"
+        score_a, score_b = ((MARKER in x) * 2 - (FLAW in x) for x in (a, b))
+        winner = "A" if score_a > score_b else "B" if score_b > score_a else "tie"
         if self.mode == "biased":
             winner = "A"
         verdict = json.dumps({"winner": winner, "reason": f"{winner}: the marker decides"})
@@ -391,6 +395,7 @@ def agents_app(dsn: str, seen: Seen) -> Starlette:
         (APPROVAL_V1, "v1", ApprovalWriter(dsn, seen, "v1")), (FORGETFUL, "v1", TurnWriter(dsn, seen)),
         (MARKER_AGENT, "v1", TurnWriter(dsn, seen, marker=True)),
         (MARKER_AGENT + "-legacy", "legacy", TurnWriter(dsn, seen, marker=True)),
+        (FLAWED_AGENT, "v1", TurnWriter(dsn, seen, flaw=True)),
     ]  # fmt: skip
     for name, mode in ((JUDGE, "marker"), (BIASED_JUDGE, "biased"), (MUTE_JUDGE, "mute"), (SLOW_JUDGE, "slow")):
         agents += [(name, "v1", JudgeWriter(seen, mode)), (name + "-legacy", "legacy", JudgeWriter(seen, mode))]

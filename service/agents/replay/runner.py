@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -85,6 +85,9 @@ class Runner:
     _slots: asyncio.Semaphore | None = None
     _chores: set[asyncio.Task[None]] = field(default_factory=set)
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # judge.run's, by what it judges
+    # Other work taken over at each sweep, given by what sits above the engine (suite runs: suites/driver.py),
+    # each answering how many it took.
+    sweepers: list[Callable[[], Awaitable[int]]] = field(default_factory=list)
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -141,7 +144,8 @@ class Runner:
         for judgment in judgments:
             log.info("judgment %s: taken over from a runner that stopped", judgment.id)
             self.launch_judgment(judgment, headers(judgment.user_id, None))
-        return len(stale) + len(judgments)
+        taken = [await sweep() for sweep in self.sweepers]
+        return len(stale) + len(judgments) + sum(taken)
 
     async def _sweep_forever(self) -> None:
         beat = self.svc.settings.whatif_heartbeat_seconds

@@ -22,6 +22,7 @@ from service.kagent.store.lineage import LineageStore
 from service.kagent.store.replay import Replay
 from service.kagent.store.rewinds import Rewinds
 from service.kagent.store.sessions import Sessions
+from service.kagent.store.suite_runs import SuiteRuns
 from service.kagent.store.suites import Suites
 from service.kagent.store.tasks import Tasks
 from service.kagent.store.turn_map import TurnMaps
@@ -40,6 +41,7 @@ _PARTS = (
     "replay",
     "rewinds",
     "sessions",
+    "suite_runs",
     "suites",
     "tasks",
     "turn_map",
@@ -79,6 +81,7 @@ class Store:
         self.judgments = Judgments(self.queries)
         self.turn_maps = TurnMaps(self.queries)
         self.suites = Suites(self.queries)
+        self.suite_runs = SuiteRuns(self.queries)
         # Sessions with at least this many live tasks get a turn map (service/kagent/turn_map.py); None:
         # no map is made or read (the exact searches answer everything, as before the map).
         self.turn_map_min_tasks = turn_map_min_tasks

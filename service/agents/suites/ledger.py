@@ -1,0 +1,62 @@
+"""What a suite run is made of, read by its starting, its reading and its driving alike: its request, its own user,
+the money its ended cases spent, and its verdict across the cases judged so far (across.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from service.agents.replay.judge import JudgeSpec
+from service.agents.replay.terms import Dollars, TurnCount
+from service.agents.replay.tools import Reads, ToolsField
+from service.agents.suites import across
+from service.identity import Caller
+from service.kagent.store.suite_runs import RunCase, RunRow
+from service.schemas import Text
+
+
+class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    agents: Annotated[list[Text], Meta(min_length=1, max_length=8)]
+    judge: JudgeSpec  # required: a run's verdict is the judge's
+    repeats: Annotated[int, Meta(ge=1, le=5)] = 1
+    turns: TurnCount | None = None  # None: each case's own
+    tools: ToolsField | None = None
+    reads: Reads | None = None
+    control: bool = False
+    max_usd: Dollars | None = None
+    dry_run: bool = False
+
+
+class RunVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    judge: dict[str, str | None]
+    headline: str
+    by_agent: list[across.AgentAcross]
+    control: across.AgentAcross | None
+
+
+def run_caller(run: RunRow) -> Caller:
+    """The run's own user: reads the creator's conversations, writes the run's branches under its own id."""
+    return Caller(user_id=run.run_user, reads_as=run.user_id)
+
+
+def results(cases: list[RunCase]) -> list[across.CaseResult]:
+    return [msgspec.json.decode(c.result, type=across.CaseResult) for c in cases if c.result is not None]
+
+
+def verdict_of(run: RunRow, cases: list[RunCase], judge_model: str | None = None) -> RunVerdict:
+    req = msgspec.json.decode(run.request, type=RunRequest)
+    found = across.across(results(cases))
+    return RunVerdict(
+        judge={"agent": req.judge.agent, "model": judge_model, "criteria": req.judge.criteria},
+        headline=found.headline, by_agent=found.by_agent, control=found.control,
+    )  # fmt: skip
+
+
+def spent(cases: list[RunCase]) -> float | None:
+    """What the ended cases' branches cost (None: a model unpriced); running ones are counted when they end."""
+    ended = [c for c in cases if c.status == "done"]
+    if any(c.spent_usd is None for c in ended):
+        return None
+    return round(sum(c.spent_usd or 0.0 for c in ended), 6)

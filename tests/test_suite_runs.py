@@ -1,0 +1,171 @@
+"""Suite runs (issue 49): a suite of 12 real conversations run on three scripted a2a-sdk agents (one better than
+the source by the judge's rule, one the same, one worse) and a scripted judge, on real PostgreSQL: the outcomes
+are `better`, `inconclusive` and `worse`, the interval counts conversations, the budget stops the run where it
+should, kagent's chat list gains no session unless one is kept, and the export re-imported runs the same cases."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from typing import Any
+
+import asyncpg
+import pytest
+
+from service.agents.replay.verdict import wilson
+from service.agents.suites import across
+from service.config import Settings
+from service.kagent.store.agents import agent_row_id
+from tests.helpers import new_user, seed
+from tests.support.a2a_agent import FLAWED_AGENT, JUDGE, MARKER_AGENT, V1, Seen
+from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
+from tests.test_whatif import service, whatif_settings
+
+ENDED = ("completed", "stopped", "cancelled", "failed")
+
+
+def _h(user: str) -> dict[str, str]:
+    return {"X-User-Id": user}
+
+
+async def until_ended(client: Any, path: str, user: str, seconds: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        r = await client.get(path, headers=_h(user))
+        assert r.status_code == 200, r.text
+        data: dict[str, Any] = r.json()["data"]
+        if data["status"] in ENDED:
+            return data
+        assert time.monotonic() < deadline, f"never ended: {data['status']} {data['progress']}"
+        await asyncio.sleep(0.2)
+
+
+async def chat_list(pool: asyncpg.Pool, user: str) -> set[str]:
+    """The sessions kagent's UI lists for the user (its handler: the user's, not deleted)."""
+    rows = await pool.fetch("SELECT id FROM session WHERE user_id = $1 AND deleted_at IS NULL", user)
+    return {r["id"] for r in rows}
+
+
+async def _suite_of(client: Any, pool: asyncpg.Pool, user: str, n: int) -> tuple[str, list[Any]]:
+    convs = [await seed(pool, dialect="v1", turns=2, user_id=user) for _ in range(n)]
+    cases = [{"session_id": c.session_id, "rewind_before_invocation_id": c.invocation_ids[1]} for c in convs]
+    r = await client.post("/api/suites", json={"name": "twelve chats", "cases": cases}, headers=_h(user))
+    assert r.status_code == 201, r.text
+    return r.json()["data"]["id"], convs
+
+
+def test_the_interval_counts_conversations_not_repeats() -> None:
+    """Twelve conversations of five repeats each, every pair won: the interval is Wilson's over 12, not over 60
+    pairs; a point never."""
+    cases = [across.AgentCase(agent_ref="a/b", wins=5, ties=0, losses=0) for _ in range(12)]
+    found = across.agent_across("a/b", cases)
+    low, _ = wilson(1.0, 12)
+    assert found.ci95 is not None and found.ci95[0] == pytest.approx(low, abs=1e-4)
+    assert found.ci95[0] < wilson(1.0, 60)[0]
+    assert found.outcome == "better" and found.cases == 12 and found.wins == 60
+    # mixed cases: the bootstrap over cases is never narrower than Wilson's with n = cases
+    mixed = [across.AgentCase(agent_ref="a/b", wins=w, ties=1, losses=3 - w) for w in (0, 1, 2, 3, 3, 2)]
+    got = across.agent_across("a/b", mixed)
+    rate = got.win_rate or 0.0
+    w_low, w_high = wilson(rate, 6)
+    assert got.ci95 is not None and got.ci95[0] <= w_low + 1e-4 and got.ci95[1] >= w_high - 1e-4
+
+
+async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    user = new_user()
+    suite_id, _ = await _suite_of(eclient, pool, user, 12)
+    listed_before = await chat_list(pool, user)
+    body = {"agents": [ref(MARKER_AGENT), ref(V1), ref(FLAWED_AGENT)], "judge": {"agent": ref(JUDGE)}}
+    r = await eclient.post(f"/api/suites/{suite_id}/runs", json=body, headers=_h(user))
+    assert r.status_code == 202, r.text
+    run = r.json()["data"]
+    assert run["progress"]["cases"] == 12 and run["progress"]["branches_total"] == 36
+    path = f"/api/suites/{suite_id}/runs/{run['id']}"
+    done = await until_ended(eclient, path, user)
+    assert done["status"] == "completed", done
+    by = {a["agent_ref"]: a for a in done["verdict"]["by_agent"]}
+    assert by[ref(MARKER_AGENT)]["outcome"] == "better"
+    assert by[ref(V1)]["outcome"] == "inconclusive"
+    assert by[ref(FLAWED_AGENT)]["outcome"] == "worse"
+    for a in by.values():  # the interval counts the 12 conversations
+        assert a["cases"] == 12
+        low, high = wilson(a["win_rate"], 12)
+        assert a["ci95"][0] <= low + 1e-4 and a["ci95"][1] >= high - 1e-4
+    assert done["verdict"]["headline"].startswith(f"{ref(MARKER_AGENT)}: better than the source over 12")
+    assert all(c["best"] == ref(MARKER_AGENT) for c in done["cases"])
+    assert done["progress"]["branches_done"] == 36 and done["progress"]["judged"] == 12
+    # kagent's chat list gains nothing: every branch and judge session is the run's own user's
+    assert await chat_list(pool, user) == listed_before
+    run_user = f"{user}/suite-run/{run['id']}"
+    assert len(await chat_list(pool, run_user)) >= 36
+    # one branch kept: forked into the creator's chats
+    experiment = done["cases"][0]["experiment_id"]
+    branch = await pool.fetchval(
+        "SELECT session_id FROM kagent_fork.whatif_job WHERE experiment_id = $1 LIMIT 1", experiment
+    )
+    r = await eclient.post(f"{path}/keep", json={"session_id": branch}, headers=_h(user))
+    assert r.status_code == 201, r.text
+    assert await chat_list(pool, user) == listed_before | {r.json()["data"]["id"]}
+    # the Markdown and the plot
+    md = await eclient.get(f"{path}?format=markdown", headers=_h(user))
+    assert md.status_code == 200 and "| kagent/marker-agent | 12 |" in md.text, md.text
+    svg = await eclient.get(f"{path}/plot.svg", headers=_h(user))
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert svg.text.count('class="agent"') == 3 and "the source (50 %)" in svg.text
+    # the run is listed; another user sees nothing of it
+    listed = await eclient.get(f"/api/suites/{suite_id}/runs", headers=_h(user))
+    assert [x["id"] for x in listed.json()["data"]] == [run["id"]]
+    assert (await eclient.get(path, headers=_h(new_user()))).status_code == 404
+
+
+async def test_the_budget_stops_starting_cases(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """Priced agents (their models in kagent's agent table): a run over max_usd is refused and writes nothing;
+    one within the estimate, one case at a time (WHATIF_MAX_PARALLEL=1), stops starting cases once the ended
+    ones' branches cost max_usd: over it by no more than the case that was running."""
+    user = new_user()
+    one_at_a_time = dataclasses.replace(whatif_settings(settings, agents[0]), whatif_max_parallel=1)
+    config = json.dumps({"model": {"type": "openai", "model": "gpt-4o-mini"}, "instruction": "i", "http_tools": []})
+    refs = [ref(V1), ref(JUDGE)]
+    for r_ in refs:
+        await pool.execute(
+            "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', $2)"
+            " ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, deleted_at = NULL", agent_row_id(r_), config,
+        )  # fmt: skip
+    try:
+        async with service(one_at_a_time, database_url) as client:
+            suite_id, _ = await _suite_of(client, pool, user, 6)
+            body: dict[str, Any] = {"agents": [ref(V1)], "judge": {"agent": ref(JUDGE)}, "dry_run": True}
+            plan = (await client.post(f"/api/suites/{suite_id}/runs", json=body, headers=_h(user))).json()["data"]
+            assert plan["cases"] == 6 and plan["branches"] == 6 and plan["estimated_usd"] > 0, plan
+            runs_before = await pool.fetchval("SELECT count(*) FROM kagent_fork.suite_run")
+            over = {**body, "dry_run": False, "max_usd": plan["estimated_usd"] / 2}
+            r = await client.post(f"/api/suites/{suite_id}/runs", json=over, headers=_h(user))
+            assert r.status_code == 422 and "max_usd" in r.json()["error"], r.text
+            assert await pool.fetchval("SELECT count(*) FROM kagent_fork.suite_run") == runs_before
+            limit = plan["estimated_usd"]
+            r = await client.post(
+                f"/api/suites/{suite_id}/runs", json={**body, "dry_run": False, "max_usd": limit}, headers=_h(user)
+            )
+            assert r.status_code == 202, r.text
+            done = await until_ended(client, f"/api/suites/{suite_id}/runs/{r.json()['data']['id']}", user)
+    finally:
+        for r_ in refs:
+            await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(r_))
+    started = [c for c in done["cases"] if c["experiment_id"]]
+    per_case = done["spent_usd"] / len(started)
+    # the estimate counts the input side only (at least that): each case cost more, so the budget bites
+    assert (done["status"], done["reason"]) == ("stopped", "budget"), done
+    assert 0 < len(started) < 6 and all(c["status"] == "waiting" for c in done["cases"] if not c["experiment_id"])
+    assert done["spent_usd"] >= limit and done["spent_usd"] - per_case < limit
+    assert done["verdict"]["by_agent"][0]["cases"] == len(started)
