@@ -57,6 +57,7 @@ class Seeded:
         ended: list[str],
         judged: list[tuple[str, str]],
         suites: list[tuple[str, list[str]]],
+        runs: list[str],
     ) -> None:
         self.conversations = conversations
         self.shares = shares
@@ -70,6 +71,9 @@ class Seeded:
         self.ended = ended
         self.judged = judged  # (experiment, its completed branch): to judge and to vote on
         self.suites = suites  # the owner's suites, each with its cases' ids (a fuzzed DELETE removes some)
+        # Runs of the first suite, written as a run is, running with a heartbeat no sweep finds stale (no replica
+        # drives them; a fuzzed cancel ends some); their own user is the owner, so `keep` forks the owner's chats.
+        self.runs = runs
         self.random = random.Random(5)
 
     def conversation(self) -> Conversation:
@@ -164,7 +168,15 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
                  for c in conversations for i in c.invocation_ids]  # fmt: skip
         made = await saved.create(services, Caller(user_id=user), SuiteRequest(name="fuzzed", cases=cases))
         suites.append((made.id, [c.case_id for c in made.cases]))
-    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged, suites)
+    runs = [str(uuid.uuid4()) for _ in range(8)]
+    request = '{"agents": ["kagent/v1-agent"], "judge": {"agent": "kagent/v1-agent"}}'
+    async with pool.acquire() as conn:
+        await conn.executemany(
+            "INSERT INTO kagent_fork.suite_run (id, suite_id, user_id, run_user, request, runner, heartbeat_at) "
+            "VALUES ($1, $2, $3, $3, $4, 'gone', NOW() + interval '1 day')",
+            [(r, suites[0][0], user, request) for r in runs],
+        )
+    yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged, suites, runs)
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +235,8 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         if "case_id" in case.path_parameters:
             case.path_parameters["case_id"] = rnd.choice(cases)
         conv = seeded.explored  # no fuzzed rewind hides its turns, so a case of it is found
+        if "run_id" in case.path_parameters:
+            case.path_parameters["run_id"] = rnd.choice(seeded.runs)
     if path_has(case, "/suites") and not (case.headers and "X-User-Id" in case.headers):
         case.headers = {**(case.headers or {}), "X-User-Id": seeded.conversations[1].user_id}
     if isinstance(case.body, dict) and "session_id" in case.body:  # a suite's case, of a seeded conversation
@@ -249,6 +263,8 @@ def with_real_ids(case: Case, seeded: Seeded) -> None:
         case.headers = {**(case.headers or {}), "X-User-Id": conv.user_id}
     if case.query and "user_id" in case.query:
         case.query["user_id"] = conv.user_id
+    if case.operation.path.endswith("/runs") and case.method.upper() == "POST" and isinstance(case.body, dict):
+        case.body["dry_run"] = True  # a started run would write while other operations' fingerprints are taken
     if case.headers is not None and "X-Share-Token" in case.headers:
         case.headers["X-Share-Token"] = rnd.choice(seeded.shares)
     if isinstance(case.body, dict) and "rewind_before_invocation_id" in case.body:
@@ -331,7 +347,7 @@ def test_the_api_keeps_its_document(
         # the fuzzer reached the real thing, not only refusals (GET / is a redirect to the page)
         assert any(200 <= status < 300 or (path, status) == ("/", 307) for status in statuses), statuses
         success = {"/fork": 201, "/whatif": 202, "/experiments": 202, "/judge": 202, "/suites": 201, "/cases": 201,
-                   "/import": 201} if method.upper() == "POST" else {}  # fmt: skip
+                   "/import": 201, "/keep": 201} if method.upper() == "POST" else {}  # fmt: skip
         expected = 307 if path == "/" else next((c for end, c in success.items() if path.endswith(end)), 200)
         assert statuses[expected] > 0, statuses
 

@@ -25,11 +25,12 @@ from litestar.testing import AsyncTestClient
 from service.agents.discard import DiscardRequest
 from service.agents.experiments import ExperimentRequest, JudgeRequest, VoteRequest
 from service.agents.suites.cases import CaseSpec, Select, SuiteFile, SuiteRequest
+from service.agents.suites.ledger import RunRequest
 from service.agents.whatif import WhatifRequest
 from service.app import create_app
 from service.config import ConfigError, Settings, from_env
 from service.database import open_pool, prepare_database
-from service.doors import experiments_http, suites_http
+from service.doors import experiments_http, suite_runs_http, suites_http
 from service.doors.api import handlers
 from service.kagent.migrate import SERVED_LINES, KagentTooNew, SchemaError, check_kagent_schema, migrate
 from service.kagent.store import Store
@@ -246,7 +247,7 @@ def test_openapi_documents_every_route_and_request_type() -> None:
     documented = {(path.rstrip("/") or "/", method.upper()) for path, ops in spec["paths"].items() for method in ops}
     served = {
         (path.replace(":str", ""), method)
-        for handler in [*handlers(), *experiments_http.handlers(), *suites_http.handlers()]
+        for handler in [*handlers(), *experiments_http.handlers(), *suites_http.handlers(), *suite_runs_http.handlers()]
         for path in handler.paths
         for method in handler.http_methods
     }
@@ -264,6 +265,7 @@ def test_openapi_documents_every_route_and_request_type() -> None:
         (CaseSpec, "SuiteCaseSpec"),
         (Select, "SuiteSelect"),
         (SuiteFile, "SuiteFile"),
+        (RunRequest, "SuiteRunRequest"),
     ]:
         code = msgspec.json.schema(struct)
         code_fields = set(code["$defs"][struct.__name__]["properties"]) if "$defs" in code else set(code["properties"])

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS {schema}.suite_run_case (
     ordinal       INTEGER     NOT NULL,
     session_id    TEXT        NOT NULL,
     spec          JSONB       NOT NULL,  -- the experiment's request for this case
+    branches      INTEGER     NOT NULL DEFAULT 0,  -- how many branches its experiment has (its dry run's count)
     experiment_id TEXT,
     status        TEXT        NOT NULL DEFAULT 'waiting'
                   CHECK (status IN ('waiting', 'running', 'done', 'failed', 'skipped')),

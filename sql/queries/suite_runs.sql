@@ -7,10 +7,10 @@ RETURNING created_at;
 
 -- name: insert_run_cases
 -- A run's cases, in the suite's order, each with the experiment's request it will start.
-INSERT INTO {schema}.suite_run_case (run_id, case_id, ordinal, session_id, spec, status, error)
-SELECT $1, c.case_id, c.n, c.session_id, c.spec::jsonb, c.status, c.error
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-     WITH ORDINALITY AS c(case_id, session_id, spec, status, error, n);
+INSERT INTO {schema}.suite_run_case (run_id, case_id, ordinal, session_id, spec, branches, status, error)
+SELECT $1, c.case_id, c.n, c.session_id, c.spec::jsonb, c.branches, c.status, c.error
+FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[])
+     WITH ORDINALITY AS c(case_id, session_id, spec, branches, status, error, n);
 
 -- name: run
 -- One run of suite $2, when it is the user's ($3): only its creator sees a run.
@@ -36,7 +36,7 @@ LIMIT $3;
 
 -- name: run_cases
 -- A run's cases, in order.
-SELECT case_id, ordinal, session_id, spec, experiment_id, status, error, result, spent_usd
+SELECT case_id, ordinal, session_id, spec, branches, experiment_id, status, error, result, spent_usd
 FROM {schema}.suite_run_case
 WHERE run_id = $1
 ORDER BY ordinal;

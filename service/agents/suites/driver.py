@@ -81,9 +81,9 @@ async def step(svc: Services, runner: Runner, run_id: str) -> bool:
                 await _set(svc, run, "judging")
             return True
         return await _end(svc, run, cases, "budget" if over and waiting else None)
-    per_case = (len(req.agents) + (1 if req.control else 0)) * req.repeats
-    room = max(1, svc.settings.whatif_max_parallel // per_case) - len(running)
-    for case in waiting[: max(0, room)]:
+    # As many cases at once as fill WHATIF_MAX_PARALLEL with their branches (one at least).
+    at_once = max(1, svc.settings.whatif_max_parallel // max(1, waiting[0].branches))
+    for case in waiting[: max(0, at_once - len(running))]:
         await begin(svc, runner, run, case)
     return True
 

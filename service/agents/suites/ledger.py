@@ -12,15 +12,25 @@ from service.agents.replay.judge import JudgeSpec
 from service.agents.replay.terms import Dollars, TurnCount
 from service.agents.replay.tools import Reads, ToolsField
 from service.agents.suites import across
+from service.errors import BadRequest
 from service.identity import Caller
 from service.kagent.store.suite_runs import RunCase, RunRow
 from service.schemas import Text
 
 
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agents: Annotated[list[Text], Meta(min_length=1, max_length=8)]
+    agents: Annotated[list[Text], Meta(max_length=8)]  # none, or one twice: a 422 (runs.start)
     judge: JudgeSpec  # required: a run's verdict is the judge's
-    repeats: Annotated[int, Meta(ge=1, le=5)] = 1
+    # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is a 400: RunRequest.count).
+    repeats: Annotated[int, Meta(ge=1, le=5)] | Annotated[float, Meta(ge=1, le=5)] = 1
+
+    @property
+    def count(self) -> int:
+        """The repeats as a whole number."""
+        if self.repeats != int(self.repeats):
+            raise BadRequest(f"repeats must be a whole number, got {self.repeats}")
+        return int(self.repeats)
+
     turns: TurnCount | None = None  # None: each case's own
     tools: ToolsField | None = None
     reads: Reads | None = None

@@ -21,7 +21,7 @@ from service.agents.replay.runner import Runner
 from service.agents.replay.terms import MessageEdit, TurnCount
 from service.agents.suites import across, driver
 from service.agents.suites.ledger import RunRequest, RunVerdict, results, run_caller, spent, verdict_of
-from service.errors import BadRequest, Conflict, NotFound, Unprocessable
+from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller
 from service.kagent.store.base import Connection
 from service.kagent.store.suite_runs import NewCase, RunRow
@@ -109,7 +109,7 @@ def case_request(req: RunRequest, case: CaseRow, suite_name: str) -> experiments
         rewind_before_invocation_id=case.rewind_before_invocation_id,
         rewind_before_task_id=case.rewind_before_task_id, agents=list(req.agents), turns=turns,
         message=MessageEdit(text=case.message) if case.message else None,
-        name=f"suite {suite_name}, case {case.ordinal}", max_usd=None, repeats=req.repeats, tools=req.tools,
+        name=f"suite {suite_name}, case {case.ordinal}", max_usd=None, repeats=req.count, tools=req.tools,
         reads=req.reads, judge=req.judge, control=req.control,
     )  # fmt: skip
 
@@ -131,8 +131,8 @@ async def _planned(
             )
         except NotFound as exc:  # kagent's retention purged it, or it is no longer the creator's to read
             skipped.append({"case_id": case.id, "error": exc.message})
-            rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec="{}", status="skipped",
-                                error=exc.message))  # fmt: skip
+            rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec="{}", branches=0,
+                                status="skipped", error=exc.message))  # fmt: skip
             continue
         except Unprocessable as exc:
             raise Unprocessable(f"case {case.ordinal} ({case.id}): {exc.message}") from None
@@ -147,7 +147,7 @@ async def _planned(
         else:
             usd += dry.estimated_usd
         rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec=_encoder.encode(spec).decode(),
-                            status="waiting", error=None))  # fmt: skip
+                            branches=dry.branches, status="waiting", error=None))  # fmt: skip
     estimate = round(usd, 6) if priced else None
     if req.max_usd is not None and not refused:
         if estimate is None:
@@ -176,8 +176,10 @@ async def start(
             "with AUTH_MODE=unsecure (with a trusted proxy it takes the user from the token): run the experiments "
             "one by one instead"
         )
+    if not req.agents:
+        raise Unprocessable("agents: name the agents to run (1 to 8, namespace/name)")
     if len(set(req.agents)) != len(req.agents):
-        raise BadRequest("agents: each agent once (repeats runs an agent again)")
+        raise Unprocessable("agents: each agent once (repeats runs an agent again)")
     req.judge.checked()
     async with svc.connection() as conn:
         suite = await svc.store.suites.suite(conn, suite_id, caller.user_id)
@@ -227,8 +229,7 @@ async def read(svc: Services, conn: Connection, caller: Caller, suite_id: str, r
         raise NotFound("Suite run not found")
     cases = await svc.store.suite_runs.cases(conn, run.id)
     req = msgspec.json.decode(run.request, type=RunRequest)
-    per_case = (len(req.agents) + (1 if req.control else 0)) * req.repeats
-    done = sum(per_case for c in cases if c.status in ("done", "failed"))
+    done = sum(c.branches for c in cases if c.status in ("done", "failed"))
     for c in cases:
         if c.status == "running" and c.experiment_id is not None:
             jobs = await svc.store.experiments.branches(conn, c.experiment_id)
@@ -243,10 +244,10 @@ async def read(svc: Services, conn: Connection, caller: Caller, suite_id: str, r
     return Run(
         id=run.id, suite_id=run.suite_id, status=run.status, reason=run.reason, created_at=rfc3339(run.created_at),
         finished_at=rfc3339(run.finished_at) if run.finished_at else None, agents=list(req.agents),
-        judge=req.judge.agent, repeats=req.repeats, control=req.control, max_usd=req.max_usd,
+        judge=req.judge.agent, repeats=req.count, control=req.control, max_usd=req.max_usd,
         estimated_usd=run.estimated_usd, estimated_usd_text=prices.usd_text(run.estimated_usd), spent_usd=money,
         spent_usd_text=prices.usd_text(money),
-        progress=Progress(cases=len(counted), branches_done=done, branches_total=per_case * len(counted),
+        progress=Progress(cases=len(counted), branches_done=done, branches_total=sum(c.branches for c in counted),
                           judged=sum(1 for c in cases if c.status == "done")),
         verdict=verdict_of(run, cases, judge_model),
         cases=[

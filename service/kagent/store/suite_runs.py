@@ -31,6 +31,7 @@ class RunCase:
     ordinal: int
     session_id: str
     spec: str  # JSON: the experiment's request for this case
+    branches: int  # its experiment's branches
     experiment_id: str | None
     status: str  # waiting, running, done, failed, skipped
     error: str | None
@@ -43,6 +44,7 @@ class NewCase:
     case_id: str
     session_id: str
     spec: str
+    branches: int
     status: str  # waiting; skipped when it cannot run (its error says why)
     error: str | None
 
@@ -68,7 +70,7 @@ class SuiteRuns:
     async def insert_cases(self, conn: Connection, run_id: str, cases: list[NewCase]) -> None:
         columns = (
             [c.case_id for c in cases], [c.session_id for c in cases], [c.spec for c in cases],
-            [c.status for c in cases], [c.error for c in cases],
+            [c.branches for c in cases], [c.status for c in cases], [c.error for c in cases],
         )  # fmt: skip
         await conn.execute(self.q["insert_run_cases"], run_id, *columns)
 

@@ -80,9 +80,9 @@ openapi.yaml by tests/test_deploy_manifests.py.
 - method: GET
   path: ^/(ui/[^/]*|api/fork-explorer/(sessions|whoami|agents))$
 - method: GET
-  path: ^/api/suites(/[^/]+(/export)?)?$
+  path: ^/api/suites(/[^/]+(/export|/runs(/[^/]+(/plot\.svg)?)?)?)?$
 - method: POST
-  path: ^/api/suites(/import|/[^/]+/cases)?$
+  path: ^/api/suites(/import|/[^/]+/(cases|runs|runs/[^/]+/(cancel|keep)))?$
 - method: DELETE
   path: ^/api/suites/[^/]+/cases/[^/]+$
 {{- end }}
