@@ -8,7 +8,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import time
+import uuid
 from typing import Any
 
 import asyncpg
@@ -19,7 +23,7 @@ from service.agents.suites import across
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
 from tests.helpers import new_user, seed
-from tests.support.a2a_agent import FLAWED_AGENT, JUDGE, MARKER_AGENT, V1, Seen
+from tests.support.a2a_agent import FLAWED_AGENT, JUDGE, MARKER_AGENT, SLOW, V1, Seen
 from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
 from tests.test_whatif import service, whatif_settings
 
@@ -169,3 +173,133 @@ async def test_the_budget_stops_starting_cases(
     assert 0 < len(started) < 6 and all(c["status"] == "waiting" for c in done["cases"] if not c["experiment_id"])
     assert done["spent_usd"] >= limit and done["spent_usd"] - per_case < limit
     assert done["verdict"]["by_agent"][0]["cases"] == len(started)
+
+
+def _cli(database_url: str, a2a_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": database_url, "KAGENT_A2A_URL": a2a_url, "WHATIF_HEARTBEAT_SECONDS": "0.2"}
+    return subprocess.run(
+        [sys.executable, "-m", "service", "suite", *args], env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+
+
+async def _jobs(pool: asyncpg.Pool, suite_id: str) -> list[dict[str, Any]]:
+    """The branches of a suite's runs, for a failure's message."""
+    rows = await pool.fetch(
+        "SELECT j.status, j.error, j.runner FROM kagent_fork.whatif_job j JOIN kagent_fork.suite_run_case c "
+        "ON c.experiment_id = j.experiment_id JOIN kagent_fork.suite_run r ON r.id = c.run_id WHERE r.suite_id = $1",
+        suite_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def test_the_gate_exits_worse_and_the_export_reimported_runs_the_same_cases(
+    client: Any,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """`suite run --fail-if-worse` exits 11 (its documented code) when an agent is worse than the source, 0 when
+    none is; the suite exported as YAML and imported again runs the same cases (sessions and turns)."""
+    user = new_user()
+    # Five conversations: 0 of 4 is the fewest that Wilson's interval calls worse (its top, 49 %, under 50 %).
+    suite_id, _ = await _suite_of(client, pool, user, 5)
+    exported = await client.get(f"/api/suites/{suite_id}/export", headers=_h(user))
+    imported = await client.post(
+        "/api/suites/import", content=exported.content, headers={**_h(user), "Content-Type": "application/yaml"}
+    )
+    assert imported.status_code == 201, imported.text
+    copy_id = imported.json()["data"]["id"]
+    assert "exit codes:" in _cli(database_url, agents[0], "run", "--help").stdout
+    worse = _cli(database_url, agents[0], "run", copy_id, "--agent", ref(FLAWED_AGENT), "--judge", ref(JUDGE),
+                 "--fail-if-worse", "--user", user)  # fmt: skip
+    assert worse.returncode == 11, worse.stdout + worse.stderr + str(await _jobs(pool, copy_id))
+    assert f"| {ref(FLAWED_AGENT)} | 5 |" in worse.stdout and "worse" in worse.stdout
+    fine = _cli(database_url, agents[0], "run", copy_id, "--agent", ref(MARKER_AGENT), "--judge", ref(JUDGE),
+                "--fail-if-worse", "--user", user, "--json")  # fmt: skip
+    assert fine.returncode == 0, fine.stdout + fine.stderr
+    run = json.loads(fine.stdout)
+    assert run["status"] == "completed" and run["verdict"]["by_agent"][0]["outcome"] == "better"
+    original = (await client.get(f"/api/suites/{suite_id}", headers=_h(user))).json()["data"]["cases"]
+    ran = await pool.fetch(
+        "SELECT e.source_session_id, e.rewind_before_invocation_id FROM kagent_fork.suite_run_case c "
+        "JOIN kagent_fork.experiment e ON e.id = c.experiment_id WHERE c.run_id = $1 ORDER BY c.ordinal",
+        run["id"],
+    )
+    assert [(r[0], r[1]) for r in ran] == [(c["session_id"], c["rewind_before_invocation_id"]) for c in original]
+    listed = _cli(database_url, agents[0], "runs", copy_id, "--user", user)
+    assert listed.returncode == 0 and listed.stdout.count(" completed: ") == 2, listed.stdout
+
+
+async def test_a_retry_answers_the_same_run_and_a_cancel_ends_it(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    user = new_user()
+    suite_id, _ = await _suite_of(eclient, pool, user, 3)
+    _, seen = agents
+    seen.hold_on_turn = 0  # the slow agent works until released or cancelled
+    seen.release.clear()
+    body = {"agents": [ref(SLOW)], "judge": {"agent": ref(JUDGE)}}
+    headers = {**_h(user), "Idempotency-Key": f"k-{uuid.uuid4()}"}
+    try:
+        first = await eclient.post(f"/api/suites/{suite_id}/runs", json=body, headers=headers)
+        again = await eclient.post(f"/api/suites/{suite_id}/runs", json=body, headers=headers)
+        assert first.status_code == 202 and again.status_code == 200, again.text
+        assert again.headers["Idempotent-Replayed"] == "true"
+        run_id = first.json()["data"]["id"]
+        assert again.json()["data"]["id"] == run_id
+        assert await pool.fetchval("SELECT count(*) FROM kagent_fork.suite_run WHERE suite_id = $1", suite_id) == 1
+        other = await eclient.post(f"/api/suites/{suite_id}/runs", json={**body, "repeats": 2}, headers=headers)
+        assert other.status_code == 422 and "Idempotency-Key" in other.json()["error"]
+        path = f"/api/suites/{suite_id}/runs/{run_id}"
+        deadline = time.monotonic() + 30
+        while not any(c["experiment_id"] for c in (await eclient.get(path, headers=_h(user))).json()["data"]["cases"]):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        cancelled = await eclient.post(f"{path}/cancel", json={}, headers=_h(user))
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["data"]["status"] == "cancelled"
+        assert (await eclient.post(f"{path}/cancel", json={}, headers=_h(user))).status_code == 409
+        experiment = next(c["experiment_id"] for c in cancelled.json()["data"]["cases"] if c["experiment_id"])
+        status = await pool.fetchval("SELECT status FROM kagent_fork.experiment WHERE id = $1", experiment)
+        assert status == "cancelled"
+    finally:
+        seen.release.set()
+
+
+async def test_a_replica_killed_mid_run_loses_nothing_and_sends_nothing_twice(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """Two replicas on one database: the one driving the run stops (its runner's tasks cancelled, as at a kill)
+    mid-run; the other takes the run over at its sweep, every case ends judged, and no agent got a message twice."""
+    user = new_user()
+    fast = dataclasses.replace(whatif_settings(settings, agents[0]), whatif_max_parallel=1)
+    _, seen = agents
+    async with service(fast, database_url) as second:
+        async with service(fast, database_url) as first:
+            suite_id, _ = await _suite_of(first, pool, user, 4)
+            body = {"agents": [ref(MARKER_AGENT)], "judge": {"agent": ref(JUDGE)}}
+            r = await first.post(f"/api/suites/{suite_id}/runs", json=body, headers=_h(user))
+            assert r.status_code == 202, r.text
+            run_id = r.json()["data"]["id"]
+            path = f"/api/suites/{suite_id}/runs/{run_id}"
+            deadline = time.monotonic() + 30
+            while (await first.get(path, headers=_h(user))).json()["data"]["progress"]["judged"] < 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            driver = await pool.fetchval("SELECT runner FROM kagent_fork.suite_run WHERE id = $1", run_id)
+        # the first replica is gone (its runner stopped where it was); the second takes the run over at its sweep
+        done = await until_ended(second, path, user)
+    assert done["status"] == "completed" and done["progress"]["judged"] == 4, done
+    assert await pool.fetchval("SELECT runner FROM kagent_fork.suite_run WHERE id = $1", run_id) != driver
+    sent = [m.message_id for m in seen.messages]
+    assert len(sent) == len(set(sent)), "a message was sent twice"
+    experiments_ = await pool.fetchval(
+        "SELECT count(DISTINCT experiment_id) FROM kagent_fork.suite_run_case WHERE run_id = $1", run_id
+    )
+    assert experiments_ == 4

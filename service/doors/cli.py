@@ -41,7 +41,8 @@ EXIT_HELP = (
     "exit codes: 0 done (also when the reader of the output went away, as `| head` does), 1 unexpected error, "
     "2 bad input, 3 not found, 4 not allowed, 5 conflict (e.g. a turn still running), 6 refused (e.g. fork "
     "depth), 7 rate limited, 8 database unavailable, 9 not configured (e.g. KAGENT_A2A_URL for a what-if), 10 the "
-    "database is not one kagent-fork serves (no kagent tables, kagent 1.x's, or a dirty migration)"
+    "database is not one kagent-fork serves (no kagent tables, kagent 1.x's, or a dirty migration), 11 an agent's "
+    "outcome is worse than the source (suite run --wait --fail-if-worse)"
 )
 
 
@@ -833,7 +834,8 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
     try:
         dsn = _database_url(settings, demo=True)
         replays = ("whatif", "experiment", "judge")  # the commands that ask agents (a judge is one)
-        if args.command in replays and not settings.database_url and settings.kagent_a2a_url is None:
+        asks = args.command in replays or (args.command == "suite" and args.suite_action == "run")
+        if asks and not settings.database_url and settings.kagent_a2a_url is None:
             # The embedded demo: its scripted agents (its judge too) answer, in this process, so the command waits.
             settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
             args.wait = True
@@ -852,7 +854,7 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
         return _fail(args, f"{exc} ({exc.hint})", NOT_KAGENT)
     if data is not STREAMED:
         print(msgspec.json.encode(data).decode() if args.json else text, flush=True)
-    return 0
+    return int(getattr(args, "exit_code", 0))  # a command's own verdict (suite run --fail-if-worse)
 
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:

@@ -1,10 +1,14 @@
-"""`kagent-fork suite create|add|remove|list|show|export|import`: a suite's cases from a shell, through the same
-operations as the HTTP API (service/agents/suites/). The parser loads nothing of the service; `run` loads the
-suites' operations when a suite command runs."""
+"""`kagent-fork suite create|add|remove|list|show|export|import|run|runs|status|cancel|keep`: a suite's cases and
+runs from a shell, through the same operations as the HTTP API (service/agents/suites/). The parser loads nothing
+of the service; `run` loads the suites' operations when a suite command runs.
+
+`suite run ... --wait --fail-if-worse` is the check a pipeline runs before it changes an agent: it prints the
+verdict and exits WORSE when an agent's outcome (not the control's) is `worse`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +19,11 @@ if TYPE_CHECKING:
     from service.identity import Caller
     from service.services import Services
 
-HELP = "suites: saved cases of real conversations to continue from (create, add, remove, list, show, export, import)"
+HELP = (
+    "suites: saved cases of real conversations to continue from, and their runs (create, add, remove, list, show, "
+    "export, import, run, runs, status, cancel, keep)"
+)
+WORSE = 11  # suite run --fail-if-worse: an agent's outcome is `worse` (said in EXIT_HELP)
 
 
 def _positive_or_all(value: str) -> int | str:
@@ -60,6 +68,32 @@ def add_parser(commands: Any, formatter: type[argparse.HelpFormatter], epilog: s
     action("export", "print a suite as YAML, a file to keep beside the agent's manifests").add_argument("suite_id")
     i = action("import", "make a suite from a YAML or JSON file (- reads standard input)")
     i.add_argument("file")
+    run = action("run", "run a suite: every case continued on each agent, judged against the source")
+    run.add_argument("suite_id")
+    run.add_argument("--agent", action="append", required=True, help="namespace/name (repeat for more, at most 8)")
+    run.add_argument("--judge", required=True, help="namespace/name of the judging kagent agent")
+    run.add_argument("--criteria", help="added to the judge's default criteria")
+    run.add_argument("--repeats", type=int, default=1, help="branches per case and agent (1-5)")
+    run.add_argument("--turns", type=_positive_or_all, help="how many turns each case replays (default: the case's)")
+    run.add_argument("--tools", choices=["replay", "live"], help="what the agents' tools do (default: replay)")
+    run.add_argument("--reads", choices=["recorded", "live"], help="a replay's reads (default: recorded)")
+    run.add_argument("--control", action="store_true", help="add the source's own agent: the noise floor")
+    run.add_argument("--max-usd", type=float, help="refuse a run estimated over it; stop starting cases at it")
+    run.add_argument("--dry-run", action="store_true", help="say what it would do and cost; write nothing")
+    run.add_argument("--wait", action="store_true", help="drive the run in this process until it ends")
+    run.add_argument(
+        "--fail-if-worse", action="store_true",
+        help=f"wait (as --wait), then exit {WORSE} when an agent's outcome is worse than the source",
+    )  # fmt: skip
+    action("runs", "list a suite's runs, newest first").add_argument("suite_id")
+    for name, text in (("status", "a run's progress and verdict (Markdown)"), ("cancel", "end a run")):
+        one = action(name, text)
+        one.add_argument("suite_id")
+        one.add_argument("run_id")
+    k = action("keep", "show one branch of a run in your chats (forked into them)")
+    k.add_argument("suite_id")
+    k.add_argument("run_id")
+    k.add_argument("session_id", help="the branch: its session id (a case's experiment grid lists them)")
 
 
 def _show(suite: dict[str, Any]) -> str:
@@ -86,6 +120,8 @@ async def run(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[
     from service.errors import BadRequest
 
     act = args.suite_action
+    if act in RUN_ACTIONS:
+        return await RUN_ACTIONS[act](svc, caller, args)
     if act == "create":
         select = None
         if args.select_agent:
@@ -120,3 +156,68 @@ async def run(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[
             raise BadRequest(f"cannot read {args.file}: {exc.strerror}") from None
         data = msgspec.to_builtins(await saved.import_file(svc, caller, saved.parse_file(body, media)))
     return data, _show(data)
+
+
+async def _run_suite(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    """Start a run; with --wait this process drives it (its branches and its judge's calls) to its end, else it
+    returns once started and a kagent-fork server takes the run over (within three heartbeats)."""
+    from service.agents import whatif
+    from service.agents.suites import ledger, report, runs
+
+    body = {"agents": args.agent, "repeats": args.repeats, "turns": args.turns, "tools": args.tools,
+            "reads": args.reads, "control": args.control, "max_usd": args.max_usd, "dry_run": args.dry_run,
+            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}}  # fmt: skip
+    req = msgspec.convert({k: v for k, v in body.items() if v is not None}, ledger.RunRequest)
+    runner = whatif.Runner(svc=svc)
+    try:
+        answer, _ = await runs.start(svc, runner, caller, args.suite_id, req, None)
+        if isinstance(answer, runs.RunPlan):
+            plan = msgspec.to_builtins(answer)
+            text = (f"Dry run: {plan['cases']} cases, {plan['branches']} branches, about "
+                    f"{plan['estimated_usd_text']} (judge included); ")  # fmt: skip
+            return plan, text + (f"refused: {plan['refused']}" if plan["refused"] else "it would start")
+        assert isinstance(answer, runs.Run)
+        found = answer
+        while (args.wait or args.fail_if_worse) and found.status in runs.OPEN:
+            await asyncio.sleep(0.5)
+            found = await runs.get(svc, caller, args.suite_id, answer.id)
+    finally:
+        await runner.stop()
+    worse = [a.agent_ref for a in found.verdict.by_agent if a.outcome == "worse" and not a.control]
+    if args.fail_if_worse and worse:
+        args.exit_code = WORSE
+    return msgspec.to_builtins(found), report.markdown(found)
+
+
+async def _runs(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents.suites import runs
+
+    listed = msgspec.to_builtins(await runs.of_suite(svc, caller, args.suite_id))
+    lines = [f"{r['id']} {r['status']}: {', '.join(r['agents'])} judged by {r['judge']}, {r['created_at']}"
+             for r in listed]  # fmt: skip
+    return listed, "\n".join(lines) or "No runs."
+
+
+async def _status(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents.suites import report, runs
+
+    found = await runs.get(svc, caller, args.suite_id, args.run_id)
+    return msgspec.to_builtins(found), report.markdown(found)
+
+
+async def _cancel(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents.suites import report, runs
+
+    found = await runs.cancel(svc, caller, args.suite_id, args.run_id)
+    return msgspec.to_builtins(found), report.markdown(found)
+
+
+async def _keep(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
+    from service.agents.suites import runs
+
+    outcome = await runs.keep(svc, caller, args.suite_id, args.run_id, runs.KeepRequest(session_id=args.session_id))
+    data = msgspec.json.decode(msgspec.json.encode(outcome.data))
+    return data, f"Kept: session {outcome.session_id} is in your chats"
+
+
+RUN_ACTIONS = {"run": _run_suite, "runs": _runs, "status": _status, "cancel": _cancel, "keep": _keep}

@@ -22,7 +22,7 @@ from pydantic import Field, SkipValidation, Strict
 
 from service import __version__ as service_version
 from service.agents import discard, experiments, whatif
-from service.agents.suites import saved
+from service.agents.suites import ledger, report, runs, saved
 from service.agents.suites.cases import CaseSpec
 from service.branches import compare, lineage, transcript, turns
 from service.doors import explorer
@@ -685,6 +685,64 @@ async def list_suites(ctx: Context[Any, Any, Any]) -> CallToolResult:
     return await _run(ctx, op)
 
 
+async def run_suite(
+    ctx: Context[Any, Any, Any],
+    suite_id: Annotated[str, Field(description="The suite to run (list_suites names the caller's).")],
+    agents: Annotated[list[str], BODY, Field(description='1 to 8 distinct agents to try, each "namespace/name".')],
+    judge_agent: Annotated[str, BODY, Field(description='The judging kagent agent, "namespace/name".')],
+    judge_criteria: Annotated[
+        str | None, BODY, Field(description="What the judge should weigh, beyond the default.")
+    ] = None,
+    repeats: Annotated[int, BODY, Field(description="Branches per case and agent, 1 to 5.")] = 1,
+    tools: ToolsArg = None,
+    reads: ReadsArg = None,
+    control: Annotated[
+        bool, BODY, Field(description="Add the source's own agent as an arm: its verdict is the noise floor.")
+    ] = False,
+    max_usd: Annotated[
+        float | None,
+        BODY,
+        Field(description="Refuse a run estimated over this (US dollars, the judge too); stop starting cases at it."),
+    ] = None,
+    dry_run: Annotated[bool, BODY, Field(description="true: what it would run and cost; start nothing.")] = False,
+) -> CallToolResult:
+    """Run a suite: every case (a point of a real conversation) continued on each of `agents` as an experiment,
+    judged blind against the source's own continuation; one verdict per agent across the conversations, with a
+    95 % interval that counts conversations (better / worse / inconclusive). The branches are hidden from the
+    user's chat list. Answers the run at once (status "running"); follow it with suite_run_status."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        fields = {"agents": agents, "repeats": repeats, "tools": tools, "reads": reads, "control": control,
+                  "max_usd": max_usd, "dry_run": dry_run, "judge": _judge(judge_agent, judge_criteria)}  # fmt: skip
+        req = msgspec.convert({k: v for k, v in fields.items() if v is not None}, ledger.RunRequest)
+        answer, _ = await runs.start(svc, runner_of(ctx)(), caller, checked_id(suite_id, "suite id"), req, None)
+        return answer
+
+    return await _run(ctx, op)
+
+
+async def suite_run_status(
+    ctx: Context[Any, Any, Any],
+    suite_id: Annotated[str, Field(description="The suite the run belongs to.")],
+    run_id: Annotated[str, Field(description="The run (run_suite answers its `id`).")],
+    format: Annotated[
+        Literal["json", "markdown"], Field(description='"json": the data; "markdown": the verdict to show a person.')
+    ] = "json",
+) -> CallToolResult:
+    """A suite run: its status (running, judging, then completed, stopped at the budget, cancelled or failed), its
+    progress, the money spent, and the verdict across the conversations judged so far: per agent its wins, ties
+    and losses against the source, win rate, 95 % interval over conversations, outcome and median cost per
+    conversation, and a headline; per case, which agent did best."""
+
+    async def op(svc: Services, caller: Caller) -> object:
+        if format not in ("json", "markdown"):
+            raise BadRequest(f"format must be json or markdown, got {format!r}")
+        found = await runs.get(svc, caller, checked_id(suite_id, "suite id"), checked_id(run_id, "run id"))
+        return report.markdown(found) if format == "markdown" else found
+
+    return await _run(ctx, op, raw=format == "markdown")
+
+
 TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     list_turns,
     show_transcript,
@@ -707,6 +765,8 @@ TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     judge_experiment,
     save_case,
     list_suites,
+    run_suite,
+    suite_run_status,
 ]
 
 

@@ -105,11 +105,15 @@ class Across(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def best_of(records: Sequence[AgentCase]) -> str | None:
-    """The agent with the highest win rate on a case (controls aside); None for no judged pair or a tie."""
+    """Who did best on a case: the agent with the highest win rate when it beat the source there (over 50 %),
+    "source" when every agent scored under 50 %; None for no judged pair, a tie at the top, or an even record
+    (controls aside)."""
     rated = sorted(((r.score / r.judged, r.agent_ref) for r in records if r.judged and not r.control), reverse=True)
     if not rated or (len(rated) > 1 and rated[0][0] == rated[1][0]):
         return None
-    return rated[0][1]
+    if rated[0][0] > 0.5:
+        return rated[0][1]
+    return "source" if rated[0][0] < 0.5 else None
 
 
 def interval(cases: Sequence[tuple[float, int]], draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float]:
