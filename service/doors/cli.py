@@ -90,15 +90,55 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     return dsn
 
 
-def _scripted_agent(dsn: str) -> str:
-    """Start the embedded demo's scripted A2A agents in this process; their URL, for KAGENT_A2A_URL."""
-    from service.embedded import scripted_agent
+def _scripted_agent(dsn: str, replay_url: str | None = None) -> str:
+    """Start the embedded demo's scripted A2A agents and their tool server in this process; their URL, for
+    KAGENT_A2A_URL. The demo is the operator of its tool server: its reads count as reads on its word
+    (REPLAY_READ_ONLY_TOOLS, unless set), never on the server's readOnlyHint. With `replay_url` (the service's
+    replay endpoint, REPLAY_MCP_URL unless set), the demo's replay twin's row is written too."""
+    from service.embedded import demo, scripted_agent, weather_tools
 
-    url, _ = scripted_agent.start(dsn)
+    running = scripted_agent.start_demo(dsn)
     names = ", ".join(f"{scripted_agent.NAMESPACE}/{n}" for n in scripted_agent.AGENTS if n != "demo-judge")
-    log.info("demo A2A agents (answer from scripts, no model): %s at %s (KAGENT_A2A_URL)", names, url)
+    log.info("demo A2A agents (answer from scripts, no model): %s at %s (KAGENT_A2A_URL)", names, running.a2a_url)
     log.info("demo judge (prefers the continuation with fewer tool calls): %s/demo-judge", scripted_agent.NAMESPACE)
-    return url
+    reads = ",".join(["default", *(f"{running.tools_url}/{t}" for t in weather_tools.READS)])
+    os.environ.setdefault("REPLAY_READ_ONLY_TOOLS", reads)
+    log.info(
+        "demo MCP tool server: %s (reads: %s; acts: %s; REPLAY_READ_ONLY_TOOLS=%s)", running.tools_url,
+        ", ".join(weather_tools.READS), ", ".join(weather_tools.ACTS), os.environ["REPLAY_READ_ONLY_TOOLS"],
+    )  # fmt: skip
+    if replay_url is not None:
+        os.environ.setdefault("REPLAY_MCP_URL", replay_url)
+        twin = asyncio.run(_demo_twin(dsn, os.environ["REPLAY_MCP_URL"]))
+        log.info(
+            "demo replay twin: %s (kagent-fork replay-twin %s prints its manifests)",
+            twin,
+            demo.DEMO_AGENT_REF,
+        )
+    return running.a2a_url
+
+
+async def _demo_twin(dsn: str, replay_url: str) -> str:
+    """Write the demo's replay twin's row as kagent's controller would once `kagent-fork replay-twin`'s manifests of
+    the demo's agent are applied (the demo has no controller): its servers are the replay endpoint."""
+    import asyncpg
+
+    from service.agents.replay.manifests import rendered_config, twin_manifests
+    from service.embedded import demo
+    from service.kagent.store.agents import AgentRow, agent_row_id, decode_config
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        text = await conn.fetchval("SELECT config::text FROM agent WHERE id = $1", agent_row_id(demo.DEMO_AGENT_REF))
+        config, _ = decode_config(text)
+        assert config is not None  # the demo's own row, just pointed at its tool server
+        row = AgentRow(id=agent_row_id(demo.DEMO_AGENT_REF), type="Declarative", config=config)
+        name = demo.TWIN.split("/")[1]
+        docs, _ = twin_manifests(demo.DEMO_AGENT_REF, row, endpoint=replay_url, name=name, model_config="demo")
+        await demo.write_agent(conn, demo.TWIN, rendered_config(docs, config))
+    finally:
+        await conn.close()
+    return demo.TWIN
 
 
 def database_problem(settings: Settings, dsn: str) -> str | None:
@@ -139,8 +179,9 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         print(f"kagent-fork: cannot start: {problem}", file=sys.stderr)
         return 2
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     if not settings.database_url and settings.kagent_a2a_url is None:
-        os.environ["KAGENT_A2A_URL"] = _scripted_agent(dsn)
+        os.environ["KAGENT_A2A_URL"] = _scripted_agent(dsn, f"http://{shown}:{port}/replay/mcp")
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
@@ -155,7 +196,6 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every worker writes its metrics here so that /metrics, served by any one worker, adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kagent-fork-metrics-")
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     log.info("explorer page: http://%s:%d/ui/", shown, port)
     uvicorn.run(
         "service.app:app_from_env",
