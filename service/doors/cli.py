@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -90,11 +92,11 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     return dsn
 
 
-def _scripted_agent(dsn: str, replay_url: str | None = None) -> str:
-    """Start the embedded demo's scripted A2A agents and their tool server in this process; their URL, for
-    KAGENT_A2A_URL. The demo is the operator of its tool server: its reads count as reads on its word
-    (REPLAY_READ_ONLY_TOOLS, unless set), never on the server's readOnlyHint. With `replay_url` (the service's
-    replay endpoint, REPLAY_MCP_URL unless set), the demo's replay twin's row is written too."""
+def _scripted_agent(dsn: str, replay_url: str | None = None) -> tuple[str, Callable[[], None]]:
+    """Start the embedded demo's scripted A2A agents and their tool server in this process; (their URL, for
+    KAGENT_A2A_URL; a function that stops them). The demo is the operator of its tool server: its reads count as
+    reads on its word (REPLAY_READ_ONLY_TOOLS, unless set), never on the server's readOnlyHint. With `replay_url`
+    (the replay endpoint the service serves), the demo's replay twin's row is written too."""
     from service.embedded import demo, scripted_agent, weather_tools
 
     running = scripted_agent.start_demo(dsn)
@@ -108,14 +110,12 @@ def _scripted_agent(dsn: str, replay_url: str | None = None) -> str:
         ", ".join(weather_tools.READS), ", ".join(weather_tools.ACTS), os.environ["REPLAY_READ_ONLY_TOOLS"],
     )  # fmt: skip
     if replay_url is not None:
-        os.environ.setdefault("REPLAY_MCP_URL", replay_url)
-        twin = asyncio.run(_demo_twin(dsn, os.environ["REPLAY_MCP_URL"]))
+        twin = asyncio.run(_demo_twin(dsn, replay_url))
         log.info(
-            "demo replay twin: %s (kagent-fork replay-twin %s prints its manifests)",
-            twin,
-            demo.DEMO_AGENT_REF,
-        )
-    return running.a2a_url
+            "demo replay twin: %s, its tools the replay endpoint %s (kagent-fork replay-twin %s prints its manifests)",
+            twin, replay_url, demo.DEMO_AGENT_REF,
+        )  # fmt: skip
+    return running.a2a_url, running.stop
 
 
 async def _demo_twin(dsn: str, replay_url: str) -> str:
@@ -181,7 +181,9 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     if not settings.database_url and settings.kagent_a2a_url is None:
-        os.environ["KAGENT_A2A_URL"] = _scripted_agent(dsn, f"http://{shown}:{port}/replay/mcp")
+        # The demo's twin reaches this service's replay endpoint (REPLAY_MCP_URL, unless set).
+        replay = os.environ["REPLAY_MCP_URL"] = settings.replay_mcp_url or f"http://{shown}:{port}/replay/mcp"
+        os.environ["KAGENT_A2A_URL"], _ = _scripted_agent(dsn, replay)
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
@@ -806,7 +808,51 @@ COMMANDS: dict[str, Command] = {
 DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid", "discard", "suite"}
 
 
-async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
+def _on_the_demo(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
+    """A command that asks agents, run on the embedded demo: the demo's agents and tool server in this process, and
+    a replay endpoint of its own for the demo's twin (its row points there while the command runs; stopping the
+    demo puts the rows back)."""
+    from service.embedded.threaded import bound
+
+    sock = bound("127.0.0.1")
+    sock.listen(128)  # a twin's first call waits in the backlog until the endpoint serves, never refused
+    replay_url = f"http://127.0.0.1:{sock.getsockname()[1]}/replay/mcp"
+    a2a_url, stop = _scripted_agent(dsn, replay_url)
+    word = from_env(os.environ)  # the demo's tools' reads, on its word (REPLAY_READ_ONLY_TOOLS)
+    settings = dataclasses.replace(
+        settings, kagent_a2a_url=a2a_url, replay_mcp_url=replay_url,
+        replay_read_only_tools=word.replay_read_only_tools, replay_server_names=word.replay_server_names,
+    )  # fmt: skip
+    args.wait = True
+    try:
+        return asyncio.run(_run(settings, dsn, args, sock))
+    finally:
+        stop()
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _replay_endpoint(svc: Services, sock: socket.socket) -> AsyncIterator[None]:
+    """The replay endpoint served on `sock` in this event loop while the block runs (the CLI's demo)."""
+    import uvicorn
+
+    from service.doors import replay_mcp
+
+    manager = replay_mcp.session_manager(lambda: svc)
+    app = replay_mcp.endpoint(manager, svc.settings.max_body_bytes)
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+    async with manager.run():
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            yield
+        finally:
+            server.should_exit = True
+            await serving
+
+
+async def _run(
+    settings: Settings, dsn: str, args: argparse.Namespace, replay_sock: socket.socket | None = None
+) -> tuple[object, str]:
     from service import services
     from service.database import open_pool, prepare_database
     from service.identity import Caller
@@ -826,7 +872,11 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         svc = services.Services(settings=settings, store=store, pool=pool, locks=locks)
         if args.command in DEFERS_A2A:
             _defer_a2a_client()
-        return await COMMANDS[args.command](svc, Caller(user_id=args.user, share_token=args.share_token), args)
+        caller = Caller(user_id=args.user, share_token=args.share_token)
+        if replay_sock is None:
+            return await COMMANDS[args.command](svc, caller, args)
+        async with _replay_endpoint(svc, replay_sock):
+            return await COMMANDS[args.command](svc, caller, args)
     finally:
         await pool.close()
         await locks.close()
@@ -874,10 +924,11 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
         dsn = _database_url(settings, demo=True)
         replays = ("whatif", "experiment", "judge")  # the commands that ask agents (a judge is one)
         if args.command in replays and not settings.database_url and settings.kagent_a2a_url is None:
-            # The embedded demo: its scripted agents (its judge too) answer, in this process, so the command waits.
-            settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
-            args.wait = True
-        data, text = asyncio.run(_run(settings, dsn, args))
+            # The embedded demo: its scripted agents (its judge too), their tool server and the replay endpoint
+            # its twin reaches answer in this process, so the command waits.
+            data, text = _on_the_demo(settings, dsn, args)
+        else:
+            data, text = asyncio.run(_run(settings, dsn, args))
     except NotConfigured as exc:
         return _fail(args, exc.message, NOT_CONFIGURED)
     except ServiceError as exc:

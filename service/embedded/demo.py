@@ -246,6 +246,22 @@ async def point_tools(conn: Connection, tools_url: str) -> None:
         )  # fmt: skip
 
 
+async def saved_configs(conn: Connection, refs: list[str]) -> dict[str, str | None]:
+    """The agents' configurations as they are now (None: no row), to put back with restore_configs."""
+    rows = await conn.fetch(
+        "SELECT id, config::text AS config FROM agent WHERE id = ANY($1::text[])", [agent_row_id(r) for r in refs]
+    )
+    found = {r["id"]: r["config"] for r in rows}
+    return {ref: found.get(agent_row_id(ref)) for ref in refs}
+
+
+async def restore_configs(conn: Connection, saved: dict[str, str | None]) -> None:
+    """Put the agents' configurations back as saved_configs found them (a row that was absent is left)."""
+    for ref, config in saved.items():
+        if config is not None:
+            await conn.execute("UPDATE agent SET config = $2::json WHERE id = $1", agent_row_id(ref), config)
+
+
 async def write_agent(conn: Connection, ref: str, config: dict[str, Any]) -> None:
     """Write an agent's row as kagent's controller does when its Agent is applied (the demo's twin, at each start:
     its servers' addresses change with the ports)."""

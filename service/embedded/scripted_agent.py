@@ -25,12 +25,12 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from a2a.compat.v0_3 import conversions
@@ -267,28 +267,50 @@ class Demo:
     a2a_url: str
     tools_url: str
     stop: Callable[[], None]
+    alerts: weather_tools.Alerts  # what the tool that acts was made to do
 
 
 def start_demo(dsn: str, host: str = "127.0.0.1") -> Demo:
     """Serve the demo's tool server and its scripted agents in daemon threads; the tool server's port, new at every
-    start, is written into the demo agents' rows first (demo.point_tools), as kagent's controller would."""
-    tools_url, stop_tools = weather_tools.start(host)
-    # In a thread of its own: the caller may be running an event loop already (a test's).
-    with ThreadPoolExecutor(1) as one:
-        one.submit(asyncio.run, _point(dsn, tools_url)).result()
+    start, is written into the demo agents' rows first (demo.point_tools), as kagent's controller would. Stopping
+    puts the rows (and the twin's) back as they were: a command that served the demo for a while (the CLI's
+    `whatif` on the demo) leaves a running `serve`'s demo pointing at its own servers."""
+    alerts = weather_tools.Alerts()
+    tools_url, stop_tools = weather_tools.start(host, alerts)
+    saved = _in_thread(_point(dsn, tools_url))
     port, stop_agents = threaded.start(agents_app(dsn), "scripted demo agent", host)
 
     def stop() -> None:
         stop_agents()
         stop_tools()
+        _in_thread(_restore(dsn, saved))
 
-    return Demo(a2a_url=f"http://{host}:{port}/api/a2a", tools_url=tools_url, stop=stop)
+    return Demo(a2a_url=f"http://{host}:{port}/api/a2a", tools_url=tools_url, stop=stop, alerts=alerts)
 
 
-async def _point(dsn: str, tools_url: str) -> None:
+T = TypeVar("T")
+
+
+def _in_thread(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` to its end in a thread of its own: the caller may be running an event loop already (a test's)."""
+    with ThreadPoolExecutor(1) as one:
+        return one.submit(asyncio.run, work).result()
+
+
+async def _point(dsn: str, tools_url: str) -> dict[str, str | None]:
     conn = await asyncpg.connect(dsn)
     try:
+        saved = await demo.saved_configs(conn, [*demo.DEMO_TOOLS, demo.TWIN])
         await demo.point_tools(conn, tools_url)
+        return saved
+    finally:
+        await conn.close()
+
+
+async def _restore(dsn: str, saved: dict[str, str | None]) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await demo.restore_configs(conn, saved)
     finally:
         await conn.close()
 

@@ -12,13 +12,19 @@ from typing import Any, Literal
 import uvicorn
 
 
+def bound(host: str) -> socket.socket:
+    """A socket bound to a port of `host` chosen now (its server's URL can be known before it serves)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    return sock
+
+
 def start(
     app: Any, name: str, host: str = "127.0.0.1", lifespan: Literal["on", "off"] = "off"
 ) -> tuple[int, Callable[[], None]]:
     """Serve `app` until the returned function is called; (its port, that function)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock = bound(host)
     port: int = sock.getsockname()[1]
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan=lifespan)
     server = uvicorn.Server(config)
