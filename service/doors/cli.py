@@ -875,8 +875,14 @@ async def _run(
         caller = Caller(user_id=args.user, share_token=args.share_token)
         if replay_sock is None:
             return await COMMANDS[args.command](svc, caller, args)
+        failed: Exception | None = None
         async with _replay_endpoint(svc, replay_sock):
-            return await COMMANDS[args.command](svc, caller, args)
+            try:
+                return await COMMANDS[args.command](svc, caller, args)
+            except Exception as exc:  # raised outside the endpoint's task group, which would wrap it in a group
+                failed = exc
+        assert failed is not None  # the block returned, or failed
+        raise failed
     finally:
         await pool.close()
         await locks.close()
