@@ -49,6 +49,7 @@ from starlette.applications import Starlette
 from service.embedded import demo, scripts, threaded, tool_calls, weather_tools
 from service.embedded.demo import DEMO_USER, event_json, usage
 from service.embedded.scripts import Plan, Script, Step, script
+from service.kagent.store.agents import AgentConfig
 
 __all__ = ["AGENTS", "NAMESPACE", "Plan", "Step", "script", "serving", "start"]
 
@@ -197,7 +198,7 @@ class ScriptedTurn(AgentExecutor):
         self.script = script
         self.ref = ref
 
-    async def _plan(self, question: str, session_id: str, user: str) -> tuple[Plan, Any]:
+    async def _plan(self, question: str, session_id: str, user: str) -> tuple[Plan, AgentConfig | None]:
         """The turn's plan, from what the conversation already holds and the tools the agent's row offers now."""
         conn = await self.pool.connect()
         try:
