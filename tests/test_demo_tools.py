@@ -239,6 +239,14 @@ def test_serve_on_the_demo_shows_the_story(tmp_path: Path) -> None:
         assert cli.returncode == 0, cli.stderr
         assert "answer: 'It is 9°C and raining in Berlin.'" in cli.stdout, cli.stdout
         assert "reads get_forecast, get_weather; acts set_alert" in cli.stdout, cli.stdout
+        # the twin printed from the demo agent's row (it exited 6 when the demo's agents declared no tools)
+        printed = subprocess.run(
+            [sys.executable, "-m", "service", "replay-twin", SOURCE, "--endpoint", f"{base}/replay/mcp"],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert printed.returncode == 0, printed.stderr
+        assert f'url: "{base}/replay/mcp/kagent/k8s-agent/127-' in printed.stdout
+        assert '- "set_alert"' in printed.stdout and 'name: "k8s-agent-replay"' in printed.stdout
         # the CLI's demo put the rows back: serve's twin still answers through serve's own endpoint
         again = httpx.post(f"{base}/api/sessions/demo-v1-session/whatif", json={**body, "agent_ref": TWIN}, timeout=30)
         assert again.status_code == 202, again.text
