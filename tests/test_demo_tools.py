@@ -256,3 +256,42 @@ def test_serve_on_the_demo_shows_the_story(tmp_path: Path) -> None:
     output = proc.stdout.read() if proc.stdout else ""
     assert "demo MCP tool server: http://127.0.0.1:" in output and "acts: set_alert" in output
     assert f"demo replay twin: {TWIN}, its tools the replay endpoint http://127.0.0.1:{port}/replay/mcp" in output
+
+
+async def test_the_page_shows_the_demo_agents_tools_refuses_it_and_replays_its_twin(running: Running) -> None:
+    """What a person sees on the demo's page (Chromium): the experiment form's dry run shows the demo agent's tools
+    by class and the refusal naming its twin; started on the twin, the grid counts its recorded calls."""
+    from playwright.async_api import async_playwright, expect
+
+    from tests.test_explorer_page import accept, chromium
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            tab = await browser.new_page(viewport={"width": 1280, "height": 800})
+            problems: list[str] = []
+            tab.on("pageerror", lambda error: problems.append(str(error)))
+            tab.on("dialog", accept)
+            await tab.goto(f"{running.service}/ui/#session={V1_SESSION}&user={DEMO_USER}")
+            turn = tab.locator("#turns > li.turn").nth(1)
+            await turn.get_by_role("button", name="Experiment").click()
+            form = turn.locator(".experiment-form")
+            await expect(form.locator(".exp-tools")).to_have_value("replay")
+            await form.locator(".exp-agents").fill(SOURCE)
+            await form.get_by_role("button", name="Start the experiment").click()
+            await expect(form.locator(".exp-refusal")).to_contain_text(
+                "Not started: tools: the agent kagent/k8s-agent (set_alert, get_forecast, get_weather) has tools"
+            )
+            await expect(form.locator(".exp-refusal")).to_contain_text("kagent-fork replay-twin kagent/k8s-agent")
+            await expect(form.locator(".exp-arms")).to_contain_text(
+                "kagent/k8s-agent: reads get_forecast, get_weather; acts set_alert"
+            )
+            await form.locator(".exp-agents").fill(TWIN)
+            await form.get_by_role("button", name="Start the experiment").click()
+            await expect(tab.locator("#status")).to_have_text("Experiment completed", timeout=30_000)
+            grid = tab.locator("#experiment table.experiment")
+            await expect(grid).to_contain_text("It is 9°C and raining in Berlin.")
+            await expect(grid).to_contain_text("tools: 1 recorded, 0 live, 0 missed, 0 refused")
+            assert problems == []
+        finally:
+            await browser.close()
