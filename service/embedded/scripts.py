@@ -97,6 +97,8 @@ def value_of(result: Result) -> dict[str, Any] | str:
     """What a tool answered: its structured value, or the text of its error."""
     if "error" in result and "content" not in result:  # the runtime's record of a call that raised
         return str(result["error"])
+    if "content" not in result and "structuredContent" not in result:  # a plain value (an earlier demo's rows)
+        return result
     texts = [str(c.get("text", "")) for c in result.get("content") or [] if isinstance(c, dict)]
     if result.get("isError"):
         return " ".join(texts) or "the tool failed"
