@@ -178,14 +178,11 @@ def create_app(settings: Settings, dsn: str) -> Litestar:
 
     services: list[Services] = []
     replays = replay_mcp.session_manager(lambda: services[0])
-    guarded_replays = mcp_http.guarded(replays.handle_request, settings.max_body_bytes)
+    replay_app = replay_mcp.endpoint(replays, settings.max_body_bytes)
 
     @asgi(replay_mcp.PREFIX, is_mount=True, copy_scope=True)
     async def replay_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        # The replay endpoint's own path (namespace, name, server), as the request named it.
-        raw = bytes(scope.get("raw_path") or scope["path"].encode()).decode("utf-8", "replace").split("?")[0]
-        scope["kagent_fork.replay_path"] = raw.split(replay_mcp.PREFIX, 1)[-1]  # type: ignore[typeddict-unknown-key]
-        await guarded_replays(scope, receive, send)  # type: ignore[arg-type]
+        await replay_app(scope, receive, send)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -411,7 +411,7 @@ def test_an_experiment_on_the_demo_runs_out_of_the_box(tmp_path: Path) -> None:
     turns = ok_json(run("invocations", "demo-v1-session", "--json"))
     done = run(
         "experiment", "demo-v1-session", "--before", turns[1]["invocation_id"],
-        "--agent", "kagent/k8s-agent", "--agent", "kagent/scripted-agent",
+        "--agent", "kagent/k8s-agent", "--agent", "kagent/scripted-agent", "--tools", "live",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# Experiment ") and ": completed" in done.stdout.splitlines()[0], done.stdout

@@ -22,7 +22,7 @@ from service.agents import a2a_client
 from service.app import create_app
 from service.config import Settings
 from service.embedded import scripted_agent, scripts
-from service.embedded.demo import DEMO_USER, LEGACY_SESSION, V1_SESSION
+from service.embedded.demo import DEMO_USER, LEGACY_SESSION, RECORDED_WEATHER, V1_SESSION
 from service.embedded.server import prepare_demo
 from service.kagent.dialects import TaskDialect
 from tests.conftest import create_database, drop_database
@@ -41,17 +41,36 @@ async def demo(server_url: str) -> AsyncIterator[tuple[str, dict[str, list[str]]
         await drop_database(server_url, url)
 
 
+def _today(plan: scripts.Plan) -> scripts.Step:
+    """The plan finished with today's world as the demo's tool server answers it (weather_tools.py)."""
+    results = []
+    for ask in plan.asks:
+        city = ask.args["city"]
+        temp, sky = scripts.WEATHER[city.lower()]
+        value = {"city": city, "temp_c": scripts.FORECAST[city.lower()] if ask.tool == "get_forecast" else temp}
+        results.append(scripts.tool_result(value if ask.tool == "get_forecast" else {**value, "sky": sky}))
+    return scripts.finish(plan, results)
+
+
 def test_the_script_answers_as_an_agent_would_and_its_card_says_it_is_a_script() -> None:
     """Issue 46: every branch's answer ended "(scripted demo agent ...)" and the source's did not, so a blind
-    judge could tell them apart; the answers carry no mark now (the agent card says what it is)."""
-    berlin = scripted_agent.script("And in Berlin?")
-    assert berlin.tool == "get_weather" and berlin.args == {"city": "Berlin"}
-    assert berlin.answer == "It is 11°C and cloudy in Berlin."  # the demo source's own phrasing
+    judge could tell them apart; the answers carry no mark now (the agent card says what it is), and the demo
+    conversation's own answers are the script's, written from its recorded results."""
+    berlin = _today(scripted_agent.script("And in Berlin?"))
+    assert [(c.tool, c.args) for c in berlin.calls] == [("get_weather", {"city": "Berlin"})]
+    assert berlin.answer == "It is 11°C and cloudy in Berlin."
+    recorded = scripts.finish(scripted_agent.script("And in Berlin?"), [demo_source_result("Berlin")])
+    assert recorded.answer == "It is 9°C and raining in Berlin."  # word for word the demo source's answer
     assert all("scripted" in agent.description for agent in scripted_agent.AGENTS.values())
-    warmer = scripted_agent.script("Which city is warmer?")
-    assert warmer.tool is None and warmer.answer.startswith("Paris is the warmest")
-    unknown = scripted_agent.script("How many pods are running?")
+    warmer = _today(scripted_agent.script("Which city is warmer?", {"paris": 14.0, "berlin": 9.0}))
+    assert warmer.calls == () and warmer.answer == "Paris is the warmest: Paris 14°C, Berlin 9°C."
+    unknown = _today(scripted_agent.script("How many pods are running?"))
     assert "no scripted answer" in unknown.answer and "scripted demo agent" not in unknown.answer
+
+
+def demo_source_result(city: str) -> scripts.Result:
+    temp, sky = RECORDED_WEATHER[city.lower()]
+    return scripts.tool_result({"city": city, "temp_c": temp, "sky": sky})
 
 
 @pytest.mark.parametrize("session_id", [LEGACY_SESSION, V1_SESSION])
@@ -66,10 +85,16 @@ async def test_a_whatif_on_the_demo_runs_the_whole_loop(
         assert card.status_code == 200 and "scripted" in card.json()["description"]
         config = dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.2)
         async with AsyncTestClient(app=create_app(config, dsn)) as client:
-            # the default agent: the demo session's own (kagent/k8s-agent), answered by the script
+            # the default agent, the demo session's own (kagent/k8s-agent), has tools and is no replay twin: refused
+            # unless its tools run for real; live, it calls the demo's tool server, today's weather
             r = await client.post(
                 f"/api/sessions/{session_id}/whatif", json={"rewind_before_invocation_id": berlin}, headers=ME
             )
+            assert r.status_code == 422 and "kagent-fork replay-twin kagent/k8s-agent" in r.text, r.text
+            r = await client.post(
+                f"/api/sessions/{session_id}/whatif", headers=ME,
+                json={"rewind_before_invocation_id": berlin, "tools": "live"},
+            )  # fmt: skip
             assert r.status_code == 202, r.text
             job, fork = r.json()["data"]["job"], r.json()["data"]["session"]
             assert fork["name"].startswith("What-if: kagent/k8s-agent answers turn 2 of")
@@ -110,12 +135,14 @@ async def _ended(client: Any, job_id: str) -> dict[str, Any]:
 
 def test_the_second_agent_answers_differently_slower_and_with_more_tool_calls() -> None:
     for question in ("What's the weather in Paris?", "And in Berlin?"):
-        first, second = scripts.script(question), scripts.thorough_script(question)
+        first, second = _today(scripts.script(question)), _today(scripts.thorough_script(question))
         assert second.answer == first.answer  # the same weather answer, word for word ...
         assert [c.tool for c in first.calls] == ["get_weather"]
         assert [c.tool for c in second.calls] == ["get_weather", "get_forecast"]  # ... after a needless call
         assert second.pause > first.pause == 0
-    first, second = scripts.script("Which city is warmer?"), scripts.thorough_script("Which city is warmer?")
+    known = {"paris": 16.0, "berlin": 11.0}  # what the conversation holds: no call for the first agent
+    first = _today(scripts.script("Which city is warmer?", known))
+    second = _today(scripts.thorough_script("Which city is warmer?", known))
     assert first.calls == () and first.answer.startswith("Paris is the warmest: Paris 16°C, Berlin 11°C.")
     assert [c.tool for c in second.calls] == ["get_weather", "get_forecast"] * 2
     assert second.answer.startswith("I looked again: Paris is the warmest today, Berlin tomorrow")
@@ -169,14 +196,14 @@ def test_the_demo_judge_is_consistent_when_a_and_b_are_swapped(style: str) -> No
     few = _continuation([{"question": "And in Berlin?", "tool_calls": {"get_weather": 1}, "answer": "Cloudy."}], style)
     many = _continuation([{"question": "And in Berlin?", "tool_calls": {"get_weather": 1, "get_forecast": 1},
                            "answer": "Cloudy."}], style)  # fmt: skip
-    one = _verdict(scripts.judge_script(judge_message(before, few, many)).answer)
-    swapped = _verdict(scripts.judge_script(judge_message(before, many, few)).answer)
+    one = _verdict(_today(scripts.judge_script(judge_message(before, few, many))).answer)
+    swapped = _verdict(_today(scripts.judge_script(judge_message(before, many, few))).answer)
     assert (one["winner"], swapped["winner"]) == ("A", "B")  # the same continuation wins, whatever its letter
     assert "1 tool call(s) where B needed 2" in one["reason"] and "1 tool call(s) where A needed 2" in swapped["reason"]
     # as many tool calls: a tie both ways; the conversation before the continuations is not counted
-    assert _verdict(scripts.judge_script(judge_message(before * 5, few, few)).answer)["winner"] == "tie"
+    assert _verdict(_today(scripts.judge_script(judge_message(before * 5, few, few))).answer)["winner"] == "tie"
     # no continuations to compare: no JSON (the service counts such an answer `invalid`)
-    lost = scripts.judge_script("Which is better?").answer
+    lost = _today(scripts.judge_script("Which is better?")).answer
     assert "{" not in lost and "no verdict" in lost
 
 
@@ -190,7 +217,7 @@ async def test_an_experiment_on_the_demo_shows_two_agents_apart_priced_and_judge
         config = dataclasses.replace(settings, kagent_a2a_url=a2a_url, whatif_heartbeat_seconds=0.2)
         async with AsyncTestClient(app=create_app(config, dsn)) as client:
             body = {"rewind_before_invocation_id": made[V1_SESSION][1], "turns": "all",
-                    "agents": ["kagent/k8s-agent", "kagent/thorough-agent"],
+                    "agents": ["kagent/k8s-agent", "kagent/thorough-agent"], "tools": "live",
                     "judge": {"agent": "kagent/demo-judge"}}  # fmt: skip
             r = await client.post(f"/api/sessions/{V1_SESSION}/experiments", json=body, headers=ME)
             assert r.status_code == 202, r.text

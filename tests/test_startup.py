@@ -429,7 +429,11 @@ def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path)
         turns = httpx.get(f"{base}/api/sessions/demo-v1-session/invocations", timeout=30).json()["data"]
         started = httpx.post(
             f"{base}/api/sessions/demo-v1-session/whatif",
-            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "agent_ref": "kagent/scripted-agent"},
+            json={
+                "rewind_before_invocation_id": turns[1]["invocation_id"],
+                "agent_ref": "kagent/scripted-agent",
+                "reads": "live",
+            },
             timeout=30,
         )
         assert started.status_code == 202, started.text
@@ -444,7 +448,7 @@ def test_serve_on_the_embedded_demo_runs_a_whatif_out_of_the_box(tmp_path: Path)
         # `agent` rows; the demo judge serves its card
         started = httpx.post(
             f"{base}/api/sessions/demo-v1-session/experiments", timeout=30,
-            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "turns": "all",
+            json={"rewind_before_invocation_id": turns[1]["invocation_id"], "turns": "all", "tools": "live",
                   "agents": ["kagent/k8s-agent", "kagent/thorough-agent"]},
         )  # fmt: skip
         assert started.status_code == 202, started.text

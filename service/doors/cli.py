@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -91,15 +93,53 @@ def _database_url(settings: Settings, *, demo: bool) -> str:
     return dsn
 
 
-def _scripted_agent(dsn: str) -> str:
-    """Start the embedded demo's scripted A2A agents in this process; their URL, for KAGENT_A2A_URL."""
-    from service.embedded import scripted_agent
+def _scripted_agent(dsn: str, replay_url: str | None = None) -> tuple[str, Callable[[], None]]:
+    """Start the embedded demo's scripted A2A agents and their tool server in this process; (their URL, for
+    KAGENT_A2A_URL; a function that stops them). The demo is the operator of its tool server: its reads count as
+    reads on its word (REPLAY_READ_ONLY_TOOLS, unless set), never on the server's readOnlyHint. With `replay_url`
+    (the replay endpoint the service serves), the demo's replay twin's row is written too."""
+    from service.embedded import demo, scripted_agent, weather_tools
 
-    url, _ = scripted_agent.start(dsn)
+    running = scripted_agent.start_demo(dsn)
     names = ", ".join(f"{scripted_agent.NAMESPACE}/{n}" for n in scripted_agent.AGENTS if n != "demo-judge")
-    log.info("demo A2A agents (answer from scripts, no model): %s at %s (KAGENT_A2A_URL)", names, url)
+    log.info("demo A2A agents (answer from scripts, no model): %s at %s (KAGENT_A2A_URL)", names, running.a2a_url)
     log.info("demo judge (prefers the continuation with fewer tool calls): %s/demo-judge", scripted_agent.NAMESPACE)
-    return url
+    reads = ",".join(["default", *(f"{running.tools_url}/{t}" for t in weather_tools.READS)])
+    os.environ.setdefault("REPLAY_READ_ONLY_TOOLS", reads)
+    log.info(
+        "demo MCP tool server: %s (reads: %s; acts: %s; REPLAY_READ_ONLY_TOOLS=%s)", running.tools_url,
+        ", ".join(weather_tools.READS), ", ".join(weather_tools.ACTS), os.environ["REPLAY_READ_ONLY_TOOLS"],
+    )  # fmt: skip
+    if replay_url is not None:
+        twin = asyncio.run(_demo_twin(dsn, replay_url))
+        log.info(
+            "demo replay twin: %s, its tools the replay endpoint %s (kagent-fork replay-twin %s prints its manifests)",
+            twin, replay_url, demo.DEMO_AGENT_REF,
+        )  # fmt: skip
+    return running.a2a_url, running.stop
+
+
+async def _demo_twin(dsn: str, replay_url: str) -> str:
+    """Write the demo's replay twin's row as kagent's controller would once `kagent-fork replay-twin`'s manifests of
+    the demo's agent are applied (the demo has no controller): its servers are the replay endpoint."""
+    import asyncpg
+
+    from service.agents.replay.manifests import rendered_config, twin_manifests
+    from service.embedded import demo
+    from service.kagent.store.agents import AgentRow, agent_row_id, decode_config
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        text = await conn.fetchval("SELECT config::text FROM agent WHERE id = $1", agent_row_id(demo.DEMO_AGENT_REF))
+        config, _ = decode_config(text)
+        assert config is not None  # the demo's own row, just pointed at its tool server
+        row = AgentRow(id=agent_row_id(demo.DEMO_AGENT_REF), type="Declarative", config=config)
+        name = demo.TWIN.split("/")[1]
+        docs, _ = twin_manifests(demo.DEMO_AGENT_REF, row, endpoint=replay_url, name=name, model_config="demo")
+        await demo.write_agent(conn, demo.TWIN, rendered_config(docs, config))
+    finally:
+        await conn.close()
+    return demo.TWIN
 
 
 def database_problem(settings: Settings, dsn: str) -> str | None:
@@ -140,8 +180,11 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         print(f"kagent-fork: cannot start: {problem}", file=sys.stderr)
         return 2
     os.environ["KAGENT_FORK_RESOLVED_DSN"] = dsn
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     if not settings.database_url and settings.kagent_a2a_url is None:
-        os.environ["KAGENT_A2A_URL"] = _scripted_agent(dsn)
+        # The demo's twin reaches this service's replay endpoint (REPLAY_MCP_URL, unless set).
+        replay = os.environ["REPLAY_MCP_URL"] = settings.replay_mcp_url or f"http://{shown}:{port}/replay/mcp"
+        os.environ["KAGENT_A2A_URL"], _ = _scripted_agent(dsn, replay)
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.
@@ -156,7 +199,6 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every worker writes its metrics here so that /metrics, served by any one worker, adds them up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kagent-fork-metrics-")
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     log.info("explorer page: http://%s:%d/ui/", shown, port)
     uvicorn.run(
         "service.app:app_from_env",
@@ -767,7 +809,51 @@ COMMANDS: dict[str, Command] = {
 DEFERS_A2A = {"job", "whatifs", "cancel", "experiments", "grid", "discard", "suite"}
 
 
-async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
+def _on_the_demo(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[object, str]:
+    """A command that asks agents, run on the embedded demo: the demo's agents and tool server in this process, and
+    a replay endpoint of its own for the demo's twin (its row points there while the command runs; stopping the
+    demo puts the rows back)."""
+    from service.embedded.threaded import bound
+
+    sock = bound("127.0.0.1")
+    sock.listen(128)  # a twin's first call waits in the backlog until the endpoint serves, never refused
+    replay_url = f"http://127.0.0.1:{sock.getsockname()[1]}/replay/mcp"
+    a2a_url, stop = _scripted_agent(dsn, replay_url)
+    word = from_env(os.environ)  # the demo's tools' reads, on its word (REPLAY_READ_ONLY_TOOLS)
+    settings = dataclasses.replace(
+        settings, kagent_a2a_url=a2a_url, replay_mcp_url=replay_url,
+        replay_read_only_tools=word.replay_read_only_tools, replay_server_names=word.replay_server_names,
+    )  # fmt: skip
+    args.wait = True
+    try:
+        return asyncio.run(_run(settings, dsn, args, sock))
+    finally:
+        stop()
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _replay_endpoint(svc: Services, sock: socket.socket) -> AsyncIterator[None]:
+    """The replay endpoint served on `sock` in this event loop while the block runs (the CLI's demo)."""
+    import uvicorn
+
+    from service.doors import replay_mcp
+
+    manager = replay_mcp.session_manager(lambda: svc)
+    app = replay_mcp.endpoint(manager, svc.settings.max_body_bytes)
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+    async with manager.run():
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            yield
+        finally:
+            server.should_exit = True
+            await serving
+
+
+async def _run(
+    settings: Settings, dsn: str, args: argparse.Namespace, replay_sock: socket.socket | None = None
+) -> tuple[object, str]:
     from service import services
     from service.database import open_pool, prepare_database
     from service.identity import Caller
@@ -787,7 +873,17 @@ async def _run(settings: Settings, dsn: str, args: argparse.Namespace) -> tuple[
         svc = services.Services(settings=settings, store=store, pool=pool, locks=locks)
         if args.command in DEFERS_A2A:
             _defer_a2a_client()
-        return await COMMANDS[args.command](svc, Caller(user_id=args.user, share_token=args.share_token), args)
+        caller = Caller(user_id=args.user, share_token=args.share_token)
+        if replay_sock is None:
+            return await COMMANDS[args.command](svc, caller, args)
+        failed: Exception | None = None
+        async with _replay_endpoint(svc, replay_sock):
+            try:
+                return await COMMANDS[args.command](svc, caller, args)
+            except Exception as exc:  # raised outside the endpoint's task group, which would wrap it in a group
+                failed = exc
+        assert failed is not None  # the block returned, or failed
+        raise failed
     finally:
         await pool.close()
         await locks.close()
@@ -836,10 +932,11 @@ def _operate(settings: Settings, args: argparse.Namespace) -> int:
         replays = ("whatif", "experiment", "judge")  # the commands that ask agents (a judge is one)
         asks = args.command in replays or (args.command == "suite" and args.suite_action == "run")
         if asks and not settings.database_url and settings.kagent_a2a_url is None:
-            # The embedded demo: its scripted agents (its judge too) answer, in this process, so the command waits.
-            settings = dataclasses.replace(settings, kagent_a2a_url=_scripted_agent(dsn))
-            args.wait = True
-        data, text = asyncio.run(_run(settings, dsn, args))
+            # The embedded demo: its scripted agents (its judge too), their tool server and the replay endpoint
+            # its twin reaches answer in this process, so the command waits.
+            data, text = _on_the_demo(settings, dsn, args)
+        else:
+            data, text = asyncio.run(_run(settings, dsn, args))
     except NotConfigured as exc:
         return _fail(args, exc.message, NOT_CONFIGURED)
     except ServiceError as exc:

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import INVALID_PARAMS, CallToolResult, ErrorData, Tool
 
 from service.agents.replay import lease, twin
+from service.doors import mcp_http
 from service.errors import ServiceError
 from service.identity import resolve_caller, scope_headers
 from service.services import Services
@@ -74,3 +75,16 @@ def session_manager(services: Callable[[], Services]) -> StreamableHTTPSessionMa
         replay_server(services), json_response=True, stateless=True,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )  # fmt: skip
+
+
+def endpoint(manager: StreamableHTTPSessionManager, max_body_bytes: int) -> mcp_http.App:
+    """The endpoint as an ASGI app, mounted at PREFIX (the service's) or served alone (the CLI's demo): each
+    request's own path (namespace, name, server) is kept for `_incoming`; a body is read whole and checked first."""
+    guarded = mcp_http.guarded(manager.handle_request, max_body_bytes)
+
+    async def app(scope: mcp_http.Scope, receive: mcp_http.Receive, send: mcp_http.Send) -> None:
+        raw = bytes(scope.get("raw_path") or scope["path"].encode()).decode("utf-8", "replace").split("?")[0]
+        scope["kagent_fork.replay_path"] = raw.split(PREFIX, 1)[-1]
+        await guarded(scope, receive, send)
+
+    return app

@@ -13,11 +13,15 @@ from typing import Any
 
 import msgspec
 
+from service.embedded import scripts
 from service.kagent.store.agents import agent_row_id
 from service.kagent.store.base import Connection
 
 DEMO_USER = "admin@kagent.dev"
 DEMO_AGENT = "kagent__NS__k8s_agent"
+DEMO_AGENT_REF = "kagent/k8s-agent"
+# The demo's replay twin of its agent: `serve` writes its row from `kagent-fork replay-twin`'s manifests.
+TWIN = "kagent/k8s-agent-replay"
 LEGACY_SESSION = "demo-legacy-session"
 V1_SESSION = "demo-v1-session"
 
@@ -32,13 +36,40 @@ DEMO_MODELS = {
     "kagent/demo-judge": {"type": "openai", "model": "gpt-4o-mini", "base_url": ""},
 }
 
-_QUESTIONS = [
-    ("What's the weather in Paris?", "get_weather", {"city": "Paris"}, {"temp_c": 14.0, "sky": "cloudy"},
-     "It is 14°C and cloudy in Paris."),
-    ("And in Berlin?", "get_weather", {"city": "Berlin"}, {"temp_c": 9.0, "sky": "rain"},
-     "It is 9°C and raining in Berlin."),
-    ("Which city is warmer?", None, None, None, "Paris is warmer than Berlin right now, by 5°C."),
-]  # fmt: skip
+# The demo agents' tools on the demo's tool server (weather_tools.py): the demo's agent may also set an alert
+# (the tool that acts), the other two only read.
+DEMO_TOOLS = {
+    "kagent/k8s-agent": ["get_weather", "get_forecast", "set_alert"],
+    "kagent/scripted-agent": ["get_weather", "get_forecast"],
+    "kagent/thorough-agent": ["get_weather", "get_forecast"],
+}
+
+# The demo conversations' world, an hour ago: what their recorded tool results say (today's, the tool server's,
+# differs: a replay that runs its reads live drifts from the source).
+RECORDED_WEATHER = {"paris": (14.0, "cloudy"), "berlin": (9.0, "raining")}
+QUESTIONS = ["What's the weather in Paris?", "And in Berlin?", "Which city is warmer?"]
+
+
+def _recorded(ask: scripts.Ask) -> scripts.Result:
+    """The recorded world's answer to a call the source made (only get_weather: the script asks no other)."""
+    city = str(ask.args["city"])
+    temp, sky = RECORDED_WEATHER[city.lower()]
+    return scripts.tool_result({"city": city, "temp_c": temp, "sky": sky})
+
+
+def _source_steps() -> list[tuple[str, scripts.Step]]:
+    """The demo conversation's turns, answered by the demo agent's own script in the recorded world: a branch
+    answered the same results says the same words."""
+    known: dict[str, float] = {}
+    out = []
+    for question in QUESTIONS:
+        plan = scripts.script(question, known)
+        step = scripts.finish(plan, [_recorded(a) for a in plan.asks])
+        for call in step.calls:
+            if (temp := scripts.temperature(call.result)) is not None:
+                known[str(call.args["city"]).lower()] = temp
+        out.append((question, step))
+    return out
 
 
 @dataclass(frozen=True)
@@ -49,6 +80,15 @@ class _Turn:
     args: dict[str, Any] | None
     result: dict[str, Any] | None
     answer: str
+
+
+def _turns() -> list[_Turn]:
+    out = []
+    for question, step in _source_steps():
+        call = step.calls[0] if step.calls else None  # the demo agent's script makes one call a turn at most
+        tool, args, result = (call.tool, call.args, call.result) if call else (None, None, None)
+        out.append(_Turn(f"e-{uuid.uuid4()}", question, tool, args, result, step.answer))
+    return out
 
 
 def _responses(parts: list[dict[str, Any]]) -> bool:
@@ -188,6 +228,50 @@ async def insert_demo_agents(conn: Connection) -> None:
         )  # fmt: skip
 
 
+def tool_servers(tools_url: str, tools: list[str]) -> list[dict[str, Any]]:
+    """An agent's `http_tools` as kagent's controller writes them for a RemoteMCPServer (streamable HTTP) the Agent
+    names with its `toolNames`."""
+    return [{"params": {"url": tools_url, "headers": {}}, "tools": tools, "allowed_headers": [],
+             "require_approval": []}]  # fmt: skip
+
+
+async def point_tools(conn: Connection, tools_url: str) -> None:
+    """Point the demo agents' rows at the demo's tool server, whose port is new at every start (their other keys
+    are kept)."""
+    for ref, tools in DEMO_TOOLS.items():
+        await conn.execute(
+            "UPDATE agent SET config = (config::jsonb || jsonb_build_object('http_tools', $2::jsonb))::json, "
+            "updated_at = now() WHERE id = $1",
+            agent_row_id(ref), msgspec.json.encode(tool_servers(tools_url, tools)).decode(),
+        )  # fmt: skip
+
+
+async def saved_configs(conn: Connection, refs: list[str]) -> dict[str, str | None]:
+    """The agents' configurations as they are now (None: no row), to put back with restore_configs."""
+    rows = await conn.fetch(
+        "SELECT id, config::text AS config FROM agent WHERE id = ANY($1::text[])", [agent_row_id(r) for r in refs]
+    )
+    found = {r["id"]: r["config"] for r in rows}
+    return {ref: found.get(agent_row_id(ref)) for ref in refs}
+
+
+async def restore_configs(conn: Connection, saved: dict[str, str | None]) -> None:
+    """Put the agents' configurations back as saved_configs found them (a row that was absent is left)."""
+    for ref, config in saved.items():
+        if config is not None:
+            await conn.execute("UPDATE agent SET config = $2::json WHERE id = $1", agent_row_id(ref), config)
+
+
+async def write_agent(conn: Connection, ref: str, config: dict[str, Any]) -> None:
+    """Write an agent's row as kagent's controller does when its Agent is applied (the demo's twin, at each start:
+    its servers' addresses change with the ports)."""
+    await conn.execute(
+        "INSERT INTO agent (id, created_at, updated_at, type, config) VALUES ($1, now(), now(), 'Declarative', "
+        "$2::json) ON CONFLICT (id) DO UPDATE SET config = EXCLUDED.config, updated_at = now()",
+        agent_row_id(ref), msgspec.json.encode(config).decode(),
+    )  # fmt: skip
+
+
 async def insert_demo(conn: Connection) -> list[tuple[str, list[str]]]:
     """Insert the two demo sessions and the demo agents' rows (if absent); return (session id, invocation ids)
     of each session, inserted now or before (so that every start logs them)."""
@@ -200,7 +284,7 @@ async def insert_demo(conn: Connection) -> list[tuple[str, list[str]]]:
             (V1_SESSION, "Weather (kagent main)", "1.0", _v1_task),
         ]
     ):
-        turns = [_Turn(f"e-{uuid.uuid4()}", *q) for q in _QUESTIONS]
+        turns = _turns()
         at = start + timedelta(minutes=10 * offset)
         exists = await conn.fetchval(
             "SELECT count(*) FROM session WHERE id = $1 AND user_id = $2", session_id, DEMO_USER

@@ -2,7 +2,10 @@
 so that a what-if and an experiment, judged, can be tried on the embedded demo database out of the box:
 `kagent/k8s-agent` (the demo sessions' agent) and `kagent/scripted-agent` answer alike, `kagent/thorough-agent`
 really answers differently (slower, more tool calls, another answer to the comparison), and `kagent/demo-judge`
-judges two continuations by a stated rule. Their `agent` rows (demo.py) name real models, for the price.
+judges two continuations by a stated rule. Their `agent` rows (demo.py) name real models, for the price, and
+the demo's MCP tool server (weather_tools.py), which they really call: each turn reads the agent's row, and its
+script's tool calls go to the servers the row names (tool_calls.py), so `kagent/k8s-agent-replay`, the demo's
+replay twin, is answered by kagent-fork's replay endpoint as a kagent runtime would be.
 
 It is a real a2a-sdk server (its JSON-RPC routes, A2A 1.0 and the 0.3 dialect kagent's 0.10.x line speaks, on
 one endpoint) under kagent's path for an agent, `/api/a2a/<namespace>/<name>/`, with an agent card saying what
@@ -11,8 +14,8 @@ it is. Like kagent's runtime, it writes each turn into kagent's tables: the turn
 task store saves it (kagent's backend upserts the row), in the dialect of the session's own tasks. Its card says
 that it answers from a script; its answers carry no mark of it (scripts.py).
 
-`kagent-fork serve` starts it beside the service when it runs the embedded demo and KAGENT_A2A_URL is not
-set, and points KAGENT_A2A_URL at it.
+`kagent-fork serve` starts it and the tool server beside the service when it runs the embedded demo and
+KAGENT_A2A_URL is not set, and points KAGENT_A2A_URL at it.
 """
 
 from __future__ import annotations
@@ -20,18 +23,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
-import uvicorn
 from a2a.compat.v0_3 import conversions
 from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -45,11 +46,12 @@ from a2a.types import a2a_pb2 as a2a
 from google.protobuf import json_format
 from starlette.applications import Starlette
 
-from service.embedded import scripts
+from service.embedded import demo, scripts, threaded, tool_calls, weather_tools
 from service.embedded.demo import DEMO_USER, event_json, usage
-from service.embedded.scripts import Step, script
+from service.embedded.scripts import Plan, Script, Step, script
+from service.kagent.store.agents import AgentConfig
 
-__all__ = ["AGENTS", "NAMESPACE", "Step", "script", "serving", "start"]
+__all__ = ["AGENTS", "NAMESPACE", "Plan", "Step", "script", "serving", "start"]
 
 log = logging.getLogger("kagent_fork")
 
@@ -61,7 +63,7 @@ AUTHOR = "scripted_demo_agent"
 class DemoAgent:
     """One of the demo's agents: what it answers, and what its card says it is."""
 
-    script: Callable[[str], Step]
+    script: Script
     description: str
 
 
@@ -74,6 +76,9 @@ AGENTS = {
     # one more name, so that a what-if "on another agent" can be tried too.
     "k8s-agent": DemoAgent(scripts.script, _SCRIPTED),
     "scripted-agent": DemoAgent(scripts.script, _SCRIPTED),
+    # The demo's replay twin of its own agent (the row `serve` writes from `kagent-fork replay-twin`'s manifests):
+    # the same script, its tools kagent-fork's replay endpoint.
+    demo.TWIN.split("/")[1]: DemoAgent(scripts.script, _SCRIPTED),
     # A second agent that really answers differently, for an experiment with something to judge.
     "thorough-agent": DemoAgent(
         scripts.thorough_script,
@@ -146,9 +151,14 @@ class KagentTaskStore(InMemoryTaskStore):
             await conn.close()
 
 
-def _user(context: ServerCallContext | None) -> str:
+def _headers(context: ServerCallContext | None) -> dict[str, str]:
+    """The A2A request's headers (lower-case names), which the agent forwards to a tool server that allows them."""
     headers: dict[str, str] = context.state.get("headers", {}) if context is not None else {}
-    return headers.get("x-user-id", DEMO_USER)
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def _user(context: ServerCallContext | None) -> str:
+    return _headers(context).get("x-user-id", DEMO_USER)
 
 
 class Pool:
@@ -179,18 +189,39 @@ async def open_turn(context: RequestContext, event_queue: EventQueue) -> TaskUpd
 
 
 class ScriptedTurn(AgentExecutor):
-    """One turn: the user's event, the scripted tool call and its result, the answer; into `event`."""
+    """One turn as kagent's runtime runs one: the user's event, each tool call the script plans made on the MCP
+    servers the agent's row names (tool_calls.py) with its result, the answer written from those results; into
+    `event`."""
 
-    def __init__(self, pool: Pool, script: Callable[[str], Step] = scripts.script) -> None:
+    def __init__(self, pool: Pool, script: Script = scripts.script, ref: str = demo.DEMO_AGENT_REF) -> None:
         self.pool = pool
         self.script = script
+        self.ref = ref
+
+    async def _plan(self, question: str, session_id: str, user: str) -> tuple[Plan, AgentConfig | None]:
+        """The turn's plan, from what the conversation already holds and the tools the agent's row offers now."""
+        conn = await self.pool.connect()
+        try:
+            config = await tool_calls.agent_config(conn, self.ref)
+            rows = await conn.fetch(
+                "SELECT data FROM event WHERE session_id = $1 AND user_id = $2 AND deleted_at IS NULL "
+                "ORDER BY created_at",
+                session_id, user,
+            )  # fmt: skip
+        finally:
+            await conn.close()
+        known = scripts.known_weather([json.loads(r["data"]) for r in rows])
+        return self.script(question, known, tool_calls.offered(config)), config
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id and context.message
         user = _user(context.call_context)
         updater = await open_turn(context, event_queue)
         question = "\n".join(p.text for p in context.message.parts if p.HasField("text"))
-        step = self.script(question)
+        plan, config = await self._plan(question, context.context_id, user)
+        headers = _headers(context.call_context)
+        results = [await tool_calls.call(config, ask.tool, ask.args, headers) for ask in plan.asks]
+        step = scripts.finish(plan, results)
         invocation = f"e-{uuid.uuid4()}"
         events = await asyncio.to_thread(turn_events, invocation, question, step)
         conn = await self.pool.connect()
@@ -221,19 +252,74 @@ def agents_app(dsn: str) -> Starlette:
     routes: list[Any] = []
     for name, agent in AGENTS.items():
         card = a2a.AgentCard(name=name, version="1.0", description=agent.description)
-        handler = DefaultRequestHandlerV2(
-            agent_executor=ScriptedTurn(pool, agent.script), task_store=KagentTaskStore(pool), agent_card=card
-        )
+        turn = ScriptedTurn(pool, agent.script, f"{NAMESPACE}/{name}")
+        handler = DefaultRequestHandlerV2(agent_executor=turn, task_store=KagentTaskStore(pool), agent_card=card)
         base = f"/api/a2a/{NAMESPACE}/{name}/"
         routes += create_jsonrpc_routes(handler, base, enable_v0_3_compat=True)
         routes += create_agent_card_routes(card, card_url=f"{base}.well-known/agent-card.json")
     return Starlette(routes=routes)
 
 
+@dataclass(frozen=True)
+class Demo:
+    """The demo's agents and tool server, running: KAGENT_A2A_URL for the agents, the tool server's URL (as the
+    agents' rows name it), and a function that stops both."""
+
+    a2a_url: str
+    tools_url: str
+    stop: Callable[[], None]
+    alerts: weather_tools.Alerts  # what the tool that acts was made to do
+
+
+def start_demo(dsn: str, host: str = "127.0.0.1") -> Demo:
+    """Serve the demo's tool server and its scripted agents in daemon threads; the tool server's port, new at every
+    start, is written into the demo agents' rows first (demo.point_tools), as kagent's controller would. Stopping
+    puts the rows (and the twin's) back as they were: a command that served the demo for a while (the CLI's
+    `whatif` on the demo) leaves a running `serve`'s demo pointing at its own servers."""
+    alerts = weather_tools.Alerts()
+    tools_url, stop_tools = weather_tools.start(host, alerts)
+    saved = _in_thread(_point(dsn, tools_url))
+    port, stop_agents = threaded.start(agents_app(dsn), "scripted demo agent", host)
+
+    def stop() -> None:
+        stop_agents()
+        stop_tools()
+        _in_thread(_restore(dsn, saved))
+
+    return Demo(a2a_url=f"http://{host}:{port}/api/a2a", tools_url=tools_url, stop=stop, alerts=alerts)
+
+
+T = TypeVar("T")
+
+
+def _in_thread(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` to its end in a thread of its own: the caller may be running an event loop already (a test's)."""
+    with ThreadPoolExecutor(1) as one:
+        return one.submit(asyncio.run, work).result()
+
+
+async def _point(dsn: str, tools_url: str) -> dict[str, str | None]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        saved = await demo.saved_configs(conn, [*demo.DEMO_TOOLS, demo.TWIN])
+        await demo.point_tools(conn, tools_url)
+        return saved
+    finally:
+        await conn.close()
+
+
+async def _restore(dsn: str, saved: dict[str, str | None]) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await demo.restore_configs(conn, saved)
+    finally:
+        await conn.close()
+
+
 @contextmanager
 def serving(dsn: str, host: str = "127.0.0.1") -> Iterator[str]:
-    """The scripted agents served in a thread of this process until the block ends: yields the base URL
-    to give as KAGENT_A2A_URL (`http://127.0.0.1:<port>/api/a2a`)."""
+    """The scripted agents (and their tool server) served in threads of this process until the block ends: yields
+    the base URL to give as KAGENT_A2A_URL (`http://127.0.0.1:<port>/api/a2a`)."""
     url, stop = start(dsn, host)
     try:
         yield url
@@ -241,27 +327,7 @@ def serving(dsn: str, host: str = "127.0.0.1") -> Iterator[str]:
         stop()
 
 
-def start(dsn: str, host: str = "127.0.0.1") -> tuple[str, Any]:
-    """Serve the scripted agents in a daemon thread; (KAGENT_A2A_URL for them, a function that stops them)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        agents_app(dsn), host=host, port=port, log_level="warning", access_log=False, lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="scripted-agent", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the scripted demo agent did not start")
-        time.sleep(0.02)
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-    return f"http://{host}:{port}/api/a2a", stop
+def start(dsn: str, host: str = "127.0.0.1") -> tuple[str, Callable[[], None]]:
+    """start_demo's (KAGENT_A2A_URL for the agents, a function that stops them and their tool server)."""
+    running = start_demo(dsn, host)
+    return running.a2a_url, running.stop

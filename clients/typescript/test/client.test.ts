@@ -247,12 +247,14 @@ test("share links: X-Share-Token as kagent forwards it", { skip: !READ_ONLY_SHAR
 });
 
 // The service under test is the embedded demo, whose scripted agent answers over A2A: an experiment
-// replays the demo's later turns on it, and its grid is read back until every branch ended.
+// replays the demo's later turns on its replay twin (the demo's agent itself has tools, and is refused
+// without tools: "live"), and its grid is read back until every branch ended.
 test("startExperiment and getExperiment: a real experiment, read back as a grid", async () => {
   const turns = ok(await listInvocations(V1));
   const second = turns[1];
   assert.ok(second !== undefined);
-  const started = ok(await startExperiment(V1, second.invocation_id, { agents: ["kagent/k8s-agent"], turns: "all" }));
+  failed(await startExperiment(V1, second.invocation_id, { agents: ["kagent/k8s-agent"] }), /kagent-fork replay-twin kagent\/k8s-agent/);
+  const started = ok(await startExperiment(V1, second.invocation_id, { agents: ["kagent/k8s-agent-replay"], turns: "all" }));
   assert.equal(started.status, "running");
   assert.equal(started.branches.length, 1);
   let grid = started;
@@ -319,7 +321,7 @@ test("startWhatif with a judge: the job reads judging, then holds its verdict", 
   const [, second] = await turns(V1);
   assert.ok(second !== undefined);
   const started = ok(await startWhatif(V1, second.invocation_id, {
-    agentRef: "kagent/k8s-agent", judge: { agent: "kagent/demo-judge", criteria: "Be brief." },
+    agentRef: "kagent/k8s-agent-replay", judge: { agent: "kagent/demo-judge", criteria: "Be brief." },
   }));
   assert.equal(started.job.judgment?.status, "waiting");
   let job = started.job;
@@ -334,7 +336,7 @@ test("startWhatif with a judge: the job reads judging, then holds its verdict", 
   assert.equal(job.judgment?.calls, 2);
   assert.equal(job.judgment?.criteria, "Be brief.");
   assert.deepEqual(job.verdict?.pairs.map((p) => [p.a, p.b]), [[null, job.id]]);
-  assert.equal(job.verdict?.by_agent[0]?.agent_ref, "kagent/k8s-agent");
+  assert.equal(job.verdict?.by_agent[0]?.agent_ref, "kagent/k8s-agent-replay");
   failed(await startWhatif(V1, second.invocation_id, { judge: { agent: "not-a-ref" } }), /judge.agent must be namespace\/name/);
 });
 

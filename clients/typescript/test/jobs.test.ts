@@ -149,6 +149,7 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
   const key = `whatif-${Date.now()}`;
   const answer = await startWhatif(V1, second, {
     agentRef: "kagent/scripted-agent",
+    reads: "live", // its tools only read (the demo's tool server, on the demo's word): they run live when asked
     name: "what if Madrid",
     turns: "all",
     messageText: "And in Madrid?",
@@ -166,15 +167,15 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
   assert.equal(started.session.name, "what if Madrid");
   assert.equal(started.session.fork.rewind_before_invocation_id, second);
   assert.equal(started.job.experiment_id, null);
-  // What its tools do: replay by default, keeping to the source's recorded world (the demo's agent has no tools)
-  assert.deepEqual(started.job.tool_policy, { mode: "replay", reads: "recorded" });
+  // What its tools do: replay, nothing that acts runs, and its reads live as asked
+  assert.deepEqual(started.job.tool_policy, { mode: "replay", reads: "live" });
   assert.equal(started.job.tools?.agent_ref, "kagent/scripted-agent");
   assert.equal(started.job.tools?.known, true); // the demo writes its agents' rows in kagent's agent table
 
   // A retry with the same key answers the same job; another body under that key is refused.
   const again = await startWhatif(V1, second, {
-    agentRef: "kagent/scripted-agent", name: "what if Madrid", turns: "all", messageText: "And in Madrid?",
-    maxContextTokens: 100_000, idempotencyKey: key,
+    agentRef: "kagent/scripted-agent", reads: "live", name: "what if Madrid", turns: "all",
+    messageText: "And in Madrid?", maxContextTokens: 100_000, idempotencyKey: key,
   });
   assert.equal(ok(again).job.id, started.job.id);
   failed(await startWhatif(V1, second, { idempotencyKey: key }), /Idempotency-Key/);
@@ -216,7 +217,7 @@ test("startWhatif, getWhatif, listWhatifs: the scripted agent answers in a fork,
 test("cancelWhatif: a running job is cancelled, an ended one is refused", async (t) => {
   const source = await legacyCopy();
   const first = inv(ok(await listInvocations(source))[0]);
-  const started = ok(await startWhatif(source, first, { turns: "all" }));
+  const started = ok(await startWhatif(source, first, { agentRef: "kagent/k8s-agent-replay", turns: "all" }));
   const answer = await cancelWhatif(started.job.id);
   // The scripted agent is quick: the job may have ended before the cancel arrived, and the service says so.
   if (answer.error !== undefined) {
@@ -237,7 +238,9 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   const listed = ok(await listInvocations(source));
   const second = inv(listed[1]);
   const started = ok(
-    await startExperiment(source, second, { agents: ["kagent/k8s-agent", "kagent/scripted-agent"], turns: 2 }),
+    await startExperiment(source, second, {
+      agents: ["kagent/k8s-agent", "kagent/scripted-agent"], turns: 2, tools: "live",
+    }),
   );
   const grid = await until(
     async () => ok(await getExperiment(started.id)),
@@ -260,7 +263,7 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   assert.deepEqual(mine && { ...mine, created_at: "", finished_at: "" }, {
     id: started.id, status: "completed", rewind_before_invocation_id: second, rewind_before_task_id: null,
     turns_requested: 2, turns: 2, repeats: 1, on_approval: "stop", created_at: "", finished_at: "",
-    tool_policy: { mode: "replay", reads: "recorded" }, agents: ["kagent/k8s-agent", "kagent/scripted-agent"],
+    tool_policy: { mode: "live", reads: "live" }, agents: ["kagent/k8s-agent", "kagent/scripted-agent"],
     judge: null, outcome: null,
   });
   assert.equal(typeof mine?.finished_at, "string");
@@ -282,7 +285,7 @@ test("listExperiments, getExperiment as Markdown, cancelExperiment", async (t) =
   failed(await listExperiments(""), /required/);
 
   // Cancelled at once, every branch still running is cancelled (or the experiment ended first).
-  const running = ok(await startExperiment(V1, inv(ok(await listInvocations(V1))[0]), { turns: "all" }));
+  const running = ok(await startExperiment(V1, inv(ok(await listInvocations(V1))[0]), { turns: "all", tools: "live" }));
   const cancel = await cancelExperiment(running.id);
   if (cancel.error !== undefined) {
     failed(cancel, new RegExp(`^experiment ${running.id} already ended \\((completed|failed)\\)$`));
@@ -307,8 +310,11 @@ test("dryRunExperiment, dryRunWhatif: each agent's tools by class and the refusa
   assert.equal(plan.refused, null);
   assert.deepEqual(plan.tools, { mode: "live", reads: "live" });
   assert.deepEqual(plan.arms.map((a) => [a.agent_ref, a.known, a.acts.length]), [
-    ["kagent/scripted-agent", true, 0], ["kagent/k8s-agent", true, 0],
+    ["kagent/scripted-agent", true, 0], ["kagent/k8s-agent", true, 1], // set_alert, the demo's tool that acts
   ]);
+  // unsaid, a replay: the demo's agent has tools and is no twin, so the plan says the refusal and the twin to make
+  const refused = ok(await dryRunExperiment(V1, second, { agents: ["kagent/k8s-agent"] }));
+  assert.match(refused.refused ?? "", /kagent-fork replay-twin kagent\/k8s-agent/);
   const capped = ok(await dryRunWhatif(V1, second, { agentRef: "kagent/scripted-agent", maxContextTokens: 1 }));
   assert.match(capped.refused ?? "", /over the limit of 1/);
   assert.equal(capped.tools, null);

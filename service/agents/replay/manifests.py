@@ -13,7 +13,7 @@ import msgspec
 
 from service.agents.replay.lease import servers
 from service.errors import NotFound, Unprocessable
-from service.kagent.store.agents import AgentRow
+from service.kagent.store.agents import AgentConfig, AgentRow
 
 # The caller's identity: the lease is per user, and a read runs live as the caller (docs/replay-twins.md).
 IDENTITY_HEADERS = ("Authorization", "X-User-Id")
@@ -83,6 +83,25 @@ def twin_manifests(
     if row.config.execute_code:
         notes.append("left out: code execution (execute_code)")
     return docs, notes
+
+
+def rendered_config(docs: list[dict[str, Any]], source: AgentConfig) -> dict[str, Any]:
+    """The config kagent's controller writes into its agent table once the twin's manifests are applied: each
+    RemoteMCPServer's URL as an `http_tools` server with the Agent's toolNames, requireApproval and allowedHeaders.
+    For the embedded demo, which has no controller; the source's model stands for the ModelConfig."""
+    urls = {d["metadata"]["name"]: d["spec"]["url"] for d in docs if d["kind"] == "RemoteMCPServer"}
+    (agent,) = [d for d in docs if d["kind"] == "Agent"]
+    declarative = agent["spec"]["declarative"]
+    http_tools = [
+        {"params": {"url": urls[ref["name"]], "headers": {}}, "tools": ref.get("toolNames", []),
+         "allowed_headers": ref.get("allowedHeaders", []), "require_approval": ref.get("requireApproval", [])}
+        for ref in (t["mcpServer"] for t in declarative["tools"])
+    ]  # fmt: skip
+    return {
+        "model": msgspec.to_builtins(source.model) if source.model is not None else None,
+        "description": agent["spec"]["description"], "instruction": declarative["systemMessage"],
+        "http_tools": http_tools, "sse_tools": None, "remote_agents": None, "stream": False,
+    }  # fmt: skip
 
 
 def _scalar(value: object) -> str:

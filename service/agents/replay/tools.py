@@ -17,7 +17,7 @@ experiments does not load it (tests/test_cli.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -178,8 +178,12 @@ def _unlistable(config: AgentConfig) -> list[ArmTool]:
     return out
 
 
-def arm_of(ref: str, row: AgentRow | None, listed: dict[tuple[str, str], Listed], settings: Settings) -> ArmTools:
-    """One arm's tools by class, from its row and its servers' answers (`listed`, by (transport, url))."""
+def arm_of(
+    ref: str, row: AgentRow | None, listed: dict[tuple[str, str], Listed], settings: Settings,
+    real: Mapping[str, str] | None = None,
+) -> ArmTools:  # fmt: skip
+    """One arm's tools by class, from its row and its servers' answers (`listed`, by (transport, url)); `real`, the
+    address of the server a twin's replay endpoint stands in for (by the endpoint's URL), whose tools they are."""
     if row is None:
         return ArmTools(
             agent_ref=ref, known=False, twin=False, asks=[], reads=[], acts=[],
@@ -206,7 +210,9 @@ def arm_of(ref: str, row: AgentRow | None, listed: dict[tuple[str, str], Listed]
                 why = "the configuration names it, but the server does not list it"
                 by["asks" if name in approval else "acts"].append(ArmTool(name=name, server=url, why=why))
                 continue
-            cls, why = trust.classify(name, url, require_approval=approval, read_only_hint=hints[name], trust=word)
+            where = (real or {}).get(url, url)  # a twin's tool is classed as on the server it stands in for
+            cls, why = trust.classify(name, where, require_approval=approval, read_only_hint=hints[name], trust=word)
+            why += " (the server the replay endpoint stands in for)" if where != url else ""
             by[cls].append(ArmTool(name=name, server=url, why=why))
     by["acts"] += _unlistable(config)
     ordered = {k: sorted(v, key=lambda t: (t.name, t.server or "")) for k, v in by.items()}
@@ -234,18 +240,51 @@ async def classed(
     once)."""
     check_not_holding("an MCP server's tools/list")
     timeout = min(LIST_TIMEOUT_SECONDS, float(svc.settings.whatif_timeout_seconds))
+    behind = await _stood_in_for(svc, rows)
     asks: dict[tuple[str, str, str], tuple[str, Literal["http", "sse"], dict[str, str]]] = {}
     for row in rows.values():
         for server, transport in _servers(row.config) if row is not None and row.config is not None else []:
-            hdrs = server_headers(server, caller, authorization)
-            asks[(transport, server.params.url, repr(sorted(hdrs.items())))] = (server.params.url, transport, hdrs)
+            # A twin's server (the replay endpoint lists nothing outside a running turn): the real one is asked.
+            asked, how = behind.get(server.params.url, (server, transport))
+            hdrs = server_headers(asked, caller, authorization)
+            asks[(transport, server.params.url, repr(sorted(hdrs.items())))] = (asked.params.url, how, hdrs)
     answers = await asyncio.gather(*(list_tools(url, t, h, timeout) for url, t, h in asks.values()))
     listed: dict[tuple[str, str], Listed] = {}
     for key, answer in zip(asks, answers, strict=True):
         # Two arms reaching one server with different headers: the poorer answer stands for both (safe side).
         if key[:2] not in listed or answer.error is not None:
             listed[key[:2]] = answer
-    return {ref: arm_of(ref, row, listed, svc.settings) for ref, row in rows.items()}
+    real = {url: server.params.url for url, (server, _) in behind.items()}
+    return {ref: arm_of(ref, row, listed, svc.settings, real) for ref, row in rows.items()}
+
+
+async def _stood_in_for(
+    svc: Services, rows: dict[str, AgentRow | None]
+) -> dict[str, tuple[McpServerConfig, Literal["http", "sse"]]]:
+    """The real server behind each replay-endpoint server of the arms (a twin's), by the endpoint's URL, as its
+    source agent's configuration names it: a twin's tools are that server's, classed by the operator's word for
+    it. An endpoint whose agent or server is unknown is absent (asked itself, it answers no one: its tools act)."""
+    from service.agents.replay.lease import servers, twin_of  # the lease's module loads the A2A client
+
+    base = svc.settings.replay_mcp_url
+    urls = {
+        server.params.url: found
+        for row in rows.values() if row is not None and row.config is not None
+        for server, _ in _servers(row.config)
+        if base is not None and _under(server.params.url.rstrip("/"), base)
+        and (found := twin_of(server.params.url)) is not None
+    }  # fmt: skip
+    if not urls:
+        return {}
+    async with svc.connection() as conn:
+        sources = await svc.store.agents.get_many(conn, sorted({agent for agent, _ in urls.values()}))
+    out = {}
+    for url, (agent, key) in urls.items():
+        source = sources.get(agent)
+        real = servers(source.config).get(key) if source is not None and source.config is not None else None
+        if real is not None:
+            out[url] = real
+    return out
 
 
 async def arm_tools(svc: Services, caller: Caller, agent_ref: str, authorization: str | None = None) -> ArmTools:
