@@ -405,7 +405,7 @@ def test_a_hard_killed_serve_leaves_no_embedded_database_running(tmp_path: Path)
     (pgdata / ".handle_pids.json").write_text(json.dumps([proc.pid]))  # as a hard stop used to leave it
     again, _, _ = _serving(tmp_path)
     again.send_signal(signal.SIGINT)
-    assert again.wait(60) == 0
+    assert again.wait(60) == 0, again.stdout.read() if again.stdout else ""
     assert _gone(pgdata, 30), "a stale pid kept the database running after a clean exit"
 
 
