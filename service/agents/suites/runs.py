@@ -12,6 +12,7 @@ session so stamped, so the agent could not write its turn (docs/suites.md).
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import msgspec
 
@@ -56,15 +57,22 @@ class RunCaseOut(msgspec.Struct, frozen=True, kw_only=True):
     by_agent: list[across.AgentCase]
 
 
-class Run(msgspec.Struct, frozen=True, kw_only=True):
+class RunItem(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as a suite's list of runs shows it."""
+
     id: str
-    suite_id: str
     status: str
     reason: str | None
     created_at: str
     finished_at: str | None
     agents: list[str]
     judge: str
+
+
+class Run(RunItem, frozen=True, kw_only=True):
+    """A run as it stands (GET .../runs/{run}): its list entry, and its figures, verdict and cases."""
+
+    suite_id: str
     repeats: int
     control: bool
     max_usd: float | None
@@ -75,16 +83,6 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     progress: Progress
     verdict: RunVerdict
     cases: list[RunCaseOut]
-
-
-class RunItem(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    status: str
-    reason: str | None
-    created_at: str
-    finished_at: str | None
-    agents: list[str]
-    judge: str
 
 
 class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,6 +219,15 @@ async def start(
     return answer, False
 
 
+def _item(run: RunRow, req: RunRequest) -> dict[str, Any]:
+    """The fields a run's list entry and the run itself share."""
+    return {
+        "id": run.id, "status": run.status, "reason": run.reason, "created_at": rfc3339(run.created_at),
+        "finished_at": rfc3339(run.finished_at) if run.finished_at else None, "agents": list(req.agents),
+        "judge": req.judge.agent,
+    }  # fmt: skip
+
+
 async def read(svc: Services, conn: Connection, caller: Caller, suite_id: str, run_id: str) -> Run:
     """The run as it stands: its progress (the running cases' branches read from their experiments), the money
     spent, the verdict across the cases judged so far, and each case."""
@@ -242,9 +249,7 @@ async def read(svc: Services, conn: Connection, caller: Caller, suite_id: str, r
     money = spent(cases)
     by_id = {r.case_id: r for r in results(cases)}
     return Run(
-        id=run.id, suite_id=run.suite_id, status=run.status, reason=run.reason, created_at=rfc3339(run.created_at),
-        finished_at=rfc3339(run.finished_at) if run.finished_at else None, agents=list(req.agents),
-        judge=req.judge.agent, repeats=req.count, control=req.control, max_usd=req.max_usd,
+        **_item(run, req), suite_id=run.suite_id, repeats=req.count, control=req.control, max_usd=req.max_usd,
         estimated_usd=run.estimated_usd, estimated_usd_text=prices.usd_text(run.estimated_usd), spent_usd=money,
         spent_usd_text=prices.usd_text(money),
         progress=Progress(cases=len(counted), branches_done=done, branches_total=sum(c.branches for c in counted),
@@ -271,15 +276,7 @@ async def of_suite(svc: Services, caller: Caller, suite_id: str) -> list[RunItem
         if await svc.store.suites.suite(conn, suite_id, caller.user_id) is None:
             raise NotFound("Suite not found")
         rows = await svc.store.suite_runs.runs_of_suite(conn, suite_id, caller.user_id, MAX_RUNS_LISTED)
-    out = []
-    for r in rows:
-        req = msgspec.json.decode(r.request, type=RunRequest)
-        out.append(RunItem(
-            id=r.id, status=r.status, reason=r.reason, created_at=rfc3339(r.created_at),
-            finished_at=rfc3339(r.finished_at) if r.finished_at else None, agents=list(req.agents),
-            judge=req.judge.agent,
-        ))  # fmt: skip
-    return out
+    return [RunItem(**_item(r, msgspec.json.decode(r.request, type=RunRequest))) for r in rows]
 
 
 async def cancel(svc: Services, caller: Caller, suite_id: str, run_id: str) -> Run:
