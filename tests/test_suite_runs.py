@@ -308,3 +308,28 @@ async def test_a_replica_killed_mid_run_loses_nothing_and_sends_nothing_twice(
         "SELECT count(DISTINCT experiment_id) FROM kagent_fork.suite_run_case WHERE run_id = $1", run_id
     )
     assert experiments_ == 4
+
+
+async def test_behind_a_trusted_proxy_a_run_is_refused_and_writes_nothing(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """kagent's A2A endpoint takes the user from the proxy's token, not X-User-Id: a run's own user could not be
+    sent, so the run is refused (422) before anything is written, naming what to do instead."""
+    from tests.test_identity import bearer
+
+    user = new_user()
+    proxied = dataclasses.replace(whatif_settings(settings, agents[0]), auth_mode="trusted-proxy")
+    async with service(proxied, database_url) as client:
+        token = {"Authorization": bearer({"sub": user})}
+        conv = await seed(pool, dialect="v1", turns=2, user_id=user)
+        case = {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1]}
+        made = await client.post("/api/suites", json={"name": "proxied", "cases": [case]}, headers=token)
+        assert made.status_code == 201, made.text
+        before = await pool.fetchval("SELECT count(*) FROM kagent_fork.suite_run")
+        body = {"agents": [ref(V1)], "judge": {"agent": ref(JUDGE)}}
+        r = await client.post(f"/api/suites/{made.json()['data']['id']}/runs", json=body, headers=token)
+    assert r.status_code == 422 and "AUTH_MODE=unsecure" in r.json()["error"], r.text
+    assert await pool.fetchval("SELECT count(*) FROM kagent_fork.suite_run") == before
