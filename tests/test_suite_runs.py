@@ -20,6 +20,7 @@ import pytest
 
 from service.agents.replay.verdict import wilson
 from service.agents.suites import across
+from service.app import create_app
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
 from tests.helpers import new_user, seed
@@ -333,3 +334,37 @@ async def test_behind_a_trusted_proxy_a_run_is_refused_and_writes_nothing(
         r = await client.post(f"/api/suites/{made.json()['data']['id']}/runs", json=body, headers=token)
     assert r.status_code == 422 and "AUTH_MODE=unsecure" in r.json()["error"], r.text
     assert await pool.fetchval("SELECT count(*) FROM kagent_fork.suite_run") == before
+
+
+async def test_an_agent_runs_a_suite_and_reads_its_verdict_over_mcp(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """run_suite and suite_run_status: the same run and verdict as over HTTP, refusals as the HTTP body's."""
+    from tests.support.live_server import live_server
+    from tests.test_mcp_tools import mcp_session, ok, text_of
+
+    user = new_user()
+    with live_server(create_app(whatif_settings(settings, agents[0]), database_url)) as url:
+        async with service(whatif_settings(settings, agents[0]), database_url) as client:
+            suite_id, _ = await _suite_of(client, pool, user, 4)
+        async with mcp_session(url, {"X-User-Id": user}) as mcp:
+            tools = {t.name: t for t in (await mcp.list_tools()).tools}
+            assert tools["run_suite"].annotations is not None and tools["run_suite"].annotations.openWorldHint
+            assert tools["suite_run_status"].annotations is not None
+            assert tools["suite_run_status"].annotations.readOnlyHint
+            refused = await mcp.call_tool("run_suite", {"suite_id": suite_id, "agents": [], "judge_agent": ref(JUDGE)})
+            assert refused.isError and "name the agents" in text_of(refused)
+            run = ok(await mcp.call_tool(
+                "run_suite", {"suite_id": suite_id, "agents": [ref(MARKER_AGENT)], "judge_agent": ref(JUDGE)}
+            ))  # fmt: skip
+            deadline = time.monotonic() + 120
+            args = {"suite_id": suite_id, "run_id": run["id"]}
+            while (found := ok(await mcp.call_tool("suite_run_status", args)))["status"] not in ENDED:
+                assert time.monotonic() < deadline, found
+                await asyncio.sleep(0.3)
+            assert found["status"] == "completed" and found["verdict"]["by_agent"][0]["outcome"] == "better"
+            md = await mcp.call_tool("suite_run_status", {**args, "format": "markdown"})
+            assert text_of(md).startswith(f"# Suite run {run['id']} (completed)")
