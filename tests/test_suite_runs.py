@@ -368,3 +368,36 @@ async def test_an_agent_runs_a_suite_and_reads_its_verdict_over_mcp(
             assert found["status"] == "completed" and found["verdict"]["by_agent"][0]["outcome"] == "better"
             md = await mcp.call_tool("suite_run_status", {**args, "format": "markdown"})
             assert text_of(md).startswith(f"# Suite run {run['id']} (completed)")
+
+
+async def test_a_run_leaves_room_for_another_users_whatif(
+    settings: Settings,
+    database_url: str,
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """A run starts its cases a few at a time (WHATIF_MAX_PARALLEL's worth of branches), so another user's what-if,
+    started while the run has cases still waiting, ends before the run does: it waits behind the turns running,
+    not behind the run's every branch."""
+    user, other = new_user(), new_user()
+    one = dataclasses.replace(whatif_settings(settings, agents[0]), whatif_max_parallel=1)
+    async with service(one, database_url) as client:
+        suite_id, _ = await _suite_of(client, pool, user, 8)
+        body = {"agents": [ref(V1)], "judge": {"agent": ref(JUDGE)}}
+        r = await client.post(f"/api/suites/{suite_id}/runs", json=body, headers=_h(user))
+        assert r.status_code == 202, r.text
+        path = f"/api/suites/{suite_id}/runs/{r.json()['data']['id']}"
+        conv = await seed(pool, dialect="v1", turns=2, user_id=other)
+        w = await client.post(
+            f"/api/sessions/{conv.session_id}/whatif", headers=_h(other),
+            json={"rewind_before_invocation_id": conv.invocation_ids[1], "agent_ref": ref(V1)},
+        )  # fmt: skip
+        assert w.status_code == 202, w.text
+        job = w.json()["data"]["job"]["id"]
+        deadline = time.monotonic() + 60
+        while (await client.get(f"/api/whatif/{job}", headers=_h(other))).json()["data"]["status"] == "running":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        meanwhile = (await client.get(path, headers=_h(user))).json()["data"]
+        assert meanwhile["status"] == "running" and meanwhile["progress"]["judged"] < 8, meanwhile["progress"]
+        assert (await until_ended(client, path, user))["status"] == "completed"
