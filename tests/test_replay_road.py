@@ -138,6 +138,7 @@ async def follow(req: msgspec.Struct, start: Any) -> Road:
     """Run `start()` with a profiler that notes each call carrying the request (see the module's text)."""
     marks = _marks(req)
     calls: list[str] = []
+    names: list[str] = []  # each call's module and function (ROAD_VERBOSE prints them)
     entered: dict[int, FrameType] = {}  # frames seen (kept, so that no id is reused): a resume is not a call
 
     def profile(frame: FrameType, event: str, _arg: object) -> None:
@@ -159,12 +160,15 @@ async def follow(req: msgspec.Struct, start: Any) -> Road:
             return  # the runner's jobs and chores, launched by the start: not the start's road
         if any(_carries(v, marks) for v in frame.f_locals.values()):
             calls.append(frame.f_globals["__name__"])
+            names.append(f"{frame.f_globals['__name__'].removeprefix('service.')}.{frame.f_code.co_name}")
 
     sys.setprofile(profile)
     try:
         await start()
     finally:
         sys.setprofile(None)
+    if os.environ.get("ROAD_VERBOSE"):
+        print("\n".join(names))
     stays = [m for i, m in enumerate(calls) if i == 0 or calls[i - 1] != m]
     return Road(stays=stays)
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from service.agents.replay.terms import MAX_BRANCHES, Boundary, Replay, SourceTurn, Span, whole
 from service.branches import turns as turn_listing
 from service.errors import NotFound, Unprocessable
-from service.identity import Caller, visible_session
+from service.identity import Seen
 from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.sessions import SessionRow
@@ -24,16 +24,15 @@ from service.operations import plan
 from service.services import Services
 
 
-async def start_turn(svc: Services, caller: Caller, replay: Replay) -> Boundary:
+async def start_turn(svc: Services, conn: Connection, seen: Seen, replay: Replay) -> Boundary:
     """The turn a replay starts from, named by invocation or by task (one of the two: the engine checked it).
     A task of an ADK agent names its invocation's turn; a task of an agent that writes no invocation id names
     the turn that starts with it."""
     invocation_id, task_id, session_id = replay.invocation_id, replay.task_id, replay.session_id
     if task_id is None:
         return Boundary(invocation_id=invocation_id, task_id=None)
-    async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        source, _ = await visible_session(svc, conn, caller, session_id)
-        _, rows = await turns_read_from(svc, conn, source)
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        rows = await runtime_rows(svc, conn, seen)
         named = await boundaries.named_turn(svc, conn, rows, None, task_id)
     if named.missing is not None:
         raise NotFound(f"task {task_id} not found in session {session_id}")
@@ -42,11 +41,20 @@ async def start_turn(svc: Services, caller: Caller, replay: Replay) -> Boundary:
     return Boundary(invocation_id=named.invocation_id, task_id=None)
 
 
-async def turns_read_from(svc: Services, conn: Connection, source: SessionRow) -> tuple[str, SessionRow]:
-    """The session's framework, and where its turns are read: its runtime's own row when the runtime wrote
-    them under kagent's default user (frameworks.runtime_session), else the session's."""
-    framework = await frameworks.detect(svc.store, conn, source.id, source.user_id)
-    return framework, await frameworks.runtime_session(svc.store, conn, source, framework) or source
+async def turns_read_from(
+    svc: Services, conn: Connection, source: SessionRow
+) -> tuple[str, SessionRow, tuple[str, ...]]:
+    """The framework of a session read by no caller (an experiment's source, its creator's), where its turns are
+    read (its runtime's own row when the runtime wrote them under kagent's default user, frameworks.runtime_session;
+    else the session's), and whose rows of it are the owner's (frameworks.runtime_users), each asked once."""
+    users = tuple(await frameworks.runtime_users(svc.store, conn, source.id, source.user_id))
+    framework = await frameworks.detect(svc.store, conn, source.id, source.user_id, users)
+    return framework, await frameworks.runtime_session(svc.store, conn, source, framework, users) or source, users
+
+
+async def runtime_rows(svc: Services, conn: Connection, seen: Seen) -> SessionRow:
+    """turns_read_from's row for a session whose access the door settled (its framework and users known)."""
+    return await frameworks.runtime_session(svc.store, conn, seen.row, seen.framework, seen.users) or seen.row
 
 
 def _count(wanted: int | float | str, available: int, boundary: str) -> int:
@@ -61,15 +69,13 @@ def _count(wanted: int | float | str, available: int, boundary: str) -> int:
     return count
 
 
-async def task_span(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, task_id: str, wanted: int | float | str
-) -> Span:
+async def task_span(svc: Services, conn: Connection, seen: Seen, task_id: str, wanted: int | float | str) -> Span:
     """The span of a turn known by its task alone (an agent without invocation ids): that turn and the later
     ones as the turn listing gives them (one turn per task, in the tasks' order), each re-asked with its task's
     first user message. Needs a (repeatable read) transaction."""
-    source, _ = await visible_session(svc, conn, caller, session_id)
-    framework, rows = await turns_read_from(svc, conn, source)
-    listed = await turn_listing.ordered_turns(svc, conn, source, framework)
+    source, session_id = seen.row, seen.row.id
+    rows = await runtime_rows(svc, conn, seen)
+    listed = await turn_listing.ordered_turns(svc, conn, source, seen.framework, seen.users)
     keys = [t.invocation_id for t in listed]
     at = keys.index(turn_listing.TASK_TURN + task_id) if turn_listing.TASK_TURN + task_id in keys else None
     if at is None:
@@ -88,7 +94,7 @@ async def task_span(
                 break
             ids.append(t.task_id)
         ids = ids[: _count(wanted, len(ids), task_id)]
-        users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
+        users = list(seen.users)
         found = {
             r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)
         }
@@ -194,25 +200,21 @@ async def _tokens_before(
     return [math.ceil(chars.get(at, 0) / 4) for at in times]
 
 
-async def span_of(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, boundary: Boundary, wanted: int | float | str
-) -> Span:
+async def span_of(svc: Services, conn: Connection, seen: Seen, boundary: Boundary, wanted: int | float | str) -> Span:
     """The span from the boundary (read_span, or task_span for a turn known by its task alone) in a read-only
     snapshot of its own, the source's turn map made true first (outside it)."""
     if boundary.task_id is not None:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
-            return await task_span(svc, conn, caller, session_id, boundary.task_id, wanted)
-    source, _ = await visible_session(svc, conn, caller, session_id)
-    mapped = await turn_map.prepare(svc.store, conn, source.id, source.user_id)
+            return await task_span(svc, conn, seen, boundary.task_id, wanted)
+    mapped = await turn_map.prepare(svc.store, conn, seen.row.id, seen.owner)
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        return await read_span(svc, conn, caller, session_id, boundary.key, wanted, mapped=mapped)
+        return await read_span(svc, conn, seen, boundary.key, wanted, mapped=mapped)
 
 
 async def read_span(
     svc: Services,
     conn: Connection,
-    caller: Caller,
-    session_id: str,
+    seen: Seen,
     boundary: str,
     wanted: int | float | str,
     *,
@@ -221,7 +223,7 @@ async def read_span(
     """The source turns from `boundary` on (`wanted` of them, or "all"), each with the user message to send
     again and the estimated context before it. Needs a (repeatable read) transaction; `mapped`: the
     source's turn map was prepared before it (read if its guard holds here)."""
-    source, _ = await visible_session(svc, conn, caller, session_id)
+    source = seen.row
     mapped = mapped and await turn_map.usable(svc.store, conn, source.id, source.user_id)
     found = await _mapped_from(svc, conn, source, boundary) if mapped else None
     if found is None:
