@@ -74,7 +74,9 @@ async def _find_cut(
     *,
     mapped: bool,
     named: NamedTurn,
+    found: plan.BoundaryTask | None = None,
 ) -> Cut:
+    """The cut at the named turn; `found`: its task as a replay's span found it (Into.found)."""
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = named.invocation_id
     events_before = boundary_task = None
@@ -83,8 +85,11 @@ async def _find_cut(
         boundary_task = plan.find_boundary_task(candidates, boundary)
     elif boundary is not None:
         prefilter = dialects.verbatim_in_json(boundary)
+        known = await _unchanged(svc, conn, source, found)
         event_search = store.events.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
-        if reader is not None:
+        if known is not None:
+            events_before, boundary_task = await event_search, known
+        elif reader is not None:
             # Neither search has an index to use: each reads all of the session's rows of its table, so
             # with a reader they run at once, on two connections in one snapshot.
             events_before, candidates = await together(
@@ -93,10 +98,23 @@ async def _find_cut(
         else:
             events_before = await event_search
             candidates = await store.tasks.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
-        boundary_task = plan.find_boundary_task(candidates, boundary)
+        if known is None:
+            boundary_task = plan.find_boundary_task(candidates, boundary)
     return await _cut_of(
         svc, conn, source, req, last_task, mapped=mapped, named=named, events_at=events_before, task=boundary_task
     )
+
+
+async def _unchanged(
+    svc: Services, conn: Connection, source: SessionRow, found: plan.BoundaryTask | None
+) -> plan.BoundaryTask | None:
+    """`found` (the boundary's task a replay's span found in its snapshot) when this snapshot holds it unchanged,
+    live and the source's: no task made since is older, so it is still the first that carries the boundary (as
+    tasks_mentioning and plan.find_boundary_task would find it). None: search again."""
+    if found is None:
+        return None
+    row = await svc.store.tasks.owned_task(conn, source.id, source.user_id, found.row.id)
+    return found if row == found.row else None
 
 
 async def _cut_of(
@@ -223,6 +241,9 @@ class Into:
 
     agent_id: str | None = None
     then: AfterFork | None = None
+    # The boundary's task as a replay's span found it, in its own snapshot: taken when it is unchanged in the
+    # fork's (_unchanged), so that a replay's forks do not each search the session's tasks again.
+    found: plan.BoundaryTask | None = None
 
 
 async def fork(
@@ -394,7 +415,8 @@ async def _fork_in_transaction(
         # turns, proven by the server copy, spares that. With it the exact cut is a read of the map.
         # Only the server copy (per_task tasks of the owner) proves a guess: a guess for a merged fork
         # was always undone (360 ms lost at 100,000 legacy events, bench/pieces.py), so none is made.
-        guessing = not mapped and caller.user_id == owner and not req.dry_run
+        # A replay's fork whose span found the boundary's task needs no guess: that task is checked by its id.
+        guessing = not mapped and caller.user_id == owner and not req.dry_run and into.found is None
         if guessing and reader is not None and boundary is not None and await _always_per_task(svc, conn, source, req):
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:
@@ -408,7 +430,7 @@ async def _fork_in_transaction(
                 # Let the reader's search end: cancelled mid-statement, it would abort the reader's
                 # transaction, which the exact cut below reads in.
                 await asyncio.wait((guess.events_search,))
-        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named)
+        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named, found=into.found)
         return await _plan_and_write(fork, cut, None)
 
 

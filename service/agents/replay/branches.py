@@ -217,7 +217,7 @@ async def write(
                     rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id,
                     name=name, if_boundary_missing="error",
                 ),
-                into=forking.Into(agent_id=branch.agent_id, then=then), seen=seen,
+                into=forking.Into(agent_id=branch.agent_id, then=then, found=branch.span.found), seen=seen,
             )  # fmt: skip
         except ServiceError as exc:
             if not written.jobs:

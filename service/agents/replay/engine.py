@@ -61,8 +61,8 @@ async def start(
         async with svc.connection() as conn:
             seen = seen or await settle(svc, conn, caller, replay.session_id)
             boundary = await span.start_turn(svc, conn, seen, replay)
+            replay = span.with_control(replay, seen.row)
             found = await span.span_of(svc, conn, seen, boundary, replay.turns)
-        replay = span.with_control(replay, found)
         # The arms' and the judge's rows first, so that each room is entered once: the gates (the context, then
         # the money, which needs the models), then the cards, then the tools.
         own = found.agent_ref  # no agent named: the source's own (answerers.cast refuses one that is not ns/name)
@@ -130,8 +130,8 @@ async def dry_run(
     async with svc.connection() as conn:
         seen = seen or await settle(svc, conn, caller, replay.session_id)
         boundary = await span.start_turn(svc, conn, seen, replay)
+        replay = span.with_control(replay, seen.row)
         found = await span.span_of(svc, conn, seen, boundary, replay.turns)
-    replay = span.with_control(replay, found)
     refused: list[str] = []
     try:
         gate.gate(svc, replay, found)

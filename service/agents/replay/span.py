@@ -16,6 +16,7 @@ from service.branches import turns as turn_listing
 from service.errors import NotFound, Unprocessable
 from service.identity import Seen
 from service.kagent import dialects, frameworks, turn_map
+from service.kagent.store.agents import agent_ref_of
 from service.kagent.store.base import Connection
 from service.kagent.store.sessions import SessionRow
 from service.kagent.store.tasks import TaskRow
@@ -125,7 +126,7 @@ async def task_span(svc: Services, conn: Connection, seen: Seen, task_id: str, w
 
 async def _boundary_task(
     svc: Services, conn: Connection, source: SessionRow, invocation_id: str
-) -> tuple[TaskRow, dialects.TaskDialect, dialects.JSON]:
+) -> tuple[plan.BoundaryTask, dialects.TaskDialect, dialects.JSON]:
     prefilter = dialects.verbatim_in_json(invocation_id)
     candidates = await svc.store.tasks.tasks_mentioning(
         conn, source.id, source.user_id, invocation_id, prefilter=prefilter
@@ -141,27 +142,39 @@ async def _boundary_task(
     message = dialects.user_message(dialects.decode(found.row.data), dialect, invocation_id)
     if message is None:
         raise Unprocessable(f"the turn {invocation_id} has no user message to send")
-    return found.row, dialect, message
+    return found, dialect, message
 
 
 @dataclass(frozen=True, kw_only=True)
 class _From:
     """The boundary turn's task and message, and the turns the events show from it on (the listing's)."""
 
-    task: TaskRow
+    found: plan.BoundaryTask  # the boundary's task (`task`) and where its history is cut
     dialect: dialects.TaskDialect
     first: dialects.JSON
     later: list[tuple[str, datetime]]  # (invocation id, start): empty for a turn only its task knows
     position: int | None
+    count: int | None = None  # how many turns are re-asked, when known before the task was looked for
+
+    @property
+    def task(self) -> TaskRow:
+        return self.found.row
 
 
-async def _exact_from(svc: Services, conn: Connection, source: SessionRow, boundary: str) -> _From:
-    task, dialect, first = await _boundary_task(svc, conn, source, boundary)
+async def _exact_from(
+    svc: Services, conn: Connection, source: SessionRow, boundary: str, wanted: int | float | str
+) -> _From:
+    """The turns the events show from the boundary on, how many of them are re-asked (when the events know the
+    turn: the task search, the last step, is not made for a count out of range), then the boundary's task."""
     listed = await svc.store.events.event_turns(conn, source.id, source.user_id)
     ids = [t.invocation_id for t in listed]
     at = ids.index(boundary) if boundary in ids else None
     later = [(t.invocation_id, t.started_at) for t in listed[at:]] if at is not None else []
-    return _From(task=task, dialect=dialect, first=first, later=later, position=None if at is None else at + 1)
+    count = _count(wanted, len(later), boundary) if later else None
+    found, dialect, first = await _boundary_task(svc, conn, source, boundary)
+    return _From(
+        found=found, dialect=dialect, first=first, later=later, position=None if at is None else at + 1, count=count
+    )
 
 
 async def _mapped_from(svc: Services, conn: Connection, source: SessionRow, boundary: str) -> _From | None:
@@ -172,19 +185,20 @@ async def _mapped_from(svc: Services, conn: Connection, source: SessionRow, boun
     if turn is None or turn.task_id is None or turn.started_at is None:
         return None
     row = await svc.store.tasks.task_by_id(conn, turn.task_id, sid)
-    if row is None or plan.find_boundary_task([row], boundary) is None:
+    found = plan.find_boundary_task([row], boundary) if row is not None else None
+    if row is None or found is None:
         return None
     dialect = plan.dialect_of(row)
     first = dialects.user_message(dialects.decode(row.data), dialect, boundary)
     if first is None:
         raise Unprocessable(f"the turn {boundary} has no user message to send")
     if not turn.has_messages:
-        return _From(task=row, dialect=dialect, first=first, later=[], position=None)
+        return _From(found=found, dialect=dialect, first=first, later=[], position=None)
     rest = await maps.turn_page(conn, sid, owner, turn, 1 << 30)
     later = [(turn.invocation_id, turn.started_at)]
     later += [(t.invocation_id, t.started_at) for t in rest if t.has_messages and t.started_at is not None]
     position = await maps.figures.event_turns_before(conn, sid, owner, turn) + 1
-    return _From(task=row, dialect=dialect, first=first, later=later, position=position)
+    return _From(found=found, dialect=dialect, first=first, later=later, position=position)
 
 
 async def _tokens_before(
@@ -227,10 +241,10 @@ async def read_span(
     mapped = mapped and await turn_map.usable(svc.store, conn, source.id, source.user_id)
     found = await _mapped_from(svc, conn, source, boundary) if mapped else None
     if found is None:
-        found = await _exact_from(svc, conn, source, boundary)
+        found = await _exact_from(svc, conn, source, boundary, wanted)
     task, dialect, later = found.task, found.dialect, found.later
     # A turn only its task knows (no events) can be asked; nothing after it is known.
-    count = _count(wanted, max(len(later), 1), boundary)
+    count = found.count if found.count is not None else _count(wanted, max(len(later), 1), boundary)
     turns = [
         SourceTurn(invocation_id=boundary, message=found.first, started_at=later[0][1] if later else task.created_at)
     ]
@@ -253,20 +267,21 @@ async def read_span(
         turns.append(SourceTurn(invocation_id=inv, message=messages[inv], started_at=started_at))
     tokens = await _tokens_before(svc, conn, source, [t.started_at for t in turns], mapped)
     return Span(
-        source=source, dialect=dialect, turns=turns, tokens=tokens, position=found.position,
+        source=source, dialect=dialect, turns=turns, tokens=tokens, position=found.position, found=found.found,
     )  # fmt: skip
 
 
-def with_control(replay: Replay, found: Span) -> Replay:
+def with_control(replay: Replay, source: SessionRow) -> Replay:
     """The replay with the source's own agent among its agents when `control` asks for it: its verdict against the
     source is the noise floor, what running the same agent again scores against itself. Resolved here, where the
-    source's agent is first known, and counted against the branch limit (it is one more agent)."""
+    source's agent is first known (its row, settled at the door), and counted against the branch limit (it is one
+    more agent)."""
     if not replay.control or replay.agents is None:  # no agents named: the source's own agent is the only one
         return replay
-    own = found.agent_ref
+    own = agent_ref_of(source.agent_id) if source.agent_id else None
     if own is None:
         raise Unprocessable(
-            f"control: the source session's agent {found.source.agent_id!r} is not namespace/name, so it cannot "
+            f"control: the source session's agent {source.agent_id!r} is not namespace/name, so it cannot "
             "be run again as the control"
         )
     if own in replay.agents:
