@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import TypeVar
 
 import asyncpg
 import msgspec
@@ -19,15 +20,16 @@ import pytest
 from service.agents import experiments, whatif
 from service.branches import turns
 from service.config import Settings
-from service.identity import Caller
+from service.identity import Caller, settle
 from service.kagent.store import Store
 from service.operations import forking
 from service.schemas import ForkRequest
 from service.services import Services, open_lock_pool
 from tests.helpers import new_user, seed
 from tests.support.a2a_agent import LEGACY, NAMESPACE, Seen, running_agents
-from tests.support.conversations import create_share
+from tests.support.conversations import Conversation, create_share
 
+T = TypeVar("T")
 COUNTED = ("share_by_token", "get_session", "lock_session", "runtime_rows_owned", "framework_signals")
 
 
@@ -45,6 +47,14 @@ class Queries:
 
     def counted(self) -> dict[str, int]:
         return {name: self.seen[name] for name in COUNTED}
+
+    async def of(self, request: Awaitable[T]) -> T:
+        """The request's answer, its queries counted."""
+        self.on = True
+        try:
+            return await request
+        finally:
+            self.on = False
 
 
 @pytest.fixture(scope="module")
@@ -73,21 +83,23 @@ async def counted(
         await logged.close()
 
 
-async def _shared(pool: asyncpg.Pool, owner: str, session_id: str) -> Caller:
+@pytest.fixture
+async def shared(pool: asyncpg.Pool) -> tuple[Conversation, Caller]:
+    """A new conversation, and a caller who comes to it by a share link (its token's query counted too)."""
+    conv = await seed(pool, dialect="legacy", turns=3)
     async with pool.acquire() as conn:
-        token = await create_share(conn, session_id=session_id, owner=owner, read_only=False)
-    return Caller(user_id=new_user(), share_token=token)
+        token = await create_share(conn, session_id=conv.session_id, owner=conv.user_id, read_only=False)
+    return conv, Caller(user_id=new_user(), share_token=token)
 
 
-ONCE = {name: 1 for name in ("share_by_token", "get_session", "runtime_rows_owned", "framework_signals")}
+# Once each; the row is not locked (only a rewind locks it).
+ONCE = {"share_by_token": 1, "get_session": 1, "lock_session": 0, "runtime_rows_owned": 1, "framework_signals": 1}
 
 
 async def test_an_experiment_start_settles_its_access_once(
-    pool: asyncpg.Pool, counted: tuple[Services, Queries]
+    counted: tuple[Services, Queries], shared: tuple[Conversation, Caller]
 ) -> None:
-    svc, queries = counted
-    conv = await seed(pool, dialect="legacy", turns=3)
-    caller = await _shared(pool, conv.user_id, conv.session_id)
+    (svc, queries), (conv, caller) = counted, shared
     ref = f"{NAMESPACE}/{LEGACY}"
     req = msgspec.convert(
         {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [ref], "repeats": 2, "turns": 1},
@@ -95,36 +107,50 @@ async def test_an_experiment_start_settles_its_access_once(
     )
     runner = whatif.Runner(svc=svc)
     try:
-        queries.on = True
-        answer, replayed = await experiments.start(svc, runner, caller, conv.session_id, req)
-        queries.on = False
+        answer, replayed = await queries.of(experiments.start(svc, runner, caller, conv.session_id, req))
         await asyncio.gather(*runner.jobs.values(), return_exceptions=True)
     finally:
         await runner.stop()
     assert not replayed and isinstance(answer, experiments.Started)
     assert len(answer.experiment.branches) == 2  # two branches, two forks: the access settled for both
-    assert queries.counted() == {**ONCE, "lock_session": 0}
+    assert queries.counted() == ONCE
 
 
-async def test_a_fork_settles_its_access_once(pool: asyncpg.Pool, counted: tuple[Services, Queries]) -> None:
-    svc, queries = counted
-    conv = await seed(pool, dialect="legacy", turns=3)
-    caller = await _shared(pool, conv.user_id, conv.session_id)
-    queries.on = True
-    outcome = await forking.fork(
-        svc, caller, conv.session_id, ForkRequest(rewind_before_invocation_id=conv.invocation_ids[2])
-    )
-    queries.on = False
-    assert outcome.created
-    assert queries.counted() == {**ONCE, "lock_session": 0}
+async def test_a_fork_settles_its_access_once(
+    counted: tuple[Services, Queries], shared: tuple[Conversation, Caller]
+) -> None:
+    (svc, queries), (conv, caller) = counted, shared
+    req = ForkRequest(rewind_before_invocation_id=conv.invocation_ids[2])
+    assert (await queries.of(forking.fork(svc, caller, conv.session_id, req))).created
+    assert queries.counted() == ONCE
 
 
-async def test_a_listing_settles_its_access_once(pool: asyncpg.Pool, counted: tuple[Services, Queries]) -> None:
-    svc, queries = counted
-    conv = await seed(pool, dialect="legacy", turns=3)
-    caller = await _shared(pool, conv.user_id, conv.session_id)
-    queries.on = True
-    page = await turns.invocations(svc, caller, conv.session_id)
-    queries.on = False
+async def test_a_listing_settles_its_access_once(
+    counted: tuple[Services, Queries], shared: tuple[Conversation, Caller]
+) -> None:
+    (svc, queries), (conv, caller) = counted, shared
+    page = await queries.of(turns.invocations(svc, caller, conv.session_id))
     assert [t.invocation_id for t in page.items] == conv.invocation_ids
-    assert queries.counted() == {**ONCE, "lock_session": 0}
+    assert queries.counted() == ONCE
+
+
+async def test_a_start_given_its_settled_access_asks_none_again(
+    counted: tuple[Services, Queries], shared: tuple[Conversation, Caller]
+) -> None:
+    """A door that settled the source's access already (a suite, once for its cases) passes it: the start asks
+    none of it again."""
+    (svc, queries), (conv, caller) = counted, shared
+    async with svc.connection() as conn:
+        seen = await settle(svc, conn, caller, conv.session_id)
+    req = msgspec.convert(
+        {"rewind_before_invocation_id": conv.invocation_ids[1], "agents": [f"{NAMESPACE}/{LEGACY}"], "turns": 1},
+        experiments.ExperimentRequest,
+    )
+    runner = whatif.Runner(svc=svc)
+    try:
+        answer, _ = await queries.of(experiments.start(svc, runner, caller, conv.session_id, req, seen=seen))
+        await asyncio.gather(*runner.jobs.values(), return_exceptions=True)
+    finally:
+        await runner.stop()
+    assert isinstance(answer, experiments.Started)
+    assert queries.counted() == dict.fromkeys(COUNTED, 0)
