@@ -22,8 +22,8 @@ from service.branches import turns
 from service.config import Settings
 from service.identity import Caller, settle
 from service.kagent.store import Store
-from service.operations import forking
-from service.schemas import ForkRequest
+from service.operations import forking, rewind
+from service.schemas import ForkRequest, RewindRequest
 from service.services import Services, open_lock_pool
 from tests.helpers import new_user, seed
 from tests.support.a2a_agent import LEGACY, NAMESPACE, Seen, running_agents
@@ -154,3 +154,13 @@ async def test_a_start_given_its_settled_access_asks_none_again(
         await runner.stop()
     assert isinstance(answer, experiments.Started)
     assert queries.counted() == dict.fromkeys(COUNTED, 0)
+
+
+async def test_a_rewind_settles_its_access_once_and_locks_the_row(
+    counted: tuple[Services, Queries], shared: tuple[Conversation, Caller]
+) -> None:
+    (svc, queries), (conv, caller) = counted, shared
+    req = RewindRequest(rewind_before_invocation_id=conv.invocation_ids[2])
+    done = await queries.of(rewind.rewind(svc, caller, conv.session_id, req))
+    assert isinstance(done, rewind.RewindResult) and done.rewind.events_removed > 0
+    assert queries.counted() == {**ONCE, "lock_session": 1}  # the row locked, its access not asked again

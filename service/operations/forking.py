@@ -284,8 +284,8 @@ async def _fork_or_doubt(
     # A source never asked about is forked (or planned) from kagent's rows and mapped after (docs/turn-map.md).
     async with turn_map.first_touch_exact(svc.store, svc.connection), svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
-            return await _fork_within_rate(svc, conn, seen or await settle(svc, conn, caller, session_id), req, None,
-                                           into)  # fmt: skip
+            seen = seen or await settle(svc, conn, caller, session_id)
+            return await _fork_within_rate(svc, conn, seen, req, None, into)
         digest = request_hash(session_id, req)
         # Concurrent retries of one key wait here, then find the first one's answer.
         async with svc.store.lineage.key_lock(conn, f"fork:{caller.user_id}", idempotency_key):
