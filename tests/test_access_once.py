@@ -22,8 +22,8 @@ from service.branches import turns
 from service.config import Settings
 from service.identity import Caller, settle
 from service.kagent.store import Store
-from service.operations import forking, rewind
-from service.schemas import ForkRequest, RewindRequest
+from service.operations import forking, plan, rewind
+from service.schemas import ForkedSession, ForkRequest, RewindRequest
 from service.services import Services, open_lock_pool
 from tests.helpers import new_user, seed
 from tests.support.a2a_agent import LEGACY, NAMESPACE, Seen, running_agents
@@ -70,6 +70,7 @@ async def counted(
     tight = dataclasses.replace(settings, kagent_a2a_url=agents[0], whatif_heartbeat_seconds=0.2)
     store = Store(tight.service_schema)
     queries = Queries(names={store.sessions.q[name]: name for name in COUNTED})
+    queries.names[store.tasks.q["tasks_mentioning"]] = "tasks_mentioning"  # the boundary task's search
 
     async def init(conn: asyncpg.Connection) -> None:
         conn.add_query_logger(queries.log)
@@ -164,3 +165,27 @@ async def test_a_rewind_settles_its_access_once_and_locks_the_row(
     done = await queries.of(rewind.rewind(svc, caller, conv.session_id, req))
     assert isinstance(done, rewind.RewindResult) and done.rewind.events_removed > 0
     assert queries.counted() == {**ONCE, "lock_session": 1}  # the row locked, its access not asked again
+
+
+async def test_a_replays_fork_takes_the_spans_boundary_task_only_unchanged(
+    counted: tuple[Services, Queries], shared: tuple[Conversation, Caller]
+) -> None:
+    """A replay's fork given the boundary task its span found (Into.found) takes it without searching the tasks
+    when its snapshot holds it unchanged, and searches when it does not: the same fork either way."""
+    (svc, queries), (conv, caller) = counted, shared
+    inv = conv.invocation_ids[1]
+    async with svc.connection() as conn:
+        candidates = await svc.store.tasks.tasks_mentioning(conn, conv.session_id, conv.user_id, inv, prefilter=True)
+    found = plan.find_boundary_task(candidates, inv)
+    assert found is not None
+    stale = dataclasses.replace(found, row=dataclasses.replace(found.row, data=found.row.data + " "))
+    req = ForkRequest(rewind_before_invocation_id=inv)
+    made = {}
+    for name, into in [("searched", None), ("taken", forking.Into(found=found)), ("stale", forking.Into(found=stale))]:
+        queries.seen.clear()
+        outcome = await queries.of(forking.fork(svc, caller, conv.session_id, req, into=into))
+        assert isinstance(outcome.data, ForkedSession)
+        info = outcome.data.fork
+        made[name] = (info.events_copied, info.tasks_copied, info.messages_copied, info.boundary_found, info.warnings)
+        assert queries.seen["tasks_mentioning"] == (0 if name == "taken" else 1), name
+    assert made["taken"] == made["searched"] == made["stale"]
