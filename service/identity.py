@@ -24,6 +24,7 @@ import msgspec
 
 from service.config import PublicKey, Settings, public_key_algorithm
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from service.kagent import frameworks
 from service.kagent.store.agents import AGENT_REF, agent_ref_of
 from service.kagent.store.base import Connection
 from service.kagent.store.sessions import SessionRow, Share
@@ -249,3 +250,34 @@ async def visible_session(
     if row is None:
         raise NotFound("Session not found")
     return row, access
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seen:
+    """A session's access, settled once at an operation's door (settle): the session row as the caller may see
+    it, who may read and write it, whose rows of it are the owner's, and its framework. The operation's rooms take
+    it instead of a session id and a caller, and none of them asks again."""
+
+    caller: Caller
+    row: SessionRow
+    access: Access
+    users: tuple[str, ...]  # the users whose rows of the session are its owner's (frameworks.runtime_users)
+    framework: frameworks.Framework
+    checkpoints: bool  # LangGraph checkpoints of it in kagent's database (the framework's first signal)
+
+    @property
+    def owner(self) -> str:
+        return self.row.user_id
+
+
+async def settle(svc: Services, conn: Connection, caller: Caller, session_id: str, *, lock: bool = False) -> Seen:
+    """The session's access for one operation (Seen): the share token's, the session row's, the ownership of the
+    rows under kagent's default user and the framework's queries, each run once. 404 alike for missing and not
+    visible; `lock`: the session row locked (in the caller's transaction)."""
+    row, access = await visible_session(svc, conn, caller, session_id, lock=lock)
+    users = await frameworks.runtime_users(svc.store, conn, row.id, row.user_id)
+    signals = await svc.store.sessions.framework_signals(conn, row.id, users)
+    return Seen(
+        caller=caller, row=row, access=access, users=tuple(users), framework=frameworks.decide(*signals),
+        checkpoints=signals[0],
+    )  # fmt: skip

@@ -6,6 +6,7 @@ an independent computation; cancel, takeover after a stopped replica, the cost g
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -50,6 +51,31 @@ async def until_over(client: Any, experiment_id: str, user: str, seconds: float 
         if data["status"] not in OVER:
             return data
         assert time.monotonic() < deadline, f"never ended: {data['status']} {data.get('judgment')}"
+        await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def judged_mcp(settings: Settings, database_url: str, a2a_url: str, user: str) -> AsyncIterator[Any]:
+    """An MCP session of `user` with a live service whose replays reach the scripted agents at `a2a_url`."""
+    from service.app import create_app
+    from tests.support.live_server import live_server
+    from tests.test_mcp_tools import mcp_session
+
+    with live_server(create_app(whatif_settings(settings, a2a_url), database_url)) as url:
+        async with mcp_session(url, {"X-User-Id": user}) as mcp:
+            yield mcp
+
+
+async def mcp_until_over(mcp: Any, tool: str, args: dict[str, str], seconds: float = 60) -> dict[str, Any]:
+    """The status the MCP tool answers once it no longer reads running or judging."""
+    from tests.test_mcp_tools import text_of
+
+    deadline = time.monotonic() + seconds
+    while True:
+        status: dict[str, Any] = json.loads(text_of(await mcp.call_tool(tool, args)))
+        if status["status"] not in OVER:
+            return status
+        assert time.monotonic() < deadline, status
         await asyncio.sleep(0.1)
 
 
@@ -522,38 +548,28 @@ async def test_mcp_starts_a_judged_experiment_reads_its_verdict_and_judges_it_ag
     pool: asyncpg.Pool,
     agents: tuple[str, Seen],  # noqa: F811
 ) -> None:
-    from service.app import create_app
-    from tests.support.live_server import live_server
-    from tests.test_mcp_tools import mcp_session, text_of
+    from tests.test_mcp_tools import text_of
 
-    a2a_url, _ = agents
     conv = await seed(pool, dialect="v1", turns=2)
-    with live_server(create_app(whatif_settings(settings, a2a_url), database_url)) as url:
-        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
-            started = await mcp.call_tool(
-                "start_experiment",
-                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
-                 "agents": [ref(MARKER_AGENT)], "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
-            )  # fmt: skip
-            assert not started.isError, text_of(started)
-            eid = json.loads(text_of(started))["experiment"]["id"]
-            deadline = time.monotonic() + 60
-            while True:
-                status = json.loads(text_of(await mcp.call_tool("experiment_status", {"experiment_id": eid})))
-                if status["status"] not in OVER:
-                    break
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
-            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source")
-            table = await mcp.call_tool("experiment_status", {"experiment_id": eid, "format": "markdown"})
-            assert "## Verdict (completed)" in text_of(table) and status["judgment"]["lines"][0] in text_of(table)
-            assert status["verdict"]["headline"] and f"**{status['verdict']['headline']}**" in text_of(table)
-            assert status["verdict"]["judge"] == {"agent": ref(JUDGE), "model": None, "criteria": "Be strict."}
-            again = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": ref(BIASED_JUDGE)})
-            assert not again.isError, text_of(again)
-            assert json.loads(text_of(again))["judgment"]["judge_agent_ref"] == ref(BIASED_JUDGE)
-            refused = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": "nope"})
-            assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
+    async with judged_mcp(settings, database_url, agents[0], conv.user_id) as mcp:
+        started = await mcp.call_tool(
+            "start_experiment",
+            {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+             "agents": [ref(MARKER_AGENT)], "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
+        )  # fmt: skip
+        assert not started.isError, text_of(started)
+        eid = json.loads(text_of(started))["experiment"]["id"]
+        status = await mcp_until_over(mcp, "experiment_status", {"experiment_id": eid})
+        assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source")
+        table = await mcp.call_tool("experiment_status", {"experiment_id": eid, "format": "markdown"})
+        assert "## Verdict (completed)" in text_of(table) and status["judgment"]["lines"][0] in text_of(table)
+        assert status["verdict"]["headline"] and f"**{status['verdict']['headline']}**" in text_of(table)
+        assert status["verdict"]["judge"] == {"agent": ref(JUDGE), "model": None, "criteria": "Be strict."}
+        again = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": ref(BIASED_JUDGE)})
+        assert not again.isError, text_of(again)
+        assert json.loads(text_of(again))["judgment"]["judge_agent_ref"] == ref(BIASED_JUDGE)
+        refused = await mcp.call_tool("judge_experiment", {"experiment_id": eid, "agent": "nope"})
+        assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
 
 
 def cli_on_a_new_conversation(

@@ -238,13 +238,15 @@ async def _spans(svc: Services, caller: Caller, session_id: str, invocations: li
     """A what-if's and an experiment's span (replay.span.span_of) of every turn, "all" turns: what each answers."""
     from service.agents.replay import span as spans
     from service.agents.replay.terms import Boundary
+    from service.identity import settle
 
     out: dict[str, Any] = {}
     for inv in invocations:
         async with svc.pool.acquire() as conn:
             try:
                 boundary = Boundary(invocation_id=inv, task_id=None)
-                span = await spans.span_of(svc, conn, caller, session_id, boundary, "all")
+                seen = await settle(svc, conn, caller, session_id)
+                span = await spans.span_of(svc, conn, seen, boundary, "all")
             except Exception as exc:  # the refusal itself must be the same
                 out[inv] = (type(exc).__name__, str(exc))
                 continue

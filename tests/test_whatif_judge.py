@@ -22,7 +22,7 @@ from tests.helpers import caller_fingerprint, seed
 from tests.support.a2a_agent import JUDGE, MARKER, MARKER_AGENT, NAMESPACE, SLOW, SLOW_JUDGE, V1, Seen
 from tests.support.classified_tools import classified_servers
 from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
-from tests.test_judge import cli_on_a_new_conversation, sides_of
+from tests.test_judge import cli_on_a_new_conversation, judged_mcp, mcp_until_over, sides_of
 from tests.test_whatif import service, whatif_settings
 
 OVER = ("running", "judging")
@@ -242,38 +242,28 @@ async def test_mcp_starts_a_judged_whatif_and_reads_its_verdict(
     pool: asyncpg.Pool,
     agents: tuple[str, Seen],  # noqa: F811
 ) -> None:
-    from service.app import create_app
-    from tests.support.live_server import live_server
-    from tests.test_mcp_tools import mcp_session, text_of
+    from tests.test_mcp_tools import text_of
 
-    a2a_url, _ = agents
     conv = await seed(pool, dialect="v1", turns=2)
-    with live_server(create_app(whatif_settings(settings, a2a_url), database_url)) as url:
-        async with mcp_session(url, {"X-User-Id": conv.user_id}) as mcp:
-            started = await mcp.call_tool(
-                "start_whatif",
-                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
-                 "agent_ref": ref(MARKER_AGENT), "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
-            )  # fmt: skip
-            assert not started.isError, text_of(started)
-            job = json.loads(text_of(started))["job"]
-            assert job["judgment"]["status"] == "waiting" and job["judgment"]["criteria"] == "Be strict."
-            deadline = time.monotonic() + 60
-            while True:
-                status = json.loads(text_of(await mcp.call_tool("whatif_status", {"job_id": job["id"]})))
-                if status["status"] not in OVER:
-                    break
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
-            assert status["status"] == "completed" and status["judgment"]["status"] == "completed"
-            assert status["verdict"]["by_agent"][0]["wins"] == 1
-            assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source")
-            refused = await mcp.call_tool(
-                "start_whatif",
-                {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
-                 "agent_ref": ref(V1), "judge_agent": "nope"},
-            )  # fmt: skip
-            assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
+    async with judged_mcp(settings, database_url, agents[0], conv.user_id) as mcp:
+        started = await mcp.call_tool(
+            "start_whatif",
+            {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+             "agent_ref": ref(MARKER_AGENT), "judge_agent": ref(JUDGE), "judge_criteria": "Be strict."},
+        )  # fmt: skip
+        assert not started.isError, text_of(started)
+        job = json.loads(text_of(started))["job"]
+        assert job["judgment"]["status"] == "waiting" and job["judgment"]["criteria"] == "Be strict."
+        status = await mcp_until_over(mcp, "whatif_status", {"job_id": job["id"]})
+        assert status["status"] == "completed" and status["judgment"]["status"] == "completed"
+        assert status["verdict"]["by_agent"][0]["wins"] == 1
+        assert status["judgment"]["lines"][0].startswith(f"{ref(MARKER_AGENT)}: inconclusive against the source")
+        refused = await mcp.call_tool(
+            "start_whatif",
+            {"session_id": conv.session_id, "rewind_before_invocation_id": conv.invocation_ids[1],
+             "agent_ref": ref(V1), "judge_agent": "nope"},
+        )  # fmt: skip
+        assert refused.isError and "judge.agent must be namespace/name" in text_of(refused)
 
 
 def test_the_cli_starts_a_judged_whatif_and_waits_for_its_verdict(

@@ -34,7 +34,7 @@ from service.agents.replay.terms import (
 )
 from service.agents.replay.tools import Reads, ToolPolicy, ToolsField
 from service.errors import Conflict, NotFound, Unprocessable
-from service.identity import Caller, visible_session
+from service.identity import Caller, Seen, visible_session
 from service.kagent.store.judgments import Vote
 from service.schemas import Text
 from service.services import Services
@@ -70,10 +70,11 @@ class ExperimentRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 async def start(
     svc: Services, runner: Runner, caller: Caller, session_id: str, req: ExperimentRequest, *,
-    idempotency_key: str | None = None, authorization: str | None = None,
+    idempotency_key: str | None = None, authorization: str | None = None, seen: Seen | None = None,
 ) -> tuple[Started | DryRun | msgspec.Raw, bool]:  # fmt: skip
     """Check everything, write every branch's fork and job, start them: (answer, replayed); or, as a dry run,
-    what it would do (DryRun)."""
+    what it would do (DryRun). `seen`: the source's access, when the caller settled it already (identity.settle:
+    a suite, once for the cases of one session); else the engine settles it, once."""
     digest = _encoder.encode([session_id, req]).hex()  # what a retry under the same Idempotency-Key sends again
     replay = Replay(
         kind="experiment", session_id=session_id, digest=digest, invocation_id=req.rewind_before_invocation_id,
@@ -83,7 +84,7 @@ async def start(
         tools=req.tools, reads=req.reads, dry_run=req.dry_run, control=req.control,
         judge=JudgeRef(agent=req.judge.agent, criteria=req.judge.criteria) if req.judge else None,
     )  # fmt: skip
-    answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization)
+    answer, replayed = await engine.start(svc, runner, caller, replay, idempotency_key, authorization, seen)
     assert isinstance(answer, Started | DryRun | msgspec.Raw)
     return answer, replayed
 

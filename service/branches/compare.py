@@ -21,8 +21,7 @@ from datetime import datetime
 import msgspec
 
 from service.branches import transcript
-from service.identity import Caller, visible_session
-from service.kagent import frameworks
+from service.identity import Caller, Seen, settle
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventTurn
 from service.kagent.store.sessions import SessionRow
@@ -77,14 +76,12 @@ def common_prefix(left: list[EventTurn], right: list[EventTurn]) -> int:
 async def compare(svc: Services, caller: Caller, left_id: str, right_id: str) -> Comparison:
     """Both sessions must be visible to the caller (404 otherwise, for either). One snapshot."""
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        left, _ = await visible_session(svc, conn, caller, left_id)
-        right, _ = await visible_session(svc, conn, caller, right_id)
+        # Each session's access settled once (identity.Seen): the transcripts below take it.
+        left_seen, right_seen = await settle(svc, conn, caller, left_id), await settle(svc, conn, caller, right_id)
+        left, right = left_seen.row, right_seen.row
         adk = ("adk", "adk-go")
-        if (
-            await frameworks.detect(svc.store, conn, left.id, left.user_id) not in adk
-            or await frameworks.detect(svc.store, conn, right.id, right.user_id) not in adk
-        ):
-            return await _by_transcript(svc, conn, left, right)
+        if left_seen.framework not in adk or right_seen.framework not in adk:
+            return await _by_transcript(svc, conn, left_seen, right_seen)
         left_turns = await svc.store.events.event_turns(conn, left.id, left.user_id)
         right_turns = await svc.store.events.event_turns(conn, right.id, right.user_id)
         common = common_prefix(left_turns, right_turns)
@@ -108,9 +105,9 @@ class _Figured:
     turn: Turn
 
 
-async def _figured(svc: Services, conn: Connection, session: SessionRow) -> list[_Figured]:
+async def _figured(svc: Services, conn: Connection, seen: Seen) -> list[_Figured]:
     """Every turn of the session's transcript, as figures (one turn's messages in memory at a time)."""
-    r = await transcript.open_reading(svc, conn, session)
+    r = await transcript.open_reading(svc, conn, seen.row, seen=seen)
     out = []
     async for t in r.turns():
         first = t.messages[0].text if t.messages else None
@@ -132,9 +129,10 @@ async def _figured(svc: Services, conn: Connection, session: SessionRow) -> list
     return out
 
 
-async def _by_transcript(svc: Services, conn: Connection, left: SessionRow, right: SessionRow) -> Comparison:
+async def _by_transcript(svc: Services, conn: Connection, left_seen: Seen, right_seen: Seen) -> Comparison:
     """The comparison of two sessions read as their transcripts read them (any framework)."""
-    a, b = await _figured(svc, conn, left), await _figured(svc, conn, right)
+    left, right = left_seen.row, right_seen.row
+    a, b = await _figured(svc, conn, left_seen), await _figured(svc, conn, right_seen)
     common = 0
     for x, y in zip(a, b, strict=False):
         if x.key != y.key:

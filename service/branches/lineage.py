@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from service.identity import Access, Caller, resolve_access, visible_session
+from service.identity import Access, Caller, visible_session
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventTurn
 from service.kagent.store.lineage import Lineage
@@ -98,8 +98,7 @@ async def forks(svc: Services, caller: Caller, session_id: str) -> list[ForkEntr
 
 async def tree(svc: Services, caller: Caller, session_id: str) -> TreeNode:
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        access = await resolve_access(svc, conn, caller, session_id)
-        source, _ = await visible_session(svc, conn, caller, session_id)
+        source, access = await visible_session(svc, conn, caller, session_id)
         viewer = _viewer(caller, session_id, access)
         limit = svc.settings.max_fork_depth + 1
         # Climb to the highest visible ancestor; `seen` stops a cycle in the records.

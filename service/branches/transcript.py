@@ -25,7 +25,7 @@ import msgspec
 
 from service.branches import turns
 from service.errors import NotFound
-from service.identity import Caller, visible_session
+from service.identity import Caller, Seen, settle
 from service.kagent import dialects, frameworks
 from service.kagent.store.base import Connection
 from service.kagent.store.events import TranscriptEvent
@@ -264,8 +264,8 @@ async def reading(
     `before_task`: only the turns before the one that task names (as a fork by task cuts)."""
     one_boundary(before, before_task, required=False, names=("before", "before_task"))
     async with svc.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        visible, _ = await visible_session(svc, conn, caller, session_id)
-        yield await open_reading(svc, conn, visible, before=before, before_task=before_task)
+        seen = await settle(svc, conn, caller, session_id)
+        yield await open_reading(svc, conn, seen.row, before=before, before_task=before_task, seen=seen)
 
 
 async def open_reading(
@@ -277,15 +277,21 @@ async def open_reading(
     before_task: str | None = None,
     cut_chars: int = CUT_CHARS,
     since: datetime | None = None,
+    seen: Seen | None = None,
 ) -> Reading:
     """The transcript of `visible` (a session the caller may see), on `conn`'s transaction, which must stay
     open while its turns are read (one Reading at a time on a connection: its rows come through a cursor).
     `cut_chars`: tool arguments and responses longer than that are cut (the replay endpoint's recordings,
     answered exactly as the events hold them, ask for them whole). `since`: only the rows written from then on
-    (a judge reads a branch's own turns of its fork so)."""
-    framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id)
+    (a judge reads a branch's own turns of its fork so). `seen`: `visible`'s access as the door settled it (its
+    framework and whose rows it holds), else asked here, once."""
+    if seen is not None:
+        framework, users = seen.framework, seen.users
+    else:
+        users = tuple(await frameworks.runtime_users(svc.store, conn, visible.id, visible.user_id))
+        framework = await frameworks.detect(svc.store, conn, visible.id, visible.user_id, users)
     # Read where the agent's runtime wrote the rows (as a fork reads them), told as the session it is.
-    runtime = await frameworks.runtime_session(svc.store, conn, visible, framework)
+    runtime = await frameworks.runtime_session(svc.store, conn, visible, framework, users)
     source = dataclasses.replace(runtime, name=visible.name) if runtime is not None else visible
     sid, owner = source.id, source.user_id
     until = tasks_until = None
@@ -304,8 +310,8 @@ async def open_reading(
             raise NotFound(f"invocation {before} not found in session {sid}")
     if framework in frameworks.TASK_CHAT or not await svc.store.sessions.has_events(conn, sid, owner):
         # The tasks the turn listing lists: the owner's and those its runtime wrote under kagent's default user.
-        users = await frameworks.runtime_users(svc.store, conn, sid, owner)
-        tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, users), tasks_until or until, since)
+        readers = list(users) if runtime is None else [owner]  # the runtime's rows: its user's alone
+        tasks = _before(svc.store.tasks.stream_runtime_tasks(conn, sid, owner, readers), tasks_until or until, since)
         return Reading(session=source, framework=framework, tasks=tasks)
     events = svc.store.events.stream_transcript_events(conn, sid, owner, until, cut_chars=cut_chars, since=since)
     if framework == "openai-agents":

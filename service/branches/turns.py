@@ -11,8 +11,8 @@ from datetime import datetime
 import msgspec
 
 from service.errors import BadRequest
-from service.identity import Caller, visible_session
-from service.kagent import dialects, frameworks, turn_map
+from service.identity import Caller, Seen, settle
+from service.kagent import dialects, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.events import EventHead, EventSpan, EventTurn
 from service.kagent.store.sessions import SessionRow
@@ -372,17 +372,17 @@ async def invocations(
     async with turn_map.first_touch_exact(store, svc.connection), svc.connection() as conn:
         # The session's turn map is made true first (its own short transaction), then read in the
         # listing's snapshot if its guard holds there.
-        source, _ = await visible_session(svc, conn, caller, session_id)
+        # The session's access is settled once, first (identity.Seen).
+        seen = await settle(svc, conn, caller, session_id)
+        source, framework = seen.row, seen.framework
         mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
-            source, _ = await visible_session(svc, conn, caller, session_id)
-            framework = await frameworks.detect(store, conn, source.id, source.user_id)
             # The turn map knows turns by invocation id: an agent that writes none (every framework but ADK)
             # has its turns read from its tasks.
             adk = framework in ("adk", "adk-go", "unknown")
             if adk and mapped and await turn_map.usable(store, conn, source.id, source.user_id):
                 return await _mapped_page(svc, conn, source, limit, after, framework)
-            return await _read_page(svc, conn, source, limit, after, framework)
+            return await _read_page(svc, conn, seen, limit, after)
 
 
 async def _mapped_page(
@@ -421,13 +421,12 @@ def _mapped(t: MapTurn) -> TurnInfo:
     )  # fmt: skip
 
 
-async def _read_page(
-    svc: Services, conn: Connection, source: SessionRow, limit: int, after: str | None, framework: str
-) -> Page:
+async def _read_page(svc: Services, conn: Connection, seen: Seen, limit: int, after: str | None) -> Page:
     """A page read from kagent's rows: all of them, sorted."""
+    source, framework = seen.row, seen.framework
     if framework in ("adk", "adk-go"):
         return await _adk_page(svc, conn, source, limit, after, framework)
-    ordered = await ordered_turns(svc, conn, source, framework)
+    ordered = await ordered_turns(svc, conn, source, framework, seen.users)
     start = _start(ordered, after)
     return Page(items=[_item(t, framework) for t in ordered[start : start + limit]],
                 last=start + limit >= len(ordered))  # fmt: skip
@@ -455,10 +454,13 @@ def _found_start(keys: list[str], after: str | None) -> int | None:
     return None if index is None else index + 1
 
 
-async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, framework: str) -> list[TurnInfo]:
+async def ordered_turns(
+    svc: Services, conn: Connection, source: SessionRow, framework: str, users: tuple[str, ...]
+) -> list[TurnInfo]:
     """Every turn of the session in the listing's order, read from all of its rows (no map, no index): for an
     agent that writes no invocation id, one turn per task (keyed TASK_TURN + its id), in the tasks' order.
-    Needs a transaction."""
+    `users`: whose rows of it are its owner's (frameworks.runtime_users, settled by the caller). Needs a
+    transaction."""
     turns = {
         t.invocation_id: _turn_info(t) for t in await svc.store.events.event_turns(conn, source.id, source.user_id)
     }
@@ -467,8 +469,7 @@ async def ordered_turns(svc: Services, conn: Connection, source: SessionRow, fra
         await with_tasks(svc, conn, source, turns)
         return sorted(turns.values(), key=lambda t: t.started_at)
     # Every task is a turn, also those its runtime wrote under kagent's default user (docs/frameworks.md).
-    users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
-    async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, users):
+    async for row in svc.store.tasks.stream_runtime_tasks(conn, source.id, source.user_id, list(users)):
         # A task that carries no invocation id is a turn of its own, keyed TASK_TURN + its id.
         if not _complete(turns, row, None):
             turns[TASK_TURN + row.id] = _task_turn(row)

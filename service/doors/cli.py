@@ -29,6 +29,7 @@ from service.doors import cli_suites
 if TYPE_CHECKING:
     import asyncpg
 
+    from service.agents.replay.runner import Runner
     from service.identity import Caller
     from service.kagent.store import Store
     from service.services import Services
@@ -637,23 +638,33 @@ async def _show(svc: Services, caller: Caller, args: argparse.Namespace) -> tupl
     return STREAMED, ""
 
 
+def _replay_body(args: argparse.Namespace, **own: object) -> dict[str, object]:
+    """A what-if's or an experiment's request from the options they share and its `own`, unset ones left out."""
+    body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
+            "name": args.name, "tools": args.tools, "reads": args.reads, "dry_run": args.dry_run or None,
+            "max_usd": args.max_usd,
+            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
+            if args.judge else None, **own}  # fmt: skip
+    return {k: v for k, v in body.items() if v is not None}
+
+
+async def _planned(runner: Runner, answer: msgspec.Struct) -> tuple[object, str]:
+    """A dry run's answer (nothing was started: the runner stops)."""
+    await runner.stop()
+    plan = msgspec.to_builtins(answer)
+    return plan, _show_plan(plan)
+
+
 async def _whatif(svc: Services, caller: Caller, args: argparse.Namespace) -> tuple[object, str]:
     from service.agents import whatif
 
-    body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
-            "agent_ref": args.agent, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None, "max_usd": args.max_usd,
-            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
-            if args.judge else None}  # fmt: skip
-    req = msgspec.convert({k: v for k, v in body.items() if v is not None}, whatif.WhatifRequest)
+    req = msgspec.convert(_replay_body(args, agent_ref=args.agent), whatif.WhatifRequest)
     # This process runs the job: without --wait it returns once the agent has the turn (the job is then
     # followed by the service's replicas, which take over a job whose runner stopped).
     runner = whatif.Runner(svc=svc)
     answer, _ = await whatif.start(svc, runner, caller, args.session_id, req)
     if isinstance(answer, whatif.DryRun):
-        await runner.stop()
-        plan = msgspec.to_builtins(answer)
-        return plan, _show_plan(plan)
+        return await _planned(runner, answer)
     assert isinstance(answer, whatif.Started)
     job_id = answer.job.id
     # --wait: until the job ended and its judge (if any) answered ("judging" meanwhile).
@@ -680,20 +691,16 @@ async def _experiment(svc: Services, caller: Caller, args: argparse.Namespace) -
             "/api/a2a); on the embedded demo (no DATABASE_URL) the demo's scripted agents answer"
         )
     turns: int | str = "all" if args.turns == "all" else int(args.turns)
-    body = {"rewind_before_invocation_id": args.before, "rewind_before_task_id": args.before_task,
-            "agents": args.agent or None, "turns": turns,
-            "message": {"text": args.message} if args.message is not None else None, "repeats": args.repeats,
-            "on_approval": args.on_approval, "name": args.name, "tools": args.tools, "reads": args.reads,
-            "dry_run": args.dry_run or None, "max_usd": args.max_usd, "control": args.control,
-            "judge": {"agent": args.judge, **({"criteria": args.criteria} if args.criteria else {})}
-            if args.judge else None}  # fmt: skip
-    req = msgspec.convert({k: v for k, v in body.items() if v is not None}, experiments.ExperimentRequest)
+    body = _replay_body(
+        args, agents=args.agent or None, turns=turns,
+        message={"text": args.message} if args.message is not None else None, repeats=args.repeats,
+        on_approval=args.on_approval, control=args.control,
+    )  # fmt: skip
+    req = msgspec.convert(body, experiments.ExperimentRequest)
     runner = whatif.Runner(svc=svc)
     answer, _ = await experiments.start(svc, runner, caller, args.session_id, req)
     if isinstance(answer, experiments.DryRun):
-        await runner.stop()
-        plan = msgspec.to_builtins(answer)
-        return plan, _show_plan(plan)
+        return await _planned(runner, answer)
     assert isinstance(answer, experiments.Started)
     experiment_id = answer.experiment.id
     while runner.jobs:

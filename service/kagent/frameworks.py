@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from service.kagent import dialects
@@ -105,20 +106,24 @@ def decide(langgraph: bool, crewai: bool, event_kinds: list[str], first_task: st
     return "unknown"
 
 
-async def detect(store: Store, conn: Connection, session_id: str, owner: str) -> Framework:
-    """The framework of the session `session_id` of `owner` (one query)."""
-    users = await runtime_users(store, conn, session_id, owner)
-    return decide(*await store.sessions.framework_signals(conn, session_id, users))
+async def detect(
+    store: Store, conn: Connection, session_id: str, owner: str, users: Sequence[str] | None = None
+) -> Framework:
+    """The framework of the session `session_id` of `owner` (one query, and runtime_users' unless `users` gives
+    its answer)."""
+    if users is None:
+        users = await runtime_users(store, conn, session_id, owner)
+    return decide(*await store.sessions.framework_signals(conn, session_id, list(users)))
 
 
 async def runtime_session(
-    store: Store, conn: Connection, source: SessionRow, framework: Framework
+    store: Store, conn: Connection, source: SessionRow, framework: Framework, users: Sequence[str] | None = None
 ) -> SessionRow | None:
     """The session row of the same id that the agent's runtime keeps under kagent's default user (or, when it
     made none, the owner's row as that user's), when the runtime wrote the conversation there and not under the
     session's owner (the 0.10.4 runtimes forward no user), and those rows are the owner's (runtime_users).
-    None: the owner's rows hold the conversation."""
-    if await written_elsewhere(store, conn, source, framework) is None:
+    None: the owner's rows hold the conversation. `users`: runtime_users' answer, when the caller has it."""
+    if await written_elsewhere(store, conn, source, framework, users) is None:
         return None
     row = await store.sessions.get_session(conn, source.id, KAGENT_DEFAULT_USER)
     # kagent-langgraph 0.10.4 writes tasks under that user with no session row of his: the rows are his all
@@ -126,12 +131,16 @@ async def runtime_session(
     return row or dataclasses.replace(source, user_id=KAGENT_DEFAULT_USER)
 
 
-async def written_elsewhere(store: Store, conn: Connection, source: SessionRow, framework: Framework) -> str | None:
+async def written_elsewhere(
+    store: Store, conn: Connection, source: SessionRow, framework: Framework, users: Sequence[str] | None = None
+) -> str | None:
     """Why this session's rows are read from kagent's default user's and not the owner's: its runtime wrote
     them there (kagent-openai 0.10.4: its events, tasks and a session row; kagent-langgraph, kagent-crewai,
     kagent-claude: their tasks), and they are the owner's (runtime_users). None: the owner's rows hold them."""
     owner = source.user_id
-    if KAGENT_DEFAULT_USER not in await runtime_users(store, conn, source.id, owner):
+    if users is None:
+        users = await runtime_users(store, conn, source.id, owner)
+    if KAGENT_DEFAULT_USER not in users:
         return None
     if framework == "openai-agents" and not await store.sessions.has_events(conn, source.id, owner):
         return f"this session's agent (OpenAI Agents SDK) wrote its conversation under {KAGENT_DEFAULT_USER}"

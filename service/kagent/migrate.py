@@ -135,7 +135,8 @@ async def migrate(conn: Connection, schema: str) -> int:
     Each file whose number is not recorded is applied, also one numbered below the highest applied: parallel
     work lands out of order (0016 after 0018 on a database that already has 0018), and every migration is
     written to be applied on its own (IF NOT EXISTS). An advisory lock makes replicas that start together apply
-    each migration once.
+    each migration once. The numbers have a gap (no 0017 was ever shipped): it is harmless, and a shipped file is
+    never renumbered, since databases record the numbers they applied (0018 renamed 0017 would run again).
     """
     files = sorted((sql_dir() / "migrations").glob("*.sql"))
     async with conn.transaction():

@@ -12,7 +12,6 @@ import json
 from datetime import datetime
 
 from service.errors import Unprocessable
-from service.kagent.frameworks import runtime_users
 from service.kagent.store import Store
 from service.kagent.store.base import Connection
 from service.kagent.store.langgraph import Checkpoint
@@ -28,11 +27,11 @@ def task_of(c: Checkpoint) -> str | None:
     return task if isinstance(task, str) else None
 
 
-async def _thread(store: Store, conn: Connection, sid: str, owner: str) -> list[tuple[Checkpoint, str]]:
-    """The live checkpoints of the session's thread, each with its task; 422 when one names none (its turn,
-    and so the cut, cannot be told)."""
+async def _thread(store: Store, conn: Connection, sid: str, users: tuple[str, ...]) -> list[tuple[Checkpoint, str]]:
+    """The live checkpoints of the session's thread written by `users` (whose rows of it are the owner's), each
+    with its task; 422 when one names none (its turn, and so the cut, cannot be told)."""
     named = []
-    for c in await store.langgraph.checkpoints(conn, sid, await runtime_users(store, conn, sid, owner)):
+    for c in await store.langgraph.checkpoints(conn, sid, list(users)):
         if (task := task_of(c)) is None:
             raise Unprocessable(
                 f"this session's LangGraph checkpoint {c.checkpoint_id} names no A2A task (a2a_task_id): the turn "
@@ -67,12 +66,19 @@ def kept(rows: list[tuple[Checkpoint, str]], tasks: set[str]) -> list[Checkpoint
 
 
 async def copy_thread(
-    store: Store, conn: Connection, *, source: tuple[str, str], fork: tuple[str, str], before: datetime | None
+    store: Store,
+    conn: Connection,
+    *,
+    source: tuple[str, str],
+    users: tuple[str, ...],
+    fork: tuple[str, str],
+    before: datetime | None,
 ) -> tuple[int, int]:
     """Copy to the fork's thread the checkpoints of the tasks the fork copied, under the user they were
     written under, ids kept, their metadata naming the fork's tasks and thread; (checkpoints, writes).
 
-    `source` and `fork`: (session id, user of the tasks); the fork's tasks are the source's before `before`,
+    `source` and `fork`: (session id, user of the tasks), `users`: whose rows of the source are its owner's;
+    the fork's tasks are the source's before `before`,
     copied in order with their created_at kept, so they pair one to one."""
     (sid, owner), (new_sid, new_owner) = source, fork
     old = await store.langgraph.task_ids_before(conn, sid, owner, before)
@@ -87,15 +93,15 @@ async def copy_thread(
             "its checkpoints cannot be named after the fork's tasks"
         )
     ids = {a[0]: b[0] for a, b in zip(old, new, strict=True)}
-    rows = kept(await _thread(store, conn, sid, owner), set(ids))
+    rows = kept(await _thread(store, conn, sid, users), set(ids))
     ids[sid] = new_sid
     copies = [dataclasses.replace(c, metadata=_rewritten(c.metadata, ids)) for c in rows]
     writes = await store.langgraph.copy(conn, sid, new_sid, copies)
     return len(copies), writes
 
 
-async def hide_hidden_turns(store: Store, conn: Connection, sid: str, owner: str, stamp: datetime) -> int:
+async def hide_hidden_turns(store: Store, conn: Connection, sid: str, users: tuple[str, ...], stamp: datetime) -> int:
     """A rewind's part: hide, with its stamp, the checkpoints (and writes) of the tasks it hid."""
     hidden = await store.langgraph.task_ids_hidden(conn, sid, stamp)
-    rows = [c for c, task in await _thread(store, conn, sid, owner) if task in hidden]
+    rows = [c for c, task in await _thread(store, conn, sid, users) if task in hidden]
     return await store.langgraph.hide(conn, sid, rows, stamp) if rows else 0

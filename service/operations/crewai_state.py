@@ -10,7 +10,6 @@ from datetime import datetime
 
 from service.errors import Unprocessable
 from service.kagent import frameworks
-from service.kagent.frameworks import runtime_users
 from service.kagent.store import Store
 from service.kagent.store.base import Connection
 
@@ -30,20 +29,21 @@ FLOW_IN_POD = (
 )
 
 
-async def flow_in_pod(store: Store, conn: Connection, sid: str, owner: str) -> bool:
+async def flow_in_pod(store: Store, conn: Connection, sid: str, users: tuple[str, ...]) -> bool:
     """Whether the session's agent is a CrewAI flow whose state is not in kagent's database: its tasks tell a
     flow's methods and the thread has no crewai row. Such a flow restores its state by the session's id from its
-    pod, so a fork (another id) starts it afresh and a rewind leaves it knowing the hidden turns."""
-    _, crewai_rows, _, task = await store.sessions.framework_signals(
-        conn, sid, await runtime_users(store, conn, sid, owner)
-    )
+    pod, so a fork (another id) starts it afresh and a rewind leaves it knowing the hidden turns. `users`: whose
+    rows of the session are its owner's (the operation's settled access, identity.Seen)."""
+    _, crewai_rows, _, task = await store.sessions.framework_signals(conn, sid, list(users))
     return not crewai_rows and frameworks.crewai_flow(task)
 
 
-async def fork_warning(store: Store, conn: Connection, sid: str, owner: str, before: datetime | None) -> str | None:
+async def fork_warning(
+    store: Store, conn: Connection, sid: str, users: tuple[str, ...], before: datetime | None
+) -> str | None:
     """What a fork (of the whole session when `before` is None, else cut before the turn whose task was created
     at `before`) says about the session's CrewAI rows; 422 when the cut cannot keep them (check_cut)."""
-    changed = await store.crewai.last_change(conn, sid, await runtime_users(store, conn, sid, owner))
+    changed = await store.crewai.last_change(conn, sid, list(users))
     if changed is None:
         return IN_POD
     if before is None:
@@ -52,11 +52,12 @@ async def fork_warning(store: Store, conn: Connection, sid: str, owner: str, bef
     return SHARED
 
 
-async def check_cut(store: Store, conn: Connection, sid: str, owner: str, before: datetime, what: str) -> None:
+async def check_cut(
+    store: Store, conn: Connection, sid: str, users: tuple[str, ...], before: datetime, what: str
+) -> None:
     """422 when the session's CrewAI rows changed at or after `before` (the chosen turn's task was created):
     their values before it are gone, so `what` (a fork or a rewind before that turn) cannot give them back."""
-    users = await runtime_users(store, conn, sid, owner)
-    _refuse_if_changed(await store.crewai.last_change(conn, sid, users), before, what)
+    _refuse_if_changed(await store.crewai.last_change(conn, sid, list(users)), before, what)
 
 
 def _refuse_if_changed(changed: datetime | None, before: datetime, what: str) -> None:
@@ -68,6 +69,6 @@ def _refuse_if_changed(changed: datetime | None, before: datetime, what: str) ->
         )
 
 
-async def copy(store: Store, conn: Connection, sid: str, owner: str, new_sid: str) -> tuple[int, int]:
+async def copy(store: Store, conn: Connection, sid: str, users: tuple[str, ...], new_sid: str) -> tuple[int, int]:
     """The session's CrewAI rows copied to the fork's thread, under the users that wrote them."""
-    return await store.crewai.copy(conn, sid, await runtime_users(store, conn, sid, owner), new_sid)
+    return await store.crewai.copy(conn, sid, list(users), new_sid)

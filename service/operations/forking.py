@@ -16,7 +16,7 @@ from datetime import datetime
 import msgspec
 
 from service.errors import NotFound, TooManyRequests, Unprocessable
-from service.identity import Caller, visible_session
+from service.identity import Caller, Seen, settle
 from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import CONNECTION_ERRORS, Connection
 from service.kagent.store.events import EventStats
@@ -74,7 +74,9 @@ async def _find_cut(
     *,
     mapped: bool,
     named: NamedTurn,
+    found: plan.BoundaryTask | None = None,
 ) -> Cut:
+    """The cut at the named turn; `found`: its task as a replay's span found it (Into.found)."""
     store, sid, owner = svc.store, source.id, source.user_id
     boundary = named.invocation_id
     events_before = boundary_task = None
@@ -83,8 +85,11 @@ async def _find_cut(
         boundary_task = plan.find_boundary_task(candidates, boundary)
     elif boundary is not None:
         prefilter = dialects.verbatim_in_json(boundary)
+        known = await _unchanged(svc, conn, source, found)
         event_search = store.events.boundary_event_at(conn, sid, owner, boundary, prefilter=prefilter)
-        if reader is not None:
+        if known is not None:
+            events_before, boundary_task = await event_search, known
+        elif reader is not None:
             # Neither search has an index to use: each reads all of the session's rows of its table, so
             # with a reader they run at once, on two connections in one snapshot.
             events_before, candidates = await together(
@@ -93,10 +98,23 @@ async def _find_cut(
         else:
             events_before = await event_search
             candidates = await store.tasks.tasks_mentioning(conn, sid, owner, boundary, prefilter=prefilter)
-        boundary_task = plan.find_boundary_task(candidates, boundary)
+        if known is None:
+            boundary_task = plan.find_boundary_task(candidates, boundary)
     return await _cut_of(
         svc, conn, source, req, last_task, mapped=mapped, named=named, events_at=events_before, task=boundary_task
     )
+
+
+async def _unchanged(
+    svc: Services, conn: Connection, source: SessionRow, found: plan.BoundaryTask | None
+) -> plan.BoundaryTask | None:
+    """`found` (the boundary's task a replay's span found in its snapshot) when this snapshot holds it unchanged,
+    live and the source's: no task made since is older, so it is still the first that carries the boundary (as
+    tasks_mentioning and plan.find_boundary_task would find it). None: search again."""
+    if found is None:
+        return None
+    row = await svc.store.tasks.owned_task(conn, source.id, source.user_id, found.row.id)
+    return found if row == found.row else None
 
 
 async def _cut_of(
@@ -223,6 +241,9 @@ class Into:
 
     agent_id: str | None = None
     then: AfterFork | None = None
+    # The boundary's task as a replay's span found it, in its own snapshot: taken when it is unchanged in the
+    # fork's (_unchanged), so that a replay's forks do not each search the session's tasks again.
+    found: plan.BoundaryTask | None = None
 
 
 async def fork(
@@ -233,10 +254,15 @@ async def fork(
     idempotency_key: str | None = None,
     *,
     into: Into | None = None,
+    seen: Seen | None = None,
 ) -> ForkOutcome:
-    """Fork chat from here: a new session holding the conversation before the boundary turn."""
+    """Fork chat from here: a new session holding the conversation before the boundary turn. `seen`: the source's
+    access when the operation's door settled it (a replay's, once for all its forks, whose request its engine
+    checked); else the request is checked and the access settled here, once."""
+    if seen is None:
+        one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=False)
     try:
-        return await _fork_or_doubt(svc, caller, session_id, req, idempotency_key, into or Into())
+        return await _fork_or_doubt(svc, caller, session_id, req, idempotency_key, into or Into(), seen)
     except CommitInDoubt as doubt:
         # A success is answered as one once committed: the lineage record is written in the fork's transaction.
         async with svc.connection() as conn:
@@ -247,12 +273,19 @@ async def fork(
 
 
 async def _fork_or_doubt(
-    svc: Services, caller: Caller, session_id: str, req: ForkRequest, idempotency_key: str | None, into: Into
+    svc: Services,
+    caller: Caller,
+    session_id: str,
+    req: ForkRequest,
+    idempotency_key: str | None,
+    into: Into,
+    seen: Seen | None,
 ) -> ForkOutcome:
     # A source never asked about is forked (or planned) from kagent's rows and mapped after (docs/turn-map.md).
     async with turn_map.first_touch_exact(svc.store, svc.connection), svc.connection() as conn:
         if idempotency_key is None or req.dry_run:
-            return await _fork_within_rate(svc, conn, caller, session_id, req, None, into)
+            seen = seen or await settle(svc, conn, caller, session_id)
+            return await _fork_within_rate(svc, conn, seen, req, None, into)
         digest = request_hash(session_id, req)
         # Concurrent retries of one key wait here, then find the first one's answer.
         async with svc.store.lineage.key_lock(conn, f"fork:{caller.user_id}", idempotency_key):
@@ -264,27 +297,30 @@ async def _fork_or_doubt(
                 if stored_hash != digest:
                     raise Unprocessable("Idempotency-Key was already used with a different request")
                 return ForkOutcome(data=msgspec.Raw(answer.encode()), created=False, replayed=True, session_id=None)
-            return await _fork_within_rate(svc, conn, caller, session_id, req, (idempotency_key, digest), into)
+            seen = seen or await settle(svc, conn, caller, session_id)
+            return await _fork_within_rate(svc, conn, seen, req, (idempotency_key, digest), into)
 
 
 async def _fork_within_rate(
-    svc: Services,
-    conn: Connection,
-    caller: Caller,
-    session_id: str,
-    req: ForkRequest,
-    idempotency: tuple[str, str] | None,
-    into: Into,
+    svc: Services, conn: Connection, seen: Seen, req: ForkRequest, idempotency: tuple[str, str] | None, into: Into
 ) -> ForkOutcome:
     """A fork within FORK_RATE_PER_MINUTE: at most that many forks made by one user in any minute,
-    counted from the lineage records (dry runs, replays and refused forks are not forks)."""
-    rate = svc.settings.fork_rate_per_minute
-    if req.dry_run or rate == 0:
-        return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=0)
-    # A user's forks run one at a time, in every replica, so that counting them and committing a new
-    # one are atomic. The lock is taken before the fork's snapshot: it sees every fork made before.
-    async with svc.store.lineage.key_lock(conn, "fork-rate", caller.user_id):
-        return await _fork_once(svc, conn, caller, session_id, req, idempotency, into, rate=rate)
+    counted from the lineage records (dry runs, replays and refused forks are not forks). A connection that
+    fails once the fork's rows are written (at its COMMIT, or as the rate's lock is let go) leaves the fork
+    in doubt (CommitInDoubt)."""
+    rate = 0 if req.dry_run else svc.settings.fork_rate_per_minute
+    written: list[ForkOutcome] = []
+    try:
+        if rate == 0:
+            return await _fork_in_transaction(svc, conn, seen, req, idempotency, into, 0, written)
+        # A user's forks run one at a time, in every replica, so that counting them and committing a new
+        # one are atomic. The lock is taken before the fork's snapshot: it sees every fork made before.
+        async with svc.store.lineage.key_lock(conn, "fork-rate", seen.caller.user_id):
+            return await _fork_in_transaction(svc, conn, seen, req, idempotency, into, rate, written)
+    except CONNECTION_ERRORS as exc:
+        if written and written[0].created:
+            raise CommitInDoubt(written[0]) from exc
+        raise
 
 
 class CommitInDoubt(Exception):
@@ -296,36 +332,10 @@ class CommitInDoubt(Exception):
         self.outcome = outcome
 
 
-async def _fork_once(
-    svc: Services,
-    conn: Connection,
-    caller: Caller,
-    session_id: str,
-    req: ForkRequest,
-    idempotency: tuple[str, str] | None,
-    into: Into,
-    *,
-    rate: int,
-) -> ForkOutcome:
-    written: list[ForkOutcome] = []
-    try:
-        return await _fork_in_transaction(svc, conn, caller, session_id, req, idempotency, into, rate, written)
-    except CONNECTION_ERRORS as exc:
-        if written and written[0].created:
-            raise CommitInDoubt(written[0]) from exc
-        raise
-
-
-def _noted(written: list[ForkOutcome], outcome: ForkOutcome) -> ForkOutcome:
-    written.append(outcome)
-    return outcome
-
-
 async def _fork_in_transaction(
     svc: Services,
     conn: Connection,
-    caller: Caller,
-    session_id: str,
+    seen: Seen,
     req: ForkRequest,
     idempotency: tuple[str, str] | None,
     into: Into,
@@ -334,12 +344,10 @@ async def _fork_in_transaction(
 ) -> ForkOutcome:
     """The fork in its one REPEATABLE READ transaction; `written` gets the answer once the rows are written,
     before the commit."""
-    store = svc.store
+    store, caller, visible, framework = svc.store, seen.caller, seen.row, seen.framework
     # The source's turn map, made true to kagent's rows first (its own short transaction); read below only
     # if its guard holds in the fork's snapshot.
-    one_boundary(req.rewind_before_invocation_id, req.rewind_before_task_id, required=False)
-    source, _access = await visible_session(svc, conn, caller, session_id)
-    mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
+    mapped = await turn_map.prepare(store, conn, visible.id, visible.user_id)
     # One snapshot for every read: a rewind or an agent appending events while the fork runs
     # changes nothing the fork sees, so the fork is a prefix of one state of the conversation.
     async with conn.transaction(isolation="repeatable_read"), AsyncExitStack() as stack:
@@ -349,11 +357,9 @@ async def _fork_in_transaction(
                 f"too many forks: at most {rate} a minute for each user (FORK_RATE_PER_MINUTE); retry in {retry} s",
                 retry_after=retry,
             )
-        visible, _access = await visible_session(svc, conn, caller, session_id)
-        framework = await frameworks.detect(store, conn, visible.id, visible.user_id)
-        notes = await _refusals(svc, conn, visible, framework, req)
+        notes = await _refusals(svc, conn, seen, req)
         # The rows are read from the runtime's own session row when it wrote them under kagent's default user.
-        runtime = await frameworks.runtime_session(store, conn, visible, framework)
+        runtime = await frameworks.runtime_session(store, conn, visible, framework, seen.users)
         source = runtime or visible
         sid, owner = source.id, source.user_id
         last_task = await store.tasks.last_task_before(conn, sid, owner, None)
@@ -376,7 +382,11 @@ async def _fork_in_transaction(
             and await store.tasks.count_tasks(conn, sid, owner) >= copying.LARGE_FORK_TASKS
         )
         root_id, root_owner, depth = await _lineage_parent(svc, conn, visible)
-        named = await named_turn(svc, conn, source, req.rewind_before_invocation_id, req.rewind_before_task_id)
+        named = (  # a turn named by its invocation is named: its task is looked for with the cut
+            NamedTurn(invocation_id=req.rewind_before_invocation_id)
+            if req.rewind_before_task_id is None
+            else await named_turn(svc, conn, source, None, req.rewind_before_task_id)
+        )
         # From here the request names the turn by its invocation when it has one (the answer says both).
         req = msgspec.structs.replace(req, rewind_before_invocation_id=named.invocation_id)
         fork = _Fork(
@@ -385,6 +395,7 @@ async def _fork_in_transaction(
             root_id=root_id, root_owner=root_owner, depth=depth, into=into, mapped=mapped, framework=framework,
             notes=notes, parent=visible, runtime_user=runtime.user_id if runtime else None,
             runtime_row=runtime is not None and await store.sessions.get_session(conn, sid, owner) is not None,
+            users=seen.users, written=written,
         )  # fmt: skip
         if mapped:
             # One plan, chosen once from what the turn map knows: the cut is a lookup; a per_task fork by the
@@ -394,19 +405,18 @@ async def _fork_in_transaction(
             proven = await _proven(fork, cut) if not req.dry_run else None
             wanted = large and proven is None and not req.dry_run
             reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=wanted))
-            return _noted(
-                written, await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
-            )
+            return await _plan_and_write(dataclasses.replace(fork, reader=reader, proven=proven), cut, None)
         reader = await stack.enter_async_context(snapshot_reader(svc, conn, wanted=large))
         fork = dataclasses.replace(fork, reader=reader)
         if (planned := await _streamed_plan(fork, named, last_task)) is not None:
-            return _noted(written, planned)
+            return planned
         boundary = req.rewind_before_invocation_id
         # Without the turn map the exact cut decompresses every task of the session; a guess from the last
         # turns, proven by the server copy, spares that. With it the exact cut is a read of the map.
         # Only the server copy (per_task tasks of the owner) proves a guess: a guess for a merged fork
         # was always undone (360 ms lost at 100,000 legacy events, bench/pieces.py), so none is made.
-        guessing = not mapped and caller.user_id == owner and not req.dry_run
+        # A replay's fork whose span found the boundary's task needs no guess: that task is checked by its id.
+        guessing = not mapped and caller.user_id == owner and not req.dry_run and into.found is None
         if guessing and reader is not None and boundary is not None and await _always_per_task(svc, conn, source, req):
             guessed = await _guess_cut(svc, conn, reader, source, boundary)
             if guessed is not None:
@@ -414,28 +424,26 @@ async def _fork_in_transaction(
                 stack.push_async_callback(cancelled, guess.events_search)
                 try:
                     async with conn.transaction():  # a savepoint: a wrong guess leaves nothing behind
-                        return _noted(written, await _plan_and_write(fork, cut, guess))
+                        return await _plan_and_write(fork, cut, guess)
                 except GuessWrong as exc:
                     log.info("the boundary guessed from the last turns is not the fork's: %s", exc)
                 # Let the reader's search end: cancelled mid-statement, it would abort the reader's
                 # transaction, which the exact cut below reads in.
                 await asyncio.wait((guess.events_search,))
-        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named)
-        return _noted(written, await _plan_and_write(fork, cut, None))
+        cut = await _find_cut(svc, conn, reader, source, req, last_task, mapped=mapped, named=named, found=into.found)
+        return await _plan_and_write(fork, cut, None)
 
 
-async def _refusals(
-    svc: Services, conn: Connection, source: SessionRow, framework: frameworks.Framework, req: ForkRequest
-) -> tuple[str, ...]:
+async def _refusals(svc: Services, conn: Connection, seen: Seen, req: ForkRequest) -> tuple[str, ...]:
     """422 for a session whose agent keeps state this fork cannot copy (docs/frameworks.md); else the
     warnings its framework adds."""
-    store, sid, owner = svc.store, source.id, source.user_id
+    store, sid, framework = svc.store, seen.row.id, seen.framework
     in_pod = None  # what keeps the conversation of an agent that keeps it in its own pod
     if framework == "claude":
         in_pod = (
             "this session's agent (Claude Agent SDK) keeps its conversation in its own pod, not in kagent's database"
         )
-    elif framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, owner):
+    elif framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, seen.users):
         in_pod = crewai_state.FLOW_IN_POD
     if req.tasks_only and in_pod is None and framework != "unknown":
         raise Unprocessable(
@@ -452,9 +460,7 @@ async def _refusals(
         return ("a fork of the visible chat only: the agent keeps its conversation in its own pod and will not "
                 "remember this one",)  # fmt: skip
     if framework == "langgraph":
-        users = await frameworks.runtime_users(store, conn, sid, owner)
-        in_database = (await store.sessions.framework_signals(conn, sid, users))[0]
-        if not in_database:
+        if not seen.checkpoints:
             raise Unprocessable(
                 "this session's agent (LangGraph) keeps its state in its graph's own checkpointer, not in "
                 "kagent's database (kagent main): it cannot be forked from the database"
@@ -524,6 +530,14 @@ class _Fork:
     parent: SessionRow  # the session forked, as the caller sees it (`source`: where its rows are read)
     runtime_user: str | None  # the user the runtime wrote the rows under, when not the owner: copies are his
     runtime_row: bool = False  # that user has a session row of the source's id (kagent-openai): the fork gets one
+    users: tuple[str, ...] = ()  # whose rows of `parent` are its owner's (settled at the door: identity.Seen)
+    written: list[ForkOutcome] = dataclasses.field(default_factory=list)  # the answer, once the rows are written
+
+    @property
+    def rows_users(self) -> tuple[str, ...]:
+        """Whose rows of `source` are read: the parent's users, or the runtime's user alone."""
+        return self.users if self.runtime_user is None else (self.runtime_user,)
+
     notes: tuple[str, ...] = ()  # warnings the agent's framework adds (a Claude agent's tasks_only fork)
     proven: Proven | None = None  # the map proves every kept whole task exact for PostgreSQL's copy
 
@@ -568,7 +582,7 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         raise GuessWrong("only the server copy of per_task tasks proves a guessed boundary")
     warnings = [*fork.notes, *cut.warnings]
     if fork.framework == "crewai" and not req.tasks_only:  # a flow's tasks_only fork: warned in _refusals
-        said = await crewai_state.fork_warning(store, conn, sid, fork.parent.user_id, cut.tasks_before)
+        said = await crewai_state.fork_warning(store, conn, sid, fork.users, cut.tasks_before)
         warnings += [said] if said is not None else []
     settle: asyncio.Future[tuple[plan.Layout, list[str]]] | None = None
     if layout == "merged" and dialects.TaskDialect.V1 in kept_dialects:
@@ -611,11 +625,16 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
         if settle is not None:
             await cancelled(settle)
     if fork.framework == "crewai":
-        await crewai_state.copy(store, conn, sid, fork.parent.user_id, new_id)
+        await crewai_state.copy(store, conn, sid, fork.users, new_id)
     if fork.framework == "langgraph":
         # The graph's state of the kept turns, named after the fork's tasks, in this same transaction.
         await checkpoints.copy_thread(
-            store, conn, source=(sid, owner), fork=(new_id, copier.user_id), before=cut.tasks_before
+            store,
+            conn,
+            source=(sid, owner),
+            users=fork.rows_users,
+            fork=(new_id, copier.user_id),
+            before=cut.tasks_before,
         )
     layout = copier.layout
     warnings += copier.warnings
@@ -654,7 +673,8 @@ async def _plan_and_write(fork: _Fork, cut: Cut, guess: Guess | None) -> ForkOut
             conn, user_id=caller.user_id, key=key, request_hash=digest, session_id=new_id,
             answer=_encoder.encode(data).decode(), ttl_seconds=svc.settings.idempotency_ttl_seconds,
         )  # fmt: skip
-    return ForkOutcome(data=data, created=True, replayed=False, session_id=new_id)
+    fork.written.append(ForkOutcome(data=data, created=True, replayed=False, session_id=new_id))
+    return fork.written[-1]
 
 
 async def _plan_answer(

@@ -16,7 +16,7 @@ from datetime import datetime
 import msgspec
 
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
-from service.identity import Caller, visible_session
+from service.identity import Caller, Seen, settle, visible_session
 from service.kagent import dialects, frameworks, turn_map
 from service.kagent.store.base import Connection
 from service.kagent.store.rewinds import Rewind
@@ -153,40 +153,38 @@ async def rewind(svc: Services, caller: Caller, session_id: str, req: RewindRequ
     async with svc.connection() as conn:
         # The session's turn map, made true first (its own transaction), read if its guard holds once the
         # session row is locked.
-        source, _ = await visible_session(svc, conn, caller, session_id)
-        mapped = await turn_map.prepare(store, conn, source.id, source.user_id)
+        # The session's access, settled once for the rewind (identity.Seen).
+        seen = await settle(svc, conn, caller, session_id)
+        mapped = await turn_map.prepare(store, conn, seen.row.id, seen.owner)
         async with conn.transaction():
-            return await _rewind_locked(svc, conn, caller, session_id, req, mapped=mapped)
+            return await _rewind_locked(svc, conn, seen, req, mapped=mapped)
 
 
 async def _rewind_locked(
-    svc: Services, conn: Connection, caller: Caller, session_id: str, req: RewindRequest, *, mapped: bool
+    svc: Services, conn: Connection, seen: Seen, req: RewindRequest, *, mapped: bool
 ) -> RewindResult | RewindPlan:
-    store = svc.store
-    source, access = await visible_session(svc, conn, caller, session_id, lock=True)
-    if access.read_only:
+    store, caller, framework = svc.store, seen.caller, seen.framework
+    if seen.access.read_only:
         raise Forbidden("This share link is read-only")
+    # The row locked (the access settled before, not asked again): one rewind of a session at a time.
+    source = await store.sessions.get_session(conn, seen.row.id, seen.owner, lock=True)
+    if source is None:
+        raise NotFound("Session not found")
     sid, owner = source.id, source.user_id
-    framework = await frameworks.detect(store, conn, sid, owner)
     if framework in _KEPT_ELSEWHERE:
         raise Unprocessable(f"this session cannot be rewound: {_KEPT_ELSEWHERE[framework]}")
-    if framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, owner):
+    if framework == "crewai" and await crewai_state.flow_in_pod(store, conn, sid, seen.users):
         raise Unprocessable(
             f"this session cannot be rewound: {crewai_state.FLOW_IN_POD}, where it keeps the hidden turns"
         )
-    if (
-        framework == "langgraph"
-        and not (
-            await store.sessions.framework_signals(conn, sid, await frameworks.runtime_users(store, conn, sid, owner))
-        )[0]
-    ):
+    if framework == "langgraph" and not seen.checkpoints:
         raise Unprocessable(
             "this session cannot be rewound: its LangGraph agent keeps its state in its graph's own checkpointer, "
             "not in kagent's database (kagent main)"
         )
     # The rows are hidden where the agent's runtime wrote them: under kagent's default user in its own row of
     # the session (kagent-openai 0.10.4), else the owner's; the record stays the owner's (docs/frameworks.md).
-    runtime = await frameworks.runtime_session(store, conn, source, framework)
+    runtime = await frameworks.runtime_session(store, conn, source, framework, seen.users)
     rows = runtime or source
     keeper = rows.user_id
     named = await named_turn(svc, conn, rows, req.rewind_before_invocation_id, req.rewind_before_task_id)
@@ -200,7 +198,7 @@ async def _rewind_locked(
     async with copying.snapshot_reader(svc, conn, wanted=large) as reader:
         boundary = await _boundary(svc, conn, reader, rows, named, mapped=mapped)
         if framework == "crewai":  # its memory stays as it is: only if it did not change from the turn on
-            await crewai_state.check_cut(store, conn, sid, owner, boundary.tasks_from, "a rewind")
+            await crewai_state.check_cut(store, conn, sid, seen.users, boundary.tasks_from, "a rewind")
         telling = None
         if framework in frameworks.TASK_CHAT:
             # Its chat is in its tasks: told from them (docs/frameworks.md), read here before they are hidden.
@@ -232,7 +230,8 @@ async def _rewind_locked(
                 conn, sid, keeper, events_from=boundary.events_from, tasks_from=boundary.tasks_from, stamp=stamp
             )
             if framework == "langgraph":  # the graph's state of the hidden turns, with the same stamp
-                await checkpoints.hide_hidden_turns(store, conn, sid, keeper, stamp)
+                keepers = seen.users if runtime is None else (keeper,)
+                await checkpoints.hide_hidden_turns(store, conn, sid, keepers, stamp)
             if telling is not None:
                 hides = await telling
         finally:

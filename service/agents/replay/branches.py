@@ -20,7 +20,7 @@ from service.agents.replay.runner import Runner
 from service.agents.replay.terms import Boundary, Replay, Span
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import ServiceError, Unprocessable
-from service.identity import Caller
+from service.identity import Caller, Seen
 from service.kagent import dialects
 from service.kagent.store.base import Connection
 from service.kagent.store.experiments import ExperimentRow
@@ -174,12 +174,14 @@ class Written:
 async def write(
     svc: Services,
     runner: Runner,
-    caller: Caller,
+    seen: Seen,
     plan: list[Branch],
     boundary: Boundary,
     idempotency: tuple[str, str] | None,
 ) -> Written:
-    """Every branch's fork and job, one fork after another (see the module's text)."""
+    """Every branch's fork and job, one fork after another (see the module's text), each of the source whose
+    access the start settled (`seen`)."""
+    caller = seen.caller
     written = Written(jobs=[], experiment=experiment_row(caller, plan, boundary))
     for i, branch in enumerate(plan):
 
@@ -210,12 +212,12 @@ async def write(
         name = branch_name(branch, written.experiment)
         try:
             await forking.fork(
-                svc, caller, branch.replay.session_id,
+                svc, caller, seen.row.id,
                 ForkRequest(
                     rewind_before_invocation_id=boundary.invocation_id, rewind_before_task_id=boundary.task_id,
                     name=name, if_boundary_missing="error",
                 ),
-                into=forking.Into(agent_id=branch.agent_id, then=then),
+                into=forking.Into(agent_id=branch.agent_id, then=then, found=branch.span.found), seen=seen,
             )  # fmt: skip
         except ServiceError as exc:
             if not written.jobs:

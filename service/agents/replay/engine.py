@@ -28,7 +28,7 @@ from service.agents.replay.runner import Runner
 from service.agents.replay.terms import Replay, whole_tokens
 from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.errors import Unprocessable
-from service.identity import Caller
+from service.identity import Caller, Seen, settle
 from service.kagent.store.agents import agent_row_id
 from service.observability import EXPERIMENTS, WHATIF_JOBS
 from service.operations import prices
@@ -43,23 +43,26 @@ async def start(
     replay: Replay,
     key: str | None,
     authorization: str | None,
+    seen: Seen | None = None,
 ) -> tuple[msgspec.Struct | msgspec.Raw, bool]:
     """Check, read, write every branch, launch them: (answer, replayed). `key`: the request's Idempotency-Key;
-    `authorization`: its bearer token, sent on to kagent's A2A endpoint (kept in memory only)."""
+    `authorization`: its bearer token, sent on to kagent's A2A endpoint (kept in memory only); `seen`: the source's
+    access when the door settled it already (a suite's, once for its cases), else settled here, once."""
     one_boundary(replay.invocation_id, replay.task_id, required=True)
     answerers.a2a_base(svc)
     replay.checked()
     whole_tokens(replay.max_context_tokens, 1)
     hdrs = answerers.headers(caller.user_id, authorization)
     if replay.dry_run:
-        return await dry_run(svc, caller, replay, hdrs, authorization), False
+        return await dry_run(svc, caller, replay, hdrs, authorization, seen), False
     async with once(svc, caller, replay.kind, key, replay.digest) as (stored, kept):
         if stored is not None:
             return stored, True
-        boundary = await span.start_turn(svc, caller, replay)
         async with svc.connection() as conn:
-            found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
-        replay = span.with_control(replay, found)
+            seen = seen or await settle(svc, conn, caller, replay.session_id)
+            boundary = await span.start_turn(svc, conn, seen, replay)
+            replay = span.with_control(replay, seen.row)
+            found = await span.span_of(svc, conn, seen, boundary, replay.turns)
         # The arms' and the judge's rows first, so that each room is entered once: the gates (the context, then
         # the money, which needs the models), then the cards, then the tools.
         own = found.agent_ref  # no agent named: the source's own (answerers.cast refuses one that is not ns/name)
@@ -81,7 +84,7 @@ async def start(
             tools.policy_of(replay.tools, replay.reads), arms.values(), classes[judge] if judge else None
         )
         written = await branches.write(
-            svc, runner, caller,
+            svc, runner, seen,
             [branches.Branch(caller=caller, replay=replay, span=found, agent_ref=ref, agent_id=ids[ref],
                              card=cards[ref], repeat=repeat, policy=policy, tools=arms[ref],
                              judge_card=cards.get(replay.judge.agent) if replay.judge else None)
@@ -120,13 +123,15 @@ class DryRun(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def dry_run(
-    svc: Services, caller: Caller, replay: Replay, hdrs: dict[str, str], authorization: str | None
-) -> DryRun:
+    svc: Services, caller: Caller, replay: Replay, hdrs: dict[str, str], authorization: str | None,
+    seen: Seen | None = None,
+) -> DryRun:  # fmt: skip
     """The start's road up to the writing, with its two gates' refusals said instead of raised."""
-    boundary = await span.start_turn(svc, caller, replay)
     async with svc.connection() as conn:
-        found = await span.span_of(svc, conn, caller, replay.session_id, boundary, replay.turns)
-    replay = span.with_control(replay, found)
+        seen = seen or await settle(svc, conn, caller, replay.session_id)
+        boundary = await span.start_turn(svc, conn, seen, replay)
+        replay = span.with_control(replay, seen.row)
+        found = await span.span_of(svc, conn, seen, boundary, replay.turns)
     refused: list[str] = []
     try:
         gate.gate(svc, replay, found)

@@ -33,7 +33,6 @@ from service.agents.replay.tools import ArmTools, ToolPolicy
 from service.branches import turns as turn_listing
 from service.errors import NotFound
 from service.identity import Caller
-from service.kagent import frameworks
 from service.kagent.store.agents import ModelConfig
 from service.kagent.store.base import BEGINNING, Connection
 from service.kagent.store.experiments import DiscardRow
@@ -297,16 +296,16 @@ async def _task_source_turns(
     """source_turns for a span that starts at a turn known by its task alone: the turns as the listing gives
     them (one per task), each one's question and state from the listing, its answer from its task (the
     events of such agents are not ADK's), the other figures from the events of its time."""
-    framework, rows = await turns_read_from(svc, conn, source)
-    listed = await turn_listing.ordered_turns(svc, conn, source, framework)
+    framework, rows, users = await turns_read_from(svc, conn, source)
+    listed = await turn_listing.ordered_turns(svc, conn, source, framework, users)
     keys = [t.invocation_id for t in listed]
     if turn_listing.TASK_TURN + task_id not in keys:
         return []
     first = keys.index(turn_listing.TASK_TURN + task_id)
     span = listed[first : first + count]
-    users = await frameworks.runtime_users(svc.store, conn, source.id, source.user_id)
     ids = [t.task_id for t in span if t.task_id is not None]
-    tasks = {r.id: r for r in await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, users, ids)}
+    found = await svc.store.tasks.runtime_tasks_by_id(conn, source.id, source.user_id, list(users), ids)
+    tasks = {r.id: r for r in found}
     out = []
     for i, t in enumerate(span):
         until = listed[first + i + 1].started_at if first + i + 1 < len(listed) else None

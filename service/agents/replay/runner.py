@@ -278,11 +278,12 @@ class Runner:
 
 async def _result(svc: Services, conn: Connection, job: WhatifJob) -> JobResult:
     """What the agent wrote into the fork since the job began: its last answer, tool calls and tokens."""
-    framework = await frameworks.detect(svc.store, conn, job.session_id, job.user_id)
+    users = tuple(await frameworks.runtime_users(svc.store, conn, job.session_id, job.user_id))  # asked once
+    framework = await frameworks.detect(svc.store, conn, job.session_id, job.user_id, users)
     # The fork's rows where its agent's runtime wrote them (kagent's default user for the 0.10.4 runtimes), as
     # its transcript reads them (docs/frameworks.md).
     fork_row = await svc.store.sessions.get_session(conn, job.session_id, job.user_id)
-    runtime = await frameworks.runtime_session(svc.store, conn, fork_row, framework) if fork_row else None
+    runtime = await frameworks.runtime_session(svc.store, conn, fork_row, framework, users) if fork_row else None
     rows_user = runtime.user_id if runtime is not None else job.user_id
     tally = await summary.tally(svc.store, conn, job.session_id, rows_user, job.created_at)
     answer, tools = tally.last_agent_text, tally.tool_calls

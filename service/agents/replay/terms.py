@@ -17,6 +17,7 @@ from service.kagent import dialects
 from service.kagent.store.agents import AGENT_REF, agent_ref_of
 from service.kagent.store.jobs import WhatifJob
 from service.kagent.store.sessions import SessionRow
+from service.operations.plan import BoundaryTask
 from service.schemas import VISIBLE_NO_NUL
 
 # JSON Schema counts 2.0 as an integer, so a whole float is one too (a fraction is refused).
@@ -150,6 +151,9 @@ class Span:
     turns: list[SourceTurn]
     tokens: list[int]  # the estimated context before each turn (the transcript's estimated_context_tokens)
     position: int | None  # the boundary turn's number in the listing (None: a turn only its task knows)
+    # The boundary's task as the span found it (None: a turn named by its task): each branch's fork takes it,
+    # checked unchanged in the fork's snapshot, instead of searching the session's tasks again.
+    found: BoundaryTask | None = None
 
     @property
     def agent_ref(self) -> str | None:

@@ -15,8 +15,7 @@ from msgspec import Meta
 from service.agents.replay.terms import Count, MessageEdit, TurnCount, checked_agent_ref, whole
 from service.branches.turns import TASK_TURN, TurnInfo, ordered_turns
 from service.errors import BadRequest, NotFound, Unprocessable
-from service.identity import Caller, visible_session
-from service.kagent import frameworks
+from service.identity import Caller, settle
 from service.kagent.store.agents import agent_ref_of, agent_row_id
 from service.kagent.store.base import Connection
 from service.kagent.store.suites import CaseRow, SuiteRow
@@ -109,9 +108,8 @@ async def _session_turns(
 ) -> tuple[str | None, list[TurnInfo]]:
     """The session's agent and every turn, in order, as the caller may read them; one snapshot."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        source, _ = await visible_session(svc, conn, caller, session_id)
-        framework = await frameworks.detect(svc.store, conn, source.id, source.user_id)
-        return source.agent_id, await ordered_turns(svc, conn, source, framework)
+        seen = await settle(svc, conn, caller, session_id)
+        return seen.row.agent_id, await ordered_turns(svc, conn, seen.row, seen.framework, seen.users)
 
 
 def _row(spec: CaseSpec, turn: TurnInfo, agent_id: str | None) -> CaseRow:
