@@ -698,3 +698,45 @@ async def test_a_kagent_adk_agent_judges_an_experiment_blind_and_the_verdict_lan
         for name in (AGENT_REF, adk_b, "adk_agent", source, branch["session_id"], listed[1]["invocation_id"]):
             assert name not in asked, name
     assert sorted(sides) == [(False, True, True, False), (True, False, False, True)]  # A and B swapped
+
+
+async def test_a_suite_run_is_written_by_the_runtime_under_the_runs_own_user_and_kept_into_the_creators(
+    adk: Runtime, adk_b: str, http: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    """Issue 49: a suite run's branch, continued by kagent-adk 0.10.4 through kagent's A2A path as the run's own
+    user, is written by the runtime under that user (every controller call it made names it), its judge's
+    sessions too; the creator's chat list (kagent's, per user) gains nothing until one branch is kept, which
+    forks it into the creator's chats, readable with kagent's readers as theirs."""
+    from service.agents.replay import blind
+
+    user, t = new_user(), tag()
+    q = [f"S1 {t}: which cluster?", f"S2 {t}: count pods"]
+    source = await conversation(adk, http, user, q)
+    listed = await turns(adk, http, source, user)
+    adk.model.model.on(f"{blind.CONTINUATION_A}\n[Turn 1]\nUser: {q[1]}", say('{"winner": "tie", "reason": "same"}'))
+    case = {"session_id": source, "rewind_before_invocation_id": listed[1]["invocation_id"]}
+    suite = await api(adk, http, "POST", "/api/suites", user, json={"name": f"runtime {t}", "cases": [case]})
+    chats_before = {r["id"] for r in await pool.fetch("SELECT id FROM session WHERE user_id = $1", user)}
+    run = await api(
+        adk, http, "POST", f"/api/suites/{suite['id']}/runs", user,
+        json={"agents": [AGENT_REF], "judge": {"agent": adk_b}, "tools": "live"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    path = f"/api/suites/{suite['id']}/runs/{run['id']}"
+    while (done := await api(adk, http, "GET", path, user))["status"] in ("running", "judging"):
+        assert time.monotonic() < deadline, (done, adk.process.log_tail())
+        await asyncio.sleep(0.3)
+    assert done["status"] == "completed", (done, adk.process.log_tail())
+    [agent] = done["verdict"]["by_agent"]
+    assert (agent["agent_ref"], agent["cases"], agent["ties"]) == (AGENT_REF, 1, 1), agent
+
+    run_user = f"{user}/suite-run/{run['id']}"
+    experiment = done["cases"][0]["experiment_id"]
+    branch = await pool.fetchval("SELECT session_id FROM kagent_fork.whatif_job WHERE experiment_id = $1", experiment)
+    assert said(await adk_events(pool, branch, run_user))[-2:] == [("user", q[1]), ("adk_agent", f"Answer to: {q[1]}")]
+    assert {u for _, p, u in adk.controller.controller.calls.seen if branch in p} == {run_user}
+    assert {r["id"] for r in await pool.fetch("SELECT id FROM session WHERE user_id = $1", user)} == chats_before
+
+    kept = await api(adk, http, "POST", f"{path}/keep", user, json={"session_id": branch})
+    assert await pool.fetchval("SELECT user_id FROM session WHERE id = $1", kept["id"]) == user
+    assert said(await adk_events(pool, kept["id"], user)) == said(await adk_events(pool, branch, run_user))

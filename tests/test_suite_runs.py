@@ -63,18 +63,23 @@ async def _suite_of(client: Any, pool: asyncpg.Pool, user: str, n: int) -> tuple
 def test_the_interval_counts_conversations_not_repeats() -> None:
     """Twelve conversations of five repeats each, every pair won: the interval is Wilson's over 12, not over 60
     pairs; a point never."""
-    cases = [across.AgentCase(agent_ref="a/b", wins=5, ties=0, losses=0) for _ in range(12)]
+    cases = [(f"s{i}", across.AgentCase(agent_ref="a/b", wins=5, ties=0, losses=0)) for i in range(12)]
     found = across.agent_across("a/b", cases)
     low, _ = wilson(1.0, 12)
     assert found.ci95 is not None and found.ci95[0] == pytest.approx(low, abs=1e-4)
     assert found.ci95[0] < wilson(1.0, 60)[0]
     assert found.outcome == "better" and found.cases == 12 and found.wins == 60
     # mixed cases: the bootstrap over cases is never narrower than Wilson's with n = cases
-    mixed = [across.AgentCase(agent_ref="a/b", wins=w, ties=1, losses=3 - w) for w in (0, 1, 2, 3, 3, 2)]
+    mixed = [(f"s{i}", across.AgentCase(agent_ref="a/b", wins=w, ties=1, losses=3 - w))
+             for i, w in enumerate((0, 1, 2, 3, 3, 2))]  # fmt: skip
     got = across.agent_across("a/b", mixed)
     rate = got.win_rate or 0.0
     w_low, w_high = wilson(rate, 6)
     assert got.ci95 is not None and got.ci95[0] <= w_low + 1e-4 and got.ci95[1] >= w_high - 1e-4
+    # six cases of two chats are two conversations: the interval is as wide as two allow
+    twice = across.agent_across("a/b", [(f"s{i % 2}", r) for i, (_, r) in enumerate(cases[:6])])
+    assert (twice.cases, twice.conversations) == (6, 2) and twice.outcome == "inconclusive"
+    assert twice.ci95 is not None and twice.ci95[0] == pytest.approx(wilson(1.0, 2)[0], abs=1e-4)
 
 
 async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
@@ -98,7 +103,7 @@ async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
     assert by[ref(V1)]["outcome"] == "inconclusive"
     assert by[ref(FLAWED_AGENT)]["outcome"] == "worse"
     for a in by.values():  # the interval counts the 12 conversations
-        assert a["cases"] == 12
+        assert a["cases"] == a["conversations"] == 12
         low, high = wilson(a["win_rate"], 12)
         assert a["ci95"][0] <= low + 1e-4 and a["ci95"][1] >= high - 1e-4
     assert done["verdict"]["headline"].startswith(f"{ref(MARKER_AGENT)}: better than the source over 12")
@@ -118,7 +123,7 @@ async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
     assert await chat_list(pool, user) == listed_before | {r.json()["data"]["id"]}
     # the Markdown and the plot
     md = await eclient.get(f"{path}?format=markdown", headers=_h(user))
-    assert md.status_code == 200 and "| kagent/marker-agent | 12 |" in md.text, md.text
+    assert md.status_code == 200 and "| kagent/marker-agent | 12 (12) |" in md.text, md.text
     svg = await eclient.get(f"{path}/plot.svg", headers=_h(user))
     assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
     assert svg.text.count('class="agent"') == 3 and "the source (50 %)" in svg.text
@@ -214,7 +219,7 @@ async def test_the_gate_exits_worse_and_the_export_reimported_runs_the_same_case
     worse = _cli(database_url, agents[0], "run", copy_id, "--agent", ref(FLAWED_AGENT), "--judge", ref(JUDGE),
                  "--fail-if-worse", "--user", user)  # fmt: skip
     assert worse.returncode == 11, worse.stdout + worse.stderr + str(await _jobs(pool, copy_id))
-    assert f"| {ref(FLAWED_AGENT)} | 5 |" in worse.stdout and "worse" in worse.stdout
+    assert f"| {ref(FLAWED_AGENT)} | 5 (5) |" in worse.stdout and "worse" in worse.stdout
     fine = _cli(database_url, agents[0], "run", copy_id, "--agent", ref(MARKER_AGENT), "--judge", ref(JUDGE),
                 "--fail-if-worse", "--user", user, "--json")  # fmt: skip
     assert fine.returncode == 0, fine.stdout + fine.stderr

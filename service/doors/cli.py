@@ -142,6 +142,34 @@ async def _demo_twin(dsn: str, replay_url: str) -> str:
     return demo.TWIN
 
 
+async def _demo_suite(settings: Settings, dsn: str) -> str:
+    """The demo's suite: a case at every user turn of its chats, made once (its id at every start), so that a new
+    user runs one and reads its verdict in minutes (docs/suites.md)."""
+    from service import services
+    from service.agents.suites import saved
+    from service.agents.suites.cases import SuiteRequest, every_turn
+    from service.database import open_pool, prepare_database
+    from service.embedded import demo
+    from service.identity import Caller
+    from service.kagent.store import Store
+
+    store = Store(settings.service_schema)
+    pool = await open_pool(settings, dsn)
+    try:
+        await prepare_database(settings, store, pool)  # the service's schema, before the server makes it
+        svc = services.Services(settings=settings, store=store, pool=pool, locks=pool)
+        caller = Caller(user_id=demo.DEMO_USER)
+        found = [s for s in await saved.of_user(svc, caller) if s.name == demo.SUITE_NAME]
+        if found:
+            return found[0].id
+        async with pool.acquire() as conn:
+            cases = [c for s in (demo.LEGACY_SESSION, demo.V1_SESSION) for c in await every_turn(svc, conn, caller, s)]
+        made = await saved.create(svc, caller, SuiteRequest(name=demo.SUITE_NAME, cases=cases))
+        return made.id
+    finally:
+        await pool.close()
+
+
 def database_problem(settings: Settings, dsn: str) -> str | None:
     """Why the service cannot start on this database, in one line naming the setting to check; None if
     it can (reachable within DB_CONNECT_TIMEOUT_SECONDS, kagent's tables there, not dirty)."""
@@ -185,6 +213,12 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> int:
         # The demo's twin reaches this service's replay endpoint (REPLAY_MCP_URL, unless set).
         replay = os.environ["REPLAY_MCP_URL"] = settings.replay_mcp_url or f"http://{shown}:{port}/replay/mcp"
         os.environ["KAGENT_A2A_URL"], _ = _scripted_agent(dsn, replay)
+        suite_id = asyncio.run(_demo_suite(settings, dsn))
+        log.info(
+            "demo suite %s (every turn of the demo's chats): kagent-fork suite run %s --agent kagent/thorough-agent "
+            "--agent kagent/scripted-agent --judge kagent/demo-judge --reads live --wait",
+            suite_id, suite_id,
+        )  # fmt: skip
     if not settings.database_url:
         # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into a normal exit lets the
         # embedded PostgreSQL's exit handler stop the database instead of leaving it running.

@@ -22,6 +22,7 @@ DEMO_AGENT = "kagent__NS__k8s_agent"
 DEMO_AGENT_REF = "kagent/k8s-agent"
 # The demo's replay twin of its agent: `serve` writes its row from `kagent-fork replay-twin`'s manifests.
 TWIN = "kagent/k8s-agent-replay"
+SUITE_NAME = "Demo: the weather chats"  # a case at every user turn of the demo's chats (cli.serve makes it)
 LEGACY_SESSION = "demo-legacy-session"
 V1_SESSION = "demo-v1-session"
 

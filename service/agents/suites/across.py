@@ -1,12 +1,14 @@
 """A suite run's verdict across its cases: per agent, its record against the source over every judged
-conversation, a 95 % interval that counts conversations (a bootstrap over cases, a case's repeats drawn together,
-never narrower than the Wilson interval with n = the cases judged), the outcome that interval allows, the
+conversation, a 95 % interval that counts conversations (a bootstrap over conversations, a case's repeats and the
+cases of one conversation drawn together, never narrower than the Wilson interval with n = the conversations
+judged), the outcome that interval allows, the
 medians per case of what it cost, one line a person can act on, and a headline. Pure: no database, no network
 (runs.py gathers each case's record from its experiment's verdict; this adds them up).
 
-Why cases and not pairs: the repeats of one conversation are not independent evidence about the agent (the same
-question, the same history), so a run of 12 conversations x 5 repeats is 12 pieces of evidence, not 60. A
-bootstrap over pairs would claim five times the certainty the data holds.
+Why conversations and not pairs: the repeats of one case are not independent evidence about the agent (the same
+question, the same history), nor are two cases of one chat (the same user, the same thread), so a run of 12
+conversations x 5 repeats is 12 pieces of evidence, not 60, and 6 cases of 2 chats are 2. A bootstrap over pairs
+would claim several times the certainty the data holds.
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ class RunCost(msgspec.Struct, frozen=True, kw_only=True):
 class AgentAcross(msgspec.Struct, frozen=True, kw_only=True):
     agent_ref: str
     control: bool
-    cases: int  # conversations with at least one judged pair: the n of the interval
+    cases: int  # cases with at least one judged pair
+    conversations: int  # the sessions those cases are points of: the n of the interval
     wins: int  # pairs, over every case and repeat
     ties: int
     losses: int
@@ -117,9 +120,9 @@ def best_of(records: Sequence[AgentCase]) -> str | None:
 
 
 def interval(cases: Sequence[tuple[float, int]], draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float]:
-    """The 95 % interval of the pooled win rate over cases given as (score, judged pairs): a percentile bootstrap
-    drawing whole cases with a fixed seed, then widened to the Wilson interval with n = the number of cases (a
-    bootstrap of 3 identical cases cannot move; 3 conversations do not prove a certainty)."""
+    """The 95 % interval of the pooled win rate over units (conversations) given as (score, judged pairs): a
+    percentile bootstrap drawing whole units with a fixed seed, then widened to the Wilson interval with n = the
+    number of units (a bootstrap of 3 identical units cannot move; 3 conversations do not prove a certainty)."""
     n = len(cases)
     rate = sum(s for s, _ in cases) / sum(j for _, j in cases)
     rng = random.Random(SEED)
@@ -137,15 +140,20 @@ def _median(values: Sequence[float]) -> float:
     return round(statistics.median(values), 6) if values else 0.0
 
 
-def agent_across(agent_ref: str, records: Sequence[AgentCase]) -> AgentAcross:
-    judged = [r for r in records if r.judged]
-    wins, ties, losses = (sum(getattr(r, k) for r in records) for k in ("wins", "ties", "losses"))
+def agent_across(agent_ref: str, records: Sequence[tuple[str, AgentCase]]) -> AgentAcross:
+    """One agent's verdict from its (session id, record) on each case."""
+    judged = [(sid, r) for sid, r in records if r.judged]
+    by_session: dict[str, list[float]] = {}
+    for sid, r in judged:  # a conversation's cases drawn together: (score, judged pairs) summed
+        score, n = by_session.get(sid, [0.0, 0.0])
+        by_session[sid] = [score + r.score, n + r.judged]
+    wins, ties, losses = (sum(getattr(r, k) for _, r in records) for k in ("wins", "ties", "losses"))
     rate = ci = outcome = None
     if judged:
-        exact = sum(r.score for r in judged) / sum(r.judged for r in judged)
-        low, high = interval([(r.score, r.judged) for r in judged])
+        exact = sum(r.score for _, r in judged) / sum(r.judged for _, r in judged)
+        low, high = interval([(score, int(n)) for score, n in by_session.values()])
         rate, ci, outcome = round(exact, 4), [round(low, 4), round(high, 4)], outcome_of(low, high)
-    costs = [r.cost for r in records if r.cost is not None]
+    costs = [r.cost for _, r in records if r.cost is not None]
     usds = [c.usd for c in costs]
     known = all(u is not None for u in usds) and bool(usds)
     per_case = PerCase(
@@ -154,18 +162,18 @@ def agent_across(agent_ref: str, records: Sequence[AgentCase]) -> AgentAcross:
         turns=_median([c.turns for c in costs]), duration_seconds=_median([c.duration_seconds for c in costs]),
     )  # fmt: skip
     total = round(sum(u for u in usds if u is not None), 6) if known else None
-    control = any(r.control for r in records)
+    control = any(r.control for _, r in records)
     found = AgentAcross(
-        agent_ref=agent_ref, control=control, cases=len(judged), wins=wins, ties=ties, losses=losses,
-        invalid=sum(r.invalid for r in records), failed=sum(r.failed for r in records), win_rate=rate, ci95=ci,
-        outcome=outcome, cost=RunCost(per_case=per_case, total_usd=total), summary="",
+        agent_ref=agent_ref, control=control, cases=len(judged), conversations=len(by_session), wins=wins, ties=ties,
+        losses=losses, invalid=sum(r.invalid for _, r in records), failed=sum(r.failed for _, r in records),
+        win_rate=rate, ci95=ci, outcome=outcome, cost=RunCost(per_case=per_case, total_usd=total), summary="",
     )  # fmt: skip
     return msgspec.structs.replace(found, summary=summary(found))
 
 
 def summary(a: AgentAcross) -> str:
     """One line a person can act on: the outcome over conversations, the interval, the pairs behind it and the
-    medians per conversation; `better` or `worse` only when the interval says so."""
+    medians per case; `better` or `worse` only when the interval says so."""
     who = f"{a.agent_ref} (control: the source's own agent again)" if a.control else a.agent_ref
     if a.win_rate is None or a.ci95 is None:
         lost = a.invalid + a.failed
@@ -175,9 +183,10 @@ def summary(a: AgentAcross) -> str:
     word = {"better": "better than", "worse": "worse than"}.get(a.outcome or "", "inconclusive against")
     ties = f", {a.ties} tied" if a.ties else ""
     c = a.cost.per_case
-    money = f"{usd_text(c.usd)} a conversation" if c.usd is not None else "money unknown"
+    cases = f" in {a.cases} cases" if a.cases != a.conversations else ""
+    money = f"{usd_text(c.usd)} a case" if c.usd is not None else "money unknown"
     text = (
-        f"{who}: {word} the source over {a.cases} conversation{'s' if a.cases != 1 else ''} "
+        f"{who}: {word} the source over {a.conversations} conversation{'s' if a.conversations != 1 else ''}{cases} "
         f"({a.wins} continuations better, {a.losses} worse{ties}; {round(a.win_rate * 100)} %, "
         f"95 % CI {round(a.ci95[0] * 100)}-{round(a.ci95[1] * 100)} % counting conversations); median {money}, "
         f"{c.total_tokens:.0f} tokens, {c.tool_calls:.3g} tool calls, {c.duration_seconds:.3g} s"
@@ -189,10 +198,10 @@ def summary(a: AgentAcross) -> str:
 
 def across(cases: Sequence[CaseResult]) -> Across:
     """Every agent's verdict across the cases (in the order the agents first appear), the control apart."""
-    by_ref: dict[str, list[AgentCase]] = {}
+    by_ref: dict[str, list[tuple[str, AgentCase]]] = {}
     for case in cases:
         for record in case.by_agent:
-            by_ref.setdefault(record.agent_ref, []).append(record)
+            by_ref.setdefault(record.agent_ref, []).append((case.session_id, record))
     agents = [agent_across(ref, records) for ref, records in by_ref.items()]
     control = next((a for a in agents if a.control), None)
     return Across(headline=headline(agents, control), by_agent=agents, control=control)

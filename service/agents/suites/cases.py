@@ -189,6 +189,12 @@ async def selected_cases(svc: Services, conn: Connection, caller: Caller, select
     return rows
 
 
+async def every_turn(svc: Services, conn: Connection, caller: Caller, session_id: str) -> list[CaseSpec]:
+    """A case at every turn of a conversation, in order (the embedded demo's suite)."""
+    _, turns = await _session_turns(svc, conn, caller, session_id)
+    return [_spec_of(session_id, turn) for turn in turns]
+
+
 def case_json(row: CaseRow) -> Case:
     return Case(
         case_id=row.id, session_id=row.session_id, rewind_before_invocation_id=row.rewind_before_invocation_id,

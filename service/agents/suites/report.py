@@ -1,5 +1,5 @@
 """A suite run for people: its verdict as Markdown (the CLI prints it, a pipeline keeps it), and its plot (money
-per conversation against the win rate with its interval, one point per agent, the source at 50 %) as SVG.
+per case against the win rate with its interval, one point per agent, the source at 50 %) as SVG.
 Pure: the run as runs.read gave it."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def markdown(run: Run) -> str:
     lines = [
         f"# Suite run {run.id} ({run.status}{f': {run.reason}' if run.reason else ''})",
         "",
-        f"{p.judged} of {p.cases} conversations judged, {p.branches_done} of {p.branches_total} branches ended; "
+        f"{p.judged} of {p.cases} cases judged, {p.branches_done} of {p.branches_total} branches ended; "
         f"spent {run.spent_usd_text} of an estimated {run.estimated_usd_text}"
         + (f" (max {usd_text(run.max_usd)})" if run.max_usd is not None else "")
         + f". Judge: {v.judge.get('agent')}"
@@ -29,8 +29,8 @@ def markdown(run: Run) -> str:
         "",
         f"**{v.headline}**",
         "",
-        "| agent | conversations | wins | ties | losses | not judged | win rate | 95 % CI (conversations) | outcome "
-        "| median $ / conversation | median tokens | median tool calls |",
+        "| agent | conversations (cases) | wins | ties | losses | not judged | win rate | 95 % CI (conversations) "
+        "| outcome | median $ / case | median tokens | median tool calls |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in v.by_agent:
@@ -38,7 +38,8 @@ def markdown(run: Run) -> str:
         med = a.cost.per_case
         name = f"{a.agent_ref} (control)" if a.control else a.agent_ref
         lines.append(
-            f"| {name} | {a.cases} | {a.wins} | {a.ties} | {a.losses} | {a.invalid + a.failed} | {_pct(a.win_rate)} "
+            f"| {name} | {a.conversations} ({a.cases}) | {a.wins} | {a.ties} | {a.losses} | {a.invalid + a.failed} "
+            f"| {_pct(a.win_rate)} "
             f"| {ci} | {a.outcome or '-'} | {usd_text(med.usd)} | {med.total_tokens:.0f} | {med.tool_calls:.3g} |"
         )
     lines += ["", *[f"- {a.summary}" for a in v.by_agent], "", "## Cases", ""]
@@ -53,7 +54,7 @@ W, H, PAD = 640, 400, 60
 
 
 def plot_svg(run: Run) -> str:
-    """Money per conversation (x) against the win rate over the source (y), each agent a point with its 95 %
+    """Money per case (x, the median) against the win rate over the source (y), each agent a point with its 95 %
     interval as a bar; the source is the dashed line at 50 %. Agents whose price is unknown stand at x = 0,
     said so in their label."""
     agents = [a for a in run.verdict.by_agent if a.win_rate is not None and a.ci95 is not None]
@@ -68,13 +69,13 @@ def plot_svg(run: Run) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
         'font-family="sans-serif" font-size="12" role="img">',
-        f"<title>Suite run {escape(run.id)}: win rate against the source by money per conversation</title>",
+        f"<title>Suite run {escape(run.id)}: win rate against the source by money per case</title>",
         f'<rect width="{W}" height="{H}" fill="white"/>',
         f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#444"/>',
         f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#444"/>',
         f'<line x1="{PAD}" y1="{y(0.5):.1f}" x2="{W - PAD}" y2="{y(0.5):.1f}" stroke="#888" stroke-dasharray="6 4"/>',
         f'<text x="{W - PAD}" y="{y(0.5) - 6:.1f}" text-anchor="end" fill="#555">the source (50 %)</text>',
-        f'<text x="{W / 2}" y="{H - 18}" text-anchor="middle">money per conversation (median)</text>',
+        f'<text x="{W / 2}" y="{H - 18}" text-anchor="middle">money per case (median)</text>',
         f'<text x="18" y="{H / 2}" text-anchor="middle" transform="rotate(-90 18 {H / 2})">'
         "win rate against the source, 95 % CI over conversations</text>",
     ]
