@@ -140,8 +140,9 @@ async def test_a_suite_run_from_the_page_its_progress_verdict_and_plot(
         run = suite.locator(".suite-run")
         await expect(run.locator("h3[data-status=running]")).to_be_visible()
         await expect(run.locator(".run-progress")).to_contain_text(
-            re.compile(r"\d+ of 15 branches ended, 0 of 5 conversations judged")
+            re.compile(r"[1-9]\d* of 15 branches ended, 0 of 5 cases judged")
         )
+        await expect(run.locator("table.run-cases tr[data-status=running]").first).to_be_visible()
         await expect(run.get_by_role("button", name="Cancel the run")).to_be_visible()
         await expect(run.locator(".run-money")).to_have_text("Spent $0.00; estimate unknown")
         await expect(run.locator("table.run-verdict")).to_have_count(0)  # nothing judged: no table yet
@@ -151,7 +152,7 @@ async def test_a_suite_run_from_the_page_its_progress_verdict_and_plot(
         agents_seen.judge_release.set()
     await expect(run.locator("h3[data-status=completed]")).to_be_visible(timeout=120_000)
     await expect(run.get_by_role("button", name="Cancel the run")).to_have_count(0)
-    await expect(run.locator(".run-progress")).to_contain_text("15 of 15 branches ended, 5 of 5 conversations judged")
+    await expect(run.locator(".run-progress")).to_contain_text("15 of 15 branches ended, 5 of 5 cases judged")
     await expect(run.locator(".run-progress progress")).to_have_attribute("value", "15")
 
     # the verdict per agent, the control marked as the noise floor
@@ -178,7 +179,7 @@ async def test_a_suite_run_from_the_page_its_progress_verdict_and_plot(
     for i in range(5):
         await expect(case_rows.nth(i).locator("td").nth(1)).to_have_text(ref(MARKER_AGENT))
     await expect(suite.locator(".run-list > li[data-status=completed]")).to_have_count(1)
-    await run.locator("table.run-verdict").evaluate("t => t.scrollIntoView({ block: 'start' })")
+    await run.locator("h3").evaluate("h => h.scrollIntoView({ block: 'start' })")
     await shot(tab, "suite-run-1400")
     assert all("422" in p for p in problems), problems  # the browser logs the refused dry run itself
 

@@ -1532,7 +1532,7 @@ export async function importSuite(
 
 // --- suite runs (docs/suites.md, "Runs"): every case continued on each agent, one verdict per agent across them ---
 
-/** Medians per conversation of what an agent's continuations cost. */
+/** Medians per case of what an agent's continuations cost. */
 export interface SuiteRunCost {
   /** null: a model is unpriced. */
   usd: number | null;
@@ -1547,8 +1547,10 @@ export interface SuiteRunAgent {
   agent_ref: string;
   /** The source's own agent run again: its verdict is the noise floor. */
   control: boolean;
-  /** Conversations with a judged pair: the n of the interval. */
+  /** Cases with a judged pair. */
   cases: number;
+  /** The sessions those cases are points of: the n of the interval (a chat's cases are drawn together). */
+  conversations: number;
   /** Pairs, over every case and repeat. */
   wins: number;
   ties: number;
@@ -1557,7 +1559,7 @@ export interface SuiteRunAgent {
   failed: number;
   /** A tie counts half; null: nothing judged. */
   win_rate: number | null;
-  /** A bootstrap over conversations, never narrower than Wilson's interval with n = cases. */
+  /** A bootstrap over conversations, never narrower than Wilson's interval with n = conversations. */
   ci95: [number, number] | null;
   outcome: "better" | "worse" | "inconclusive" | null;
   cost: { per_case: SuiteRunCost; total_usd: number | null };
@@ -1722,7 +1724,7 @@ export async function getSuiteRun(
   return call<SuiteRun>(options, "GET", path && path + query, undefined, {}, [suiteId, runId]);
 }
 
-/** The run's plot as SVG text: money per conversation against the win rate with its interval, one point per agent. */
+/** The run's plot as SVG text: money per case against the win rate with its interval, one point per agent. */
 export async function suiteRunPlot(suiteId: string, runId: string, options: ClientOptions = {}): Promise<BaseResponse<string>> {
   return callText(options, runPath(suiteId, runId, "/plot.svg"), [suiteId, runId], "image/svg+xml", "an SVG image");
 }

@@ -115,7 +115,7 @@ test("dryRunSuiteRun, startSuiteRun, getSuiteRun, listSuiteRuns, suiteRunPlot, k
   const verdict = run.verdict.by_agent[0];
   assert.ok(verdict !== undefined);
   assert.equal(verdict.agent_ref, agent);
-  assert.equal(verdict.cases, 1);
+  assert.deepEqual([verdict.cases, verdict.conversations], [1, 1]);
   assert.ok(verdict.outcome !== null && verdict.ci95 !== null && verdict.summary.startsWith(agent), JSON.stringify(verdict));
   assert.ok(typeof run.spent_usd === "number" && run.spent_usd > 0 && run.spent_usd_text.startsWith("$"));
   const only = run.cases[0];
@@ -125,7 +125,7 @@ test("dryRunSuiteRun, startSuiteRun, getSuiteRun, listSuiteRuns, suiteRunPlot, k
 
   const markdown = ok(await getSuiteRun(suite.id, started.id, { format: "markdown" }));
   assert.match(markdown, new RegExp(`^# Suite run ${started.id} \\(completed\\)`));
-  assert.ok(markdown.includes(`| ${agent} | 1 |`), markdown);
+  assert.ok(markdown.includes(`| ${agent} | 1 (1) |`), markdown);
   const svg = ok(await suiteRunPlot(suite.id, started.id));
   assert.match(svg, /^<svg /);
   assert.ok(svg.includes("the source (50 %)") && svg.includes(`data-agent="${agent}"`));

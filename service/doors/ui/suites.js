@@ -241,7 +241,7 @@ function moneyWords(run) {
 }
 
 function progressWords(p) {
-  return `${p.branches_done} of ${plural(p.branches_total, "branch", "branches")} ended, ${p.judged} of ${plural(p.cases, "conversation")} judged`;
+  return `${p.branches_done} of ${plural(p.branches_total, "branch", "branches")} ended, ${p.judged} of ${plural(p.cases, "case")} judged`;
 }
 
 async function cancelRun(suite, runId, box) {
@@ -267,15 +267,16 @@ function runView(suite, run, box) {
     el("p", { class: "verdict-headline" }, el("b", { text: v.headline })),
     v.by_agent.length ? el("div", { class: "grid-scroll" }, verdictTable(v)) : null,
     el("ul", { class: "verdict-lines" }, ...v.by_agent.map((a) => el("li", { text: a.summary }))),
-    v.by_agent.length ? plotOf(suite, run) : null,
+    v.by_agent.length ? el("div", { class: "grid-scroll" }, plotOf(suite, run)) : null,
     el("h4", { text: "Cases" }),
     el("div", { class: "grid-scroll" }, el("table", { class: "compare run-cases" },
       el("thead", {}, el("tr", {}, ...["Case", "Best", "Status", "Agents (won-tied-lost)", ""].map((t) => el("th", { text: t })))),
       el("tbody", {}, ...run.cases.map((c) => el("tr", { "data-case": c.case_id, "data-status": c.status },
-        el("td", { text: questions.get(c.case_id) || c.case_id }),
-        el("td", { text: c.best || (c.status === "done" ? "no single best" : "-") }),
-        el("td", { class: c.error ? "error" : "", text: c.error ? `${c.status}: ${c.error}` : c.status }),
-        el("td", { text: c.by_agent.map((a) => `${a.agent_ref} ${a.wins}-${a.ties}-${a.losses}`).join(", ") || "-" }),
+        // data-label: on a phone each row is a card and each cell says what it is (style.css)
+        el("td", { "data-label": "Case", text: questions.get(c.case_id) || c.case_id }),
+        el("td", { "data-label": "Best", text: c.best || (c.status === "done" ? "no single best" : "-") }),
+        el("td", { "data-label": "Status", class: c.error ? "error" : "", text: c.error ? `${c.status}: ${c.error}` : c.status }),
+        el("td", { "data-label": "Agents (won-tied-lost)", text: c.by_agent.map((a) => `${a.agent_ref} ${a.wins}-${a.ties}-${a.losses}`).join(", ") || "-" }),
         el("td", {}, el("button", { type: "button", onclick: () => go(c.session_id), text: "Open the chat" }))))))),
     el("a", { class: "muted", href: runAddress(suite.id, run.id, "?format=markdown"), target: "_blank", rel: "noopener", text: "The verdict as Markdown" }),
   ].filter((part) => part != null);
@@ -285,7 +286,7 @@ function runView(suite, run, box) {
 // data: address (the page's Content-Security-Policy allows images from itself and data: only); fetched again only
 // when a case was judged since, so a poll each second neither refetches nor flickers.
 function plotOf(suite, run) {
-  const img = el("img", { class: "run-plot", alt: "The run's plot: money per conversation against the win rate, one point per agent" });
+  const img = el("img", { class: "run-plot", alt: "The run's plot: money per case against the win rate, one point per agent" });
   const key = `${run.id} ${run.progress.judged} ${run.status}`;
   if (shownRun.plot && shownRun.plot.key === key) {
     img.src = shownRun.plot.url;
@@ -311,9 +312,10 @@ function verdictTable(v) {
     ["outcome", "Outcome", (a) => a.outcome || "not judged yet"],
     ["win-rate", "Win rate", (a) => pct(a.win_rate)],
     ["ci95", "95 % CI (conversations)", (a) => (a.ci95 ? `${pct(a.ci95[0])} – ${pct(a.ci95[1])}` : "-")],
-    ["cases", "Conversations", (a) => String(a.cases)],
+    // The interval's n is the conversations (a chat's cases are drawn together); the cases only when they differ.
+    ["cases", "Conversations", (a) => (a.conversations === a.cases ? String(a.conversations) : `${a.conversations} (${plural(a.cases, "case")})`)],
     ["record", "Won / tied / lost", (a) => `${a.wins} / ${a.ties} / ${a.losses}${a.invalid + a.failed ? ` (${a.invalid + a.failed} not judged)` : ""}`],
-    ["usd", "Median $ / conversation", (a) => usd(a.cost.per_case.usd)],
+    ["usd", "Median $ / case", (a) => usd(a.cost.per_case.usd)],
   ];
   return el("table", { class: "compare run-verdict" },
     el("thead", {}, el("tr", {}, ...cols.map(([, title]) => el("th", { text: title })))),
