@@ -274,7 +274,7 @@ function runView(suite, run, box) {
       el("tbody", {}, ...run.cases.map((c) => el("tr", { "data-case": c.case_id, "data-status": c.status },
         // data-label: on a phone each row is a card and each cell says what it is (style.css)
         el("td", { "data-label": "Case", text: questions.get(c.case_id) || c.case_id }),
-        el("td", { "data-label": "Best", text: c.best || (c.status === "done" ? "no single best" : "-") }),
+        el("td", { "data-label": "Best", text: c.best === "source" ? "the source (every agent under 50 % there)" : c.best || (c.status === "done" ? "no single best" : "-") }),
         el("td", { "data-label": "Status", class: c.error ? "error" : "", text: c.error ? `${c.status}: ${c.error}` : c.status }),
         el("td", { "data-label": "Agents (won-tied-lost)", text: c.by_agent.map((a) => `${a.agent_ref} ${a.wins}-${a.ties}-${a.losses}`).join(", ") || "-" }),
         el("td", {}, el("button", { type: "button", onclick: () => go(c.session_id), text: "Open the chat" }))))))),
