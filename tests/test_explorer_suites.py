@@ -187,13 +187,29 @@ async def test_a_suite_run_from_the_page_its_progress_verdict_and_plot(
     context = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     try:
         phone = await context.new_page()
-        suite = await _open_run_of(phone, page_url, user)
-        await suite.get_by_role("button", name="Show the run").click()
-        run = suite.locator(".suite-run")
-        await expect(run.locator("h3[data-status=completed]")).to_be_visible()
-        await expect(run.locator("img.run-plot")).to_be_visible()
+        phone_suite = await _open_run_of(phone, page_url, user)
+        await phone_suite.get_by_role("button", name="Show the run").click()
+        phone_run = phone_suite.locator(".suite-run")
+        await expect(phone_run.locator("h3[data-status=completed]")).to_be_visible()
+        await expect(phone_run.locator("img.run-plot")).to_be_visible()
         assert await phone.evaluate("document.documentElement.scrollWidth") <= 390
-        await run.locator("h3").evaluate("h => h.scrollIntoView({ block: 'start' })")
+        await phone_run.locator("h3").evaluate("h => h.scrollIntoView({ block: 'start' })")
         await shot(phone, "suite-run-390")
     finally:
         await context.close()
+
+    # another run, cancelled from the page while its judge is held
+    agents_seen.judge_release.clear()
+    try:
+        await form.get_by_label("Agents").fill(ref(MARKER_AGENT))
+        await form.locator(".run-control").uncheck()
+        await form.get_by_role("button", name="Start the run").click()
+        await expect(run.locator("h3[data-status=running]")).to_be_visible()
+        await run.get_by_role("button", name="Cancel the run").click()
+        await expect(run.locator("h3[data-status=cancelled]")).to_be_visible()
+        await expect(run.get_by_role("button", name="Cancel the run")).to_have_count(0)
+        await expect(tab.locator("#status")).to_have_text("Run cancelled")
+    finally:
+        agents_seen.judge_release.set()
+    await expect(suite.locator(".run-list > li")).to_have_count(2)
+    await expect(suite.locator(".run-list > li").first).to_have_attribute("data-status", "cancelled")

@@ -131,7 +131,7 @@ async function listRuns(suite, box) {
   const answer = await act("Listing the suite's runs", () => api("GET", `/api/suites/${enc(suite.id)}/runs`));
   if (!answer) return;
   const items = answer.data.map((r) => el("li", { class: "turn", "data-run": r.id, "data-status": r.status },
-    el("b", { text: `Run ${r.status}${r.reason ? ` (${r.reason})` : ""}: ${r.agents.join(", ")}` }),
+    el("b", { text: `Run ${r.status}${reasonOf(r)}: ${r.agents.join(", ")}` }),
     el("div", { class: "muted", text: `judged by ${r.judge} · started ${when(r.created_at)}${r.finished_at ? `, ended ${when(r.finished_at)}` : ""}` }),
     el("button", { type: "button", onclick: () => followRun(suite, r.id, box), text: "Show the run" })));
   box.querySelector(".run-list").replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: "No runs of this suite yet." })]));
@@ -211,8 +211,9 @@ async function followRun(suite, runId, box) {
   const follower = {};
   shownRun.follower = follower;
   const epoch = state.epoch;
-  const mine = () => epoch === state.epoch && shownRun.follower === follower && box.isConnected;
   const shown = box.querySelector(".suite-run");
+  // Stops once the view is gone: the suites listed again, Runs pressed again, or another user.
+  const mine = () => epoch === state.epoch && shownRun.follower === follower && shown.isConnected;
   for (let i = 0; i < 7200 && mine(); i++) {
     let run;
     try {
@@ -225,7 +226,7 @@ async function followRun(suite, runId, box) {
     shown.replaceChildren(...runView(suite, run, box));
     if (!RUN_OPEN.includes(run.status)) {
       await listRuns(suite, box);  // the list says how it ended too
-      if (mine()) say(`Run ${run.status}${run.reason ? ` (${run.reason})` : ""}`, run.status === "failed");
+      if (mine()) say(`Run ${run.status}${reasonOf(run)}`, run.status === "failed");
       return;
     }
     say(`Run ${run.status}: ${progressWords(run.progress)}...`);
@@ -239,6 +240,9 @@ function moneyWords(run) {
   const estimate = run.estimated_usd === null ? "estimate unknown" : `estimated ${run.estimated_usd_text} at least`;
   return `${spent}; ${estimate}${run.max_usd != null ? `; max ${usd(run.max_usd)}` : ""}`;
 }
+
+// Why a run ended, when its status does not say it already ("stopped (budget)", not "cancelled (cancelled)").
+const reasonOf = (r) => (r.reason && r.reason !== r.status ? ` (${r.reason})` : "");
 
 function progressWords(p) {
   return `${p.branches_done} of ${plural(p.branches_total, "branch", "branches")} ended, ${p.judged} of ${plural(p.cases, "case")} judged`;
@@ -257,7 +261,7 @@ function runView(suite, run, box) {
   const model = v.judge.model ? `, model ${v.judge.model}` : "";
   const questions = new Map(suite.cases.map((c, i) => [c.case_id, `${i + 1}. ${quoted(c.user_text, 60)}`]));
   return [
-    el("h3", { "data-status": run.status, text: `Run ${run.status}${run.reason ? ` (${run.reason})` : ""}: ${run.agents.join(", ")}${run.control ? " and the control" : ""}${run.repeats > 1 ? `, ${run.repeats} repeats` : ""}` }),
+    el("h3", { "data-status": run.status, text: `Run ${run.status}${reasonOf(run)}: ${run.agents.join(", ")}${run.control ? " and the control" : ""}${run.repeats > 1 ? `, ${run.repeats} repeats` : ""}` }),
     el("div", { class: "run-progress" },
       el("progress", { max: String(Math.max(p.branches_total, 1)), value: String(p.branches_done) }),
       el("span", { text: ` ${progressWords(p)}` })),
