@@ -1530,6 +1530,224 @@ export async function importSuite(
   return call<Suite>(options, "POST", file ? "/suites/import" : "", { raw: file, contentType }, {}, [file]);
 }
 
+// --- suite runs (docs/suites.md, "Runs"): every case continued on each agent, one verdict per agent across them ---
+
+/** Medians per case of what an agent's continuations cost. */
+export interface SuiteRunCost {
+  /** null: a model is unpriced. */
+  usd: number | null;
+  total_tokens: number;
+  tool_calls: number;
+  turns: number;
+  duration_seconds: number;
+}
+
+/** One agent's verdict against the source across the run's conversations. */
+export interface SuiteRunAgent {
+  agent_ref: string;
+  /** The source's own agent run again: its verdict is the noise floor. */
+  control: boolean;
+  /** Cases with a judged pair. */
+  cases: number;
+  /** The sessions those cases are points of: the n of the interval (a chat's cases are drawn together). */
+  conversations: number;
+  /** Pairs, over every case and repeat. */
+  wins: number;
+  ties: number;
+  losses: number;
+  invalid: number;
+  failed: number;
+  /** A tie counts half; null: nothing judged. */
+  win_rate: number | null;
+  /** A bootstrap over conversations, never narrower than Wilson's interval with n = conversations. */
+  ci95: [number, number] | null;
+  outcome: "better" | "worse" | "inconclusive" | null;
+  cost: { per_case: SuiteRunCost; total_usd: number | null };
+  /** One line a person can act on. */
+  summary: string;
+}
+
+export interface SuiteRunCase {
+  case_id: string;
+  session_id: string;
+  experiment_id: string | null;
+  status: "waiting" | "running" | "done" | "failed" | "skipped";
+  error: string | null;
+  /** The agent that did best against the source on this conversation. */
+  best: string | null;
+  by_agent: { agent_ref: string; wins: number; ties: number; losses: number }[];
+}
+
+export type SuiteRunStatus = "running" | "judging" | "completed" | "stopped" | "cancelled" | "failed";
+
+/** A run as it stands: progress, money, the verdict across the cases judged so far, each case. */
+export interface SuiteRun {
+  id: string;
+  suite_id: string;
+  status: SuiteRunStatus;
+  /** "budget", "cancelled", or why it failed. */
+  reason: string | null;
+  created_at: string;
+  finished_at: string | null;
+  agents: string[];
+  judge: string;
+  repeats: number;
+  control: boolean;
+  max_usd: number | null;
+  estimated_usd: number | null;
+  estimated_usd_text: string;
+  /** What the ended cases' branches cost (null: a model is unpriced). */
+  spent_usd: number | null;
+  spent_usd_text: string;
+  progress: { cases: number; branches_done: number; branches_total: number; judged: number };
+  verdict: {
+    judge: { agent: string; model: string | null; criteria: string | null };
+    headline: string;
+    by_agent: SuiteRunAgent[];
+    control: SuiteRunAgent | null;
+  };
+  cases: SuiteRunCase[];
+}
+
+/** A run in its suite's list (`getSuiteRun` for the rest). */
+export interface SuiteRunListed {
+  id: string;
+  status: SuiteRunStatus;
+  reason: string | null;
+  created_at: string;
+  finished_at: string | null;
+  agents: string[];
+  judge: string;
+}
+
+/** What a run would do, nothing written: its cases (and those it would skip), branches, estimate and refusal. */
+export interface SuiteRunPlan {
+  dry_run: true;
+  cases: number;
+  skipped: { case_id: string; error: string }[];
+  branches: number;
+  /** Every case's estimate, the judge's calls included (at least that); null when a model is unpriced. */
+  estimated_usd: number | null;
+  estimated_usd_text: string;
+  unpriced: string[];
+  tools: unknown;
+  refused: string | null;
+}
+
+export interface SuiteRunOptions extends ClientOptions, ToolOptions {
+  /** Branches per agent and case, 1 to 5. */
+  repeats?: number;
+  /** Turns each case replays; absent: each case's own. */
+  turns?: number | "all";
+  /** Add each source's own agent as an arm: its verdict is the noise floor. */
+  control?: boolean;
+  /** What the judge should weigh, beyond the default criteria. */
+  criteria?: string;
+  idempotencyKey?: string;
+}
+
+function suiteRunBody(agents: string[], judge: string, options: SuiteRunOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = { agents, judge: options.criteria !== undefined ? { agent: judge, criteria: options.criteria } : { agent: judge } };
+  if (options.repeats !== undefined) body.repeats = options.repeats;
+  if (options.turns !== undefined) body.turns = options.turns;
+  if (options.control !== undefined) body.control = options.control;
+  toolFields(body, options);
+  return body;
+}
+
+function runPath(suiteId: string, runId?: string, tail = ""): string {
+  if (!suiteId || runId === "") return "";
+  const runs = `/suites/${encodeURIComponent(suiteId)}/runs`;
+  return runId === undefined ? runs : `${runs}/${encodeURIComponent(runId)}${tail}`;
+}
+
+/**
+ * Run a suite: every case x agent x repeat an experiment branch, judged by `judge` (namespace/name) against the
+ * source's own continuation. `data` is the run as it starts; follow it with `getSuiteRun`. `maxUsd` refuses a run
+ * over it and stops starting cases once spent reaches it; `dryRunSuiteRun` shows the plan first.
+ */
+export async function startSuiteRun(
+  suiteId: string,
+  agents: string[],
+  judge: string,
+  options: SuiteRunOptions = {},
+): Promise<BaseResponse<SuiteRun>> {
+  const extra: Record<string, string> = options.idempotencyKey ? { "idempotency-key": options.idempotencyKey } : {};
+  return call<SuiteRun>(options, "POST", runPath(suiteId), suiteRunBody(agents, judge, options), extra, [suiteId, judge]);
+}
+
+/** What `startSuiteRun` would do, nothing written: the cases, branches, estimate (judge included) and refusal. */
+export async function dryRunSuiteRun(
+  suiteId: string,
+  agents: string[],
+  judge: string,
+  options: SuiteRunOptions = {},
+): Promise<BaseResponse<SuiteRunPlan>> {
+  const body = { ...suiteRunBody(agents, judge, options), dry_run: true };
+  return call<SuiteRunPlan>(options, "POST", runPath(suiteId), body, {}, [suiteId, judge]);
+}
+
+/** A suite's runs, newest first. */
+export async function listSuiteRuns(suiteId: string, options: ClientOptions = {}): Promise<BaseResponse<SuiteRunListed[]>> {
+  return call<SuiteRunListed[]>(options, "GET", runPath(suiteId), undefined, {}, [suiteId]);
+}
+
+export interface SuiteRunReadOptions extends ClientOptions {
+  /** `json` (default): a `SuiteRun`; `markdown`: the verdict and cases as Markdown, in `data` as text. */
+  format?: "json" | "markdown";
+}
+
+/** A run as it stands (or its verdict as Markdown, as the CLI prints it). */
+export function getSuiteRun(
+  suiteId: string,
+  runId: string,
+  options: SuiteRunReadOptions & { format: "markdown" },
+): Promise<BaseResponse<string>>;
+export function getSuiteRun(
+  suiteId: string,
+  runId: string,
+  options?: SuiteRunReadOptions & { format?: "json" },
+): Promise<BaseResponse<SuiteRun>>;
+export function getSuiteRun(
+  suiteId: string,
+  runId: string,
+  options?: SuiteRunReadOptions,
+): Promise<BaseResponse<SuiteRun> | BaseResponse<string>>;
+export async function getSuiteRun(
+  suiteId: string,
+  runId: string,
+  options: SuiteRunReadOptions = {},
+): Promise<BaseResponse<SuiteRun> | BaseResponse<string>> {
+  const path = runPath(suiteId, runId);
+  if (options.format === "markdown") return callText(options, path && `${path}?format=markdown`, [suiteId, runId]);
+  const query = options.format !== undefined ? `?format=${options.format}` : "";
+  return call<SuiteRun>(options, "GET", path && path + query, undefined, {}, [suiteId, runId]);
+}
+
+/** The run's plot as SVG text: money per case against the win rate with its interval, one point per agent. */
+export async function suiteRunPlot(suiteId: string, runId: string, options: ClientOptions = {}): Promise<BaseResponse<string>> {
+  return callText(options, runPath(suiteId, runId, "/plot.svg"), [suiteId, runId], "image/svg+xml", "an SVG image");
+}
+
+/** End a run: no case starts after it, the running cases' experiments are cancelled (refused once it ended). */
+export async function cancelSuiteRun(suiteId: string, runId: string, options: ClientOptions = {}): Promise<BaseResponse<SuiteRun>> {
+  return call<SuiteRun>(options, "POST", runPath(suiteId, runId, "/cancel"), {}, {}, [suiteId, runId]);
+}
+
+/**
+ * Show one branch of a run (a session of its experiments' grids) in the caller's chats: forked whole into them from
+ * the run's own user, whose branches kagent's chat list never shows. `data` is the new session.
+ */
+export async function keepSuiteRunBranch(
+  suiteId: string,
+  runId: string,
+  sessionId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<ForkedSession>> {
+  const path = runPath(suiteId, runId, "/keep");
+  return call<ForkedSession>(options, "POST", path, { session_id: sessionId }, {}, [suiteId, runId, sessionId]);
+}
+
 function baseUrl(options: ClientOptions): string | undefined {
   const base = (options.baseUrl ?? env("KAGENT_FORK_URL"))?.trim().replace(/\/+$/, "");
   if (!base) return undefined;

@@ -19,7 +19,9 @@ import {
   listRewinds,
   listWhatifs,
   rewindSession,
+  startSuiteRun,
   startWhatif,
+  suiteRunPlot,
   undoDiscard,
   undoRewind,
 } from "../src/index.js";
@@ -228,4 +230,24 @@ test("forwardedHeaders picks what kagent's server actions forward", () => {
     "x-share-token": "tok",
     "x-auth-request-user": "bob",
   });
+});
+
+test("a suite run's body and paths on the wire", async () => {
+  const { fetch, sent } = recorder(202, { error: false, data: { id: "r" }, message: "Suite run started" });
+  const o = { baseUrl: "http://h", fetch, userId: "alice" };
+  await startSuiteRun("s/1", ["kagent/a", "kagent/b"], "kagent/judge", {
+    ...o, repeats: 3, control: true, criteria: "Be strict.", tools: "replay", maxUsd: 2, turns: "all", idempotencyKey: "k",
+  });
+  assert.equal(sent[0]!.url, "http://h/api/suites/s%2F1/runs");
+  assert.deepEqual(sent[0]!.body, {
+    agents: ["kagent/a", "kagent/b"], judge: { agent: "kagent/judge", criteria: "Be strict." }, repeats: 3, turns: "all",
+    control: true, tools: "replay", max_usd: 2,
+  });
+  assert.equal(sent[0]!.headers["idempotency-key"], "k");
+  await startSuiteRun("s", ["kagent/a"], "kagent/judge", o);
+  assert.deepEqual(sent[1]!.body, { agents: ["kagent/a"], judge: { agent: "kagent/judge" } });
+  const svg = recorder(200, "<svg/>", "image/svg+xml");
+  assert.deepEqual(await suiteRunPlot("s", "r/1", { baseUrl: "http://h", fetch: svg.fetch }), { message: "OK", data: "<svg/>" });
+  assert.equal(svg.sent[0]!.url, "http://h/api/suites/s/runs/r%2F1/plot.svg");
+  assert.equal(svg.sent[0]!.headers.accept, "image/svg+xml, application/json");
 });

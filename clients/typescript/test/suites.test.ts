@@ -6,14 +6,23 @@ import { test } from "node:test";
 
 import {
   type BaseResponse,
+  cancelSuiteRun,
   createSuite,
+  dryRunSuiteRun,
   exportSuite,
+  getExperiment,
   getSuite,
+  getSuiteRun,
+  getTranscript,
   importSuite,
+  keepSuiteRunBranch,
   listInvocations,
+  listSuiteRuns,
   listSuites,
   removeCase,
   saveCase,
+  startSuiteRun,
+  suiteRunPlot,
 } from "../src/index.js";
 
 const V1 = "demo-v1-session";
@@ -71,4 +80,74 @@ test("createSuite, saveCase, getSuite, listSuites, exportSuite, importSuite and 
   failed(await importSuite("name: [unclosed"), /^the suite file is not valid YAML/);
   failed(await removeCase(made.id, "no-such-case"), `case no-such-case not found in suite ${made.id}`);
   assert.equal(ok(await getSuite(made.id)).cases.length, 1);
+});
+
+// A run on the demo's replay twin, judged by its scripted judge: the plan, the run followed to its verdict, its
+// Markdown and plot, one branch kept into the caller's chats, and the refusals.
+test("dryRunSuiteRun, startSuiteRun, getSuiteRun, listSuiteRuns, suiteRunPlot, keepSuiteRunBranch and cancelSuiteRun", async () => {
+  const turns = ok(await listInvocations(V1));
+  const second = turns[1]?.invocation_id ?? "";
+  const suite = ok(await createSuite(`runs ${Date.now()}`, { cases: [{ sessionId: V1, rewindBeforeInvocationId: second }] }));
+  const agent = "kagent/k8s-agent-replay";
+  const judge = "kagent/demo-judge";
+
+  const plan = ok(await dryRunSuiteRun(suite.id, [agent], judge, { criteria: "Be brief." }));
+  assert.equal(plan.dry_run, true);
+  assert.equal(plan.cases, 1);
+  assert.equal(plan.branches, 1);
+  assert.equal(plan.refused, null);
+  assert.ok(typeof plan.estimated_usd === "number" && plan.estimated_usd > 0, JSON.stringify(plan));
+  assert.deepEqual(ok(await listSuiteRuns(suite.id)), []); // a dry run writes nothing
+
+  const started = ok(await startSuiteRun(suite.id, [agent], judge, { criteria: "Be brief.", idempotencyKey: `k-${Date.now()}` }));
+  assert.deepEqual([started.status, started.agents, started.judge, started.progress.branches_total], ["running", [agent], judge, 1]);
+  let run = started;
+  const deadline = Date.now() + 90_000;
+  while (run.status === "running" || run.status === "judging") {
+    assert.ok(Date.now() < deadline, `the run never ended: ${JSON.stringify(run)}`);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    run = ok(await getSuiteRun(suite.id, started.id));
+  }
+  assert.equal(run.status, "completed", JSON.stringify(run));
+  assert.deepEqual(run.progress, { cases: 1, branches_done: 1, branches_total: 1, judged: 1 });
+  assert.equal(run.verdict.judge.agent, judge);
+  assert.equal(run.verdict.judge.criteria, "Be brief.");
+  const verdict = run.verdict.by_agent[0];
+  assert.ok(verdict !== undefined);
+  assert.equal(verdict.agent_ref, agent);
+  assert.deepEqual([verdict.cases, verdict.conversations], [1, 1]);
+  assert.ok(verdict.outcome !== null && verdict.ci95 !== null && verdict.summary.startsWith(agent), JSON.stringify(verdict));
+  assert.ok(typeof run.spent_usd === "number" && run.spent_usd > 0 && run.spent_usd_text.startsWith("$"));
+  const only = run.cases[0];
+  assert.ok(only !== undefined && only.experiment_id !== null);
+  assert.deepEqual([only.session_id, only.status], [V1, "done"]);
+  assert.deepEqual(ok(await listSuiteRuns(suite.id)).map((r) => [r.id, r.status]), [[started.id, "completed"]]);
+
+  const markdown = ok(await getSuiteRun(suite.id, started.id, { format: "markdown" }));
+  assert.match(markdown, new RegExp(`^# Suite run ${started.id} \\(completed\\)`));
+  assert.ok(markdown.includes(`| ${agent} | 1 (1) |`), markdown);
+  const svg = ok(await suiteRunPlot(suite.id, started.id));
+  assert.match(svg, /^<svg /);
+  assert.ok(svg.includes("the source (50 %)") && svg.includes(`data-agent="${agent}"`));
+
+  // a branch kept: the run's branches are its own user's (kagent's chat list per user never shows them); one is
+  // forked whole into the caller's chats
+  const grid = ok(await getExperiment(only.experiment_id, { userId: `admin@kagent.dev/suite-run/${started.id}` }));
+  const branch = grid.branches[0]?.session_id ?? "";
+  failed(await getTranscript(branch), /not found/);
+  const kept = ok(await keepSuiteRunBranch(suite.id, started.id, branch));
+  assert.notEqual(kept.id, branch);
+  assert.equal(kept.fork.parent_session_id, branch);
+  ok(await getTranscript(kept.id));
+
+  // refusals in kagent's envelope
+  failed(await cancelSuiteRun(suite.id, started.id), `suite run ${started.id} already ended (completed)`);
+  failed(await keepSuiteRunBranch(suite.id, started.id, "no-such-branch"), `suite run ${started.id} has no branch no-such-branch`);
+  failed(await getSuiteRun(suite.id, "no-such-run"), /not found/);
+  failed(await getSuiteRun(suite.id, started.id, { userId: "alice@example.com" }), /not found/);
+  failed(await startSuiteRun(suite.id, [], judge), "agents: name the agents to run (1 to 8, namespace/name)");
+  const over = ok(await dryRunSuiteRun(suite.id, [agent], judge, { maxUsd: 0.000001 }));
+  assert.match(over.refused ?? "", /^max_usd: the run would cost about \$/);
+  failed(await startSuiteRun(suite.id, [agent], judge, { maxUsd: 0.000001 }), over.refused ?? "");
+  failed(await suiteRunPlot("", started.id), /required/);
 });

@@ -82,7 +82,8 @@ def plot_svg(run: Run) -> str:
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         out.append(f'<text x="{PAD - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{round(tick * 100)} %</text>')
     out.append(f'<text x="{PAD}" y="{H - PAD + 16}" text-anchor="middle">$0</text>')
-    out.append(f'<text x="{W - PAD}" y="{H - PAD + 16}" text-anchor="middle">{escape(usd_text(top))}</text>')
+    if any(a.cost.per_case.usd is not None for a in agents):  # else the axis has no scale to print (1e-9)
+        out.append(f'<text x="{W - PAD}" y="{H - PAD + 16}" text-anchor="middle">{escape(usd_text(top))}</text>')
     colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
     for i, a in enumerate(agents):
         assert a.win_rate is not None and a.ci95 is not None
@@ -95,7 +96,9 @@ def plot_svg(run: Run) -> str:
             f'<line x1="{cx:.1f}" y1="{y(a.ci95[0]):.1f}" x2="{cx:.1f}" y2="{y(a.ci95[1]):.1f}" '
             f'stroke="{colour}" stroke-width="3"/>',
             f'<circle cx="{cx:.1f}" cy="{y(a.win_rate):.1f}" r="6" fill="{colour}"/>',
-            f'<text x="{cx + 10:.1f}" y="{y(a.win_rate) + 4:.1f}" fill="{colour}">{escape(label)}</text>',
+            # a white halo: a label at 50 % or 0 % lies on the source's line or the axis, and stays readable
+            f'<text x="{cx + 10:.1f}" y="{y(a.win_rate) + 4:.1f}" fill="{colour}" stroke="white" stroke-width="4" '
+            f'paint-order="stroke">{escape(label)}</text>',
             "</g>",
         ]
     if not agents:
