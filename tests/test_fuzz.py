@@ -176,6 +176,13 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
             "VALUES ($1, $2, $3, $3, $4, 'gone', NOW() + interval '1 day')",
             [(r, suites[0][0], user, request) for r in runs],
         )
+        # each run's cases, continued by the seeded experiments (the run's user is the owner, whose they are)
+        await conn.executemany(
+            "INSERT INTO kagent_fork.suite_run_case (run_id, case_id, ordinal, session_id, spec, experiment_id, "
+            "status) VALUES ($1, $2, $3, $4, '{}', $5, 'running')",
+            [(r, c, n, conversations[0].session_id, experiments[n % len(experiments)])
+             for r in runs for n, c in enumerate(suites[0][1])],
+        )  # fmt: skip
     yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged, suites, runs)
 
 

@@ -122,6 +122,14 @@ async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
     r = await eclient.post(f"{path}/keep", json={"session_id": branch}, headers=_h(user))
     assert r.status_code == 201, r.text
     assert await chat_list(pool, user) == listed_before | {r.json()["data"]["id"]}
+    # a case's experiment, read by the creator through the run (the run's user's rows; not theirs directly)
+    case = done["cases"][0]
+    grid = await eclient.get(f"{path}/cases/{case['case_id']}", headers=_h(user))
+    assert grid.status_code == 200, grid.text
+    assert {b["agent_ref"] for b in grid.json()["data"]["branches"]} == {ref(MARKER_AGENT), ref(V1), ref(FLAWED_AGENT)}
+    assert (await eclient.get(f"/api/experiments/{case['experiment_id']}", headers=_h(user))).status_code == 404
+    assert (await eclient.get(f"{path}/cases/{case['case_id']}", headers=_h(new_user()))).status_code == 404
+    assert (await eclient.get(f"{path}/cases/no-such-case", headers=_h(user))).status_code == 404
     # the Markdown and the plot
     md = await eclient.get(f"{path}?format=markdown", headers=_h(user))
     assert md.status_code == 200 and "| kagent/marker-agent | 12 (12) |" in md.text, md.text

@@ -7,6 +7,7 @@ from litestar import Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 
+from service.agents import experiments
 from service.agents.suites import report, runs
 from service.agents.suites.ledger import RunRequest
 from service.doors.api import AnyRequest, bytes_answer, caller_of, decode_body, idempotency_key, ok, services
@@ -23,6 +24,15 @@ def _caller(request: AnyRequest, *known: str) -> Caller:
     if unknown:
         raise BadRequest(f"unknown query parameters: {', '.join(unknown)}")
     return caller_of(request)
+
+
+def _form(request: AnyRequest) -> str:
+    """?format: json (the default) or markdown, given once."""
+    forms = request.query_params.getall("format", [])
+    form = forms[0] if len(forms) == 1 else "json" if not forms else ""
+    if form not in FORMATS:
+        raise BadRequest(f"query parameter format must be given once, one of {sorted(FORMATS)}")
+    return form
 
 
 def _ids(suite_id: str, run_id: str | None = None) -> tuple[str, str]:
@@ -54,10 +64,7 @@ async def list_runs(request: AnyRequest, suite_id: FromPath[str]) -> Response[by
 @get("/api/suites/{suite_id:str}/runs/{run_id:str}")
 async def read_run(request: AnyRequest, suite_id: FromPath[str], run_id: FromPath[str]) -> Response[bytes]:
     caller = _caller(request, "format")
-    forms = request.query_params.getall("format", [])
-    form = forms[0] if len(forms) == 1 else "json" if not forms else ""
-    if form not in FORMATS:
-        raise BadRequest(f"query parameter format must be given once, one of {sorted(FORMATS)}")
+    form = _form(request)
     found = await runs.get(services(request), caller, *_ids(suite_id, run_id))
     if form == "markdown":
         return bytes_answer(report.markdown(found).encode(), FORMATS["markdown"])
@@ -68,6 +75,20 @@ async def read_run(request: AnyRequest, suite_id: FromPath[str], run_id: FromPat
 async def run_plot(request: AnyRequest, suite_id: FromPath[str], run_id: FromPath[str]) -> Response[bytes]:
     found = await runs.get(services(request), _caller(request), *_ids(suite_id, run_id))
     return bytes_answer(report.plot_svg(found).encode(), "image/svg+xml")
+
+
+@get("/api/suites/{suite_id:str}/runs/{run_id:str}/cases/{case_id:str}")
+async def run_case(
+    request: AnyRequest, suite_id: FromPath[str], run_id: FromPath[str], case_id: FromPath[str]
+) -> Response[bytes]:
+    caller = _caller(request, "format")
+    form = _form(request)
+    found = await runs.case_experiment(
+        services(request), caller, *_ids(suite_id, run_id), checked_id(case_id, "case id")
+    )
+    if form == "markdown":
+        return bytes_answer(experiments.markdown(found).encode(), FORMATS["markdown"])
+    return ok(found, "Successfully read the case's experiment")
 
 
 @post("/api/suites/{suite_id:str}/runs/{run_id:str}/cancel", status_code=200)
@@ -87,4 +108,4 @@ async def keep_branch(request: AnyRequest, suite_id: FromPath[str], run_id: From
 
 
 def handlers() -> list[HTTPRouteHandler]:
-    return [start_run, list_runs, read_run, run_plot, cancel_run, keep_branch]
+    return [start_run, list_runs, read_run, run_plot, run_case, cancel_run, keep_branch]

@@ -11,13 +11,14 @@ session so stamped, so the agent could not write its turn (docs/suites.md).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
 import msgspec
 
 from service.agents import experiments
-from service.agents.replay import engine
+from service.agents.replay import engine, grid
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import MessageEdit, TurnCount
 from service.agents.suites import across, driver
@@ -294,12 +295,22 @@ async def cancel(svc: Services, caller: Caller, suite_id: str, run_id: str) -> R
         raise Conflict(f"suite run {run_id} already ended ({run.status})")
     for c in cases:
         if c.status == "running" and c.experiment_id is not None:
-            try:
+            with contextlib.suppress(Conflict):  # it ended meanwhile: nothing to cancel
                 await experiments.cancel(svc, run_caller(run), c.experiment_id)
-            except Exception as exc:  # an experiment that ended meanwhile answers 409: nothing to cancel
-                if getattr(exc, "status_code", None) != 409:
-                    raise
     return await get(svc, caller, suite_id, run_id)
+
+
+async def case_experiment(svc: Services, caller: Caller, suite_id: str, run_id: str, case_id: str) -> grid.Experiment:
+    """A case's experiment as its grid shows it (every branch's turns, answers, figures and the judge's pairs),
+    read for the run's creator as the run's own user, whose rows they are."""
+    async with svc.connection() as conn:
+        run = await svc.store.suite_runs.run(conn, run_id, suite_id, caller.user_id)
+        if run is None:
+            raise NotFound("Suite run not found")
+        found = next((c for c in await svc.store.suite_runs.cases(conn, run.id) if c.case_id == case_id), None)
+    if found is None or found.experiment_id is None:
+        raise NotFound(f"suite run {run_id} has no started case {case_id}")
+    return await experiments.get(svc, run_caller(run), found.experiment_id)
 
 
 async def keep(svc: Services, caller: Caller, suite_id: str, run_id: str, req: KeepRequest) -> forking.ForkOutcome:

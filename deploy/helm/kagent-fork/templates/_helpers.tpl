@@ -80,7 +80,7 @@ openapi.yaml by tests/test_deploy_manifests.py.
 - method: GET
   path: ^/(ui/[^/]*|api/fork-explorer/(sessions|whoami|agents))$
 - method: GET
-  path: ^/api/suites(/[^/]+(/export|/runs(/[^/]+(/plot\.svg)?)?)?)?$
+  path: ^/api/suites(/[^/]+(/export|/runs(/[^/]+(/plot\.svg|/cases/[^/]+)?)?)?)?$
 - method: POST
   path: ^/api/suites(/import|/[^/]+/(cases|runs|runs/[^/]+/(cancel|keep)))?$
 - method: DELETE
