@@ -178,6 +178,11 @@ async def test_a_suite_run_from_the_page_its_progress_verdict_and_plot(
     await expect(case_rows).to_have_count(5)
     for i in range(5):
         await expect(case_rows.nth(i).locator("td").nth(1)).to_have_text(ref(MARKER_AGENT))
+    # a case's branches, read through the run (they are the run's own user's rows): its table, as Markdown
+    branches = await case_rows.first.locator("a.case-branches").get_attribute("href")
+    assert branches is not None
+    table = await tab.evaluate("async (u) => (await fetch(u)).text()", branches)
+    assert table.startswith("# Experiment") and ref(FLAWED_AGENT) in table, table[:300]
     await expect(suite.locator(".run-list > li[data-status=completed]")).to_have_count(1)
     await run.locator("h3").evaluate("h => h.scrollIntoView({ block: 'start' })")
     await shot(tab, "suite-run-1400")
