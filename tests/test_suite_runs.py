@@ -16,12 +16,14 @@ import uuid
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 
 from service.agents.replay.verdict import wilson
-from service.agents.suites import across
+from service.agents.suites import across, ledger
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
+from service.kagent.store.suite_runs import RunCase
 from tests.helpers import new_user, seed
 from tests.support.a2a_agent import FLAWED_AGENT, JUDGE, MARKER_AGENT, SLOW, V1, Seen
 from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
@@ -75,6 +77,36 @@ def test_the_interval_counts_conversations_not_repeats() -> None:
     rate = got.win_rate or 0.0
     w_low, w_high = wilson(rate, 6)
     assert got.ci95 is not None and got.ci95[0] <= w_low + 1e-4 and got.ci95[1] >= w_high - 1e-4
+
+
+def test_the_verdict_across_is_computed_once_per_set_of_ended_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every GET of a run reads its verdict: the bootstrap runs again only when a case has ended since."""
+    computed = []
+    real = across.across
+
+    def counted(cases: Any) -> across.Across:
+        computed.append(len(cases))
+        return real(cases)
+
+    monkeypatch.setattr(across, "across", counted)
+
+    def case(i: int, result: bool) -> RunCase:
+        found = across.CaseResult(
+            case_id=f"c{i}-{uuid.uuid4()}",
+            session_id="s",
+            experiment_id="e",
+            by_agent=[across.AgentCase(agent_ref="a/b", wins=i % 3, ties=0, losses=2 - i % 3)],
+        )
+        return RunCase(case_id=found.case_id, ordinal=i, session_id="s", spec="{}", branches=2, experiment_id="e",
+                       status="done" if result else "running", error=None,
+                       result=msgspec.json.encode(found).decode() if result else None, spent_usd=None)  # fmt: skip
+
+    cases = [case(i, i < 20) for i in range(30)]
+    first = ledger.across_of(cases)
+    again = [dataclasses.replace(c) for c in cases]  # as read again from the database
+    assert ledger.across_of(again) == first and computed == [20]
+    cases[25] = case(25, True)
+    assert ledger.across_of(cases).by_agent[0].cases == 21 and computed == [20, 21]
 
 
 async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
