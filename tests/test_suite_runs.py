@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -77,6 +78,27 @@ def test_the_interval_counts_conversations_not_repeats() -> None:
     rate = got.win_rate or 0.0
     w_low, w_high = wilson(rate, 6)
     assert got.ci95 is not None and got.ci95[0] <= w_low + 1e-4 and got.ci95[1] >= w_high - 1e-4
+
+
+def test_the_bootstrap_draws_what_randrange_draws() -> None:
+    """across.interval draws its cases with randrange written out: the same interval as the plain way."""
+
+    def plain(cases: list[tuple[float, int]]) -> tuple[float, float]:
+        rng, n = random.Random(across.SEED), len(cases)
+        rates = []
+        for _ in range(across.BOOTSTRAP_DRAWS):
+            drawn = [cases[rng.randrange(n)] for _ in range(n)]
+            rates.append(sum(s for s, _ in drawn) / sum(j for _, j in drawn))
+        rates.sort()
+        rate = sum(s for s, _ in cases) / sum(j for _, j in cases)
+        w_low, w_high = wilson(rate, n)
+        draws = across.BOOTSTRAP_DRAWS
+        return min(rates[int(0.025 * (draws - 1))], w_low), max(rates[round(0.975 * (draws - 1))], w_high)
+
+    rng = random.Random(7)
+    for n in (1, 2, 3, 12, 64, 100, 129):
+        cases = [(rng.choice((0, 0.5, 1, 2, 2.5, 3)), 3) for _ in range(n)]
+        assert across.interval(cases) == plain(cases), n
 
 
 def test_the_verdict_across_is_computed_once_per_set_of_ended_cases(monkeypatch: pytest.MonkeyPatch) -> None:
