@@ -1,13 +1,13 @@
 """Issue 49's suite-run measures, run by bench.run (`--only suites`).
 
 A suite of `--suite-cases` generated conversations (3 turns each, the case at the last turn) run on 4 scripted
-agents x `--suite-repeats` repeats, judged by the demo's judge (`kagent/demo-judge`): real a2a-sdk servers from
-service/embedded/scripted_agent.py, served from a thread of the benchmark's process, that write each turn into
-kagent's tables as kagent's runtime does. Every agent and the judge are timed inside their executors (the
-agents' and the judge's own time). The service runs as `kagent-fork serve` with WHATIF_MAX_PARALLEL
-`--suite-parallel`.
+agents x `--suite-repeats` repeats (2 by default: a case is one experiment, 8 branches at most), judged by the
+demo's judge (`kagent/demo-judge`): real a2a-sdk servers from service/embedded/scripted_agent.py, served from a
+thread of the benchmark's process, that write each turn into kagent's tables as kagent's runtime does. Every
+agent and the judge are timed inside their executors (the agents' and the judge's own time). The service runs as
+`kagent-fork serve` with WHATIF_MAX_PARALLEL `--suite-parallel`.
 
-- the run's wall time, from the POST's 202 to the GET that says it ended;
+- the run's wall time, from the POST to the GET that says it ended (and the POST's own 202);
 - the service's own time per branch: its processes' CPU time over the run divided by the branches, against the
   CPU time of one fork of the same boundary (the floor, measured in the same run, before and after); and the wall
   time during which no agent and no judge was working, divided by the branches;
