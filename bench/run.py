@@ -811,6 +811,8 @@ async def run(args: argparse.Namespace) -> Report:
                     "legacy_10k": SessionSpec(turns=1000, dialect="legacy"),
                     "v1_100k": SessionSpec(turns=10_000),
                 }
+                if set(args.only or MEASURES) == {"suites"}:  # the suite makes its own sessions (bench.suites)
+                    specs = {}
                 if "first-touch" in (args.only or MEASURES):  # sessions no other measure reads (bench.first_touch)
                     specs |= {"ft_10k": SessionSpec(turns=1000, seed=37), "ft_100k": SessionSpec(turns=10_000, seed=37)}
                 for key, spec in specs.items():
@@ -836,7 +838,7 @@ async def run(args: argparse.Namespace) -> Report:
 VARIANTS = ("plain", "map", "fork-copy")
 MEASURES = (
     "memory", "forks", "legacy", "reads", "transcript", "whatif", "rewind", "throughput", "naive", "pglz",
-    "experiments", "first-touch",
+    "experiments", "first-touch", "suites",
 )  # fmt: skip
 
 
@@ -850,9 +852,27 @@ async def measure_all(
 ) -> None:
     """Every measure in each variant (--variants: without the turn map, then with it)."""
     want = set(args.only or MEASURES) | ({"forks"} if "naive" in (args.only or ()) else set())
-    for variant in args.variants:
+    for variant in args.variants if want - {"suites"} else ():
         report.index = variant
         await measure_service(args, dsn, conn, sessions, report, tmp, want, variant=variant)
+    if "suites" in want:  # once, with the service as it runs by default (the turn map on)
+        report.index = "map"
+        await measure_suites(args, dsn, conn, report, tmp)
+
+
+async def measure_suites(
+    args: argparse.Namespace, dsn: str, conn: asyncpg.Connection, report: Report, tmp: Path
+) -> None:
+    """A suite run of --suite-cases cases x 4 scripted agents x --suite-repeats, judged (bench.suites)."""
+    from bench import suites
+
+    agent_busy: list[tuple[float, float]] = []
+    judge_busy: list[tuple[float, float]] = []
+    with suites.agents(dsn, agent_busy, judge_busy) as agents_url:
+        env = {"KAGENT_A2A_URL": agents_url, "WHATIF_MAX_PARALLEL": str(args.suite_parallel)}
+        async with serving(args, dsn, conn, report, tmp / "service-suites.log", env) as b:
+            await phase(f"suite run of {args.suite_cases} cases x 4 agents x {args.suite_repeats} repeats",
+                        suites.measure(b, agent_busy, judge_busy))  # fmt: skip
 
 
 async def measure_service(
@@ -980,6 +1000,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=MEASURES, help="run only these measures (default: all)")
     p.add_argument("--population", type=int, default=1000, help="other users' short sessions in the database")
     p.add_argument("--keep", action="store_true", help="keep the database (for profiling)")
+    p.add_argument("--suite-cases", type=int, default=100, help="the suites measure's cases (4 agents each)")
+    p.add_argument(
+        "--suite-repeats",
+        type=int,
+        default=2,
+        help="the suites measure's repeats of each agent (4 x 2: 8 branches, an experiment's most)",
+    )
+    p.add_argument("--suite-parallel", type=int, default=24, help="the suites measure's WHATIF_MAX_PARALLEL")
+    p.add_argument("--suite-limit", type=float, default=1800, help="the suites measure's bound on the run, s")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    help="measure without the turn map (plain), with it (map, the default), and with the forks' copy "
                         "of it (fork-copy: TURN_MAP_FORK_COPY=on; forks only), in this order")  # fmt: skip

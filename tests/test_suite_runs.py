@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -16,13 +17,15 @@ import uuid
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 
 from service.agents.replay.verdict import wilson
-from service.agents.suites import across
+from service.agents.suites import across, ledger
 from service.app import create_app
 from service.config import Settings
 from service.kagent.store.agents import agent_row_id
+from service.kagent.store.suite_runs import RunCase
 from tests.helpers import new_user, seed
 from tests.support.a2a_agent import FLAWED_AGENT, JUDGE, MARKER_AGENT, SLOW, V1, Seen
 from tests.test_experiments import agents, eclient, ref  # noqa: F401 (fixtures)
@@ -81,6 +84,57 @@ def test_the_interval_counts_conversations_not_repeats() -> None:
     twice = across.agent_across("a/b", [(f"s{i % 2}", r) for i, (_, r) in enumerate(cases[:6])])
     assert (twice.cases, twice.conversations) == (6, 2) and twice.outcome == "inconclusive"
     assert twice.ci95 is not None and twice.ci95[0] == pytest.approx(wilson(1.0, 2)[0], abs=1e-4)
+
+
+def test_the_bootstrap_draws_what_randrange_draws() -> None:
+    """across.interval draws its cases with randrange written out: the same interval as the plain way."""
+
+    def plain(cases: list[tuple[float, int]]) -> tuple[float, float]:
+        rng, n = random.Random(across.SEED), len(cases)
+        rates = []
+        for _ in range(across.BOOTSTRAP_DRAWS):
+            drawn = [cases[rng.randrange(n)] for _ in range(n)]
+            rates.append(sum(s for s, _ in drawn) / sum(j for _, j in drawn))
+        rates.sort()
+        rate = sum(s for s, _ in cases) / sum(j for _, j in cases)
+        w_low, w_high = wilson(rate, n)
+        draws = across.BOOTSTRAP_DRAWS
+        return min(rates[int(0.025 * (draws - 1))], w_low), max(rates[round(0.975 * (draws - 1))], w_high)
+
+    rng = random.Random(7)
+    for n in (1, 2, 3, 12, 64, 100, 129):
+        cases = [(rng.choice((0, 0.5, 1, 2, 2.5, 3)), 3) for _ in range(n)]
+        assert across.interval(cases) == plain(cases), n
+
+
+def test_the_verdict_across_is_computed_once_per_set_of_ended_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every GET of a run reads its verdict: the bootstrap runs again only when a case has ended since."""
+    computed = []
+    real = across.across
+
+    def counted(cases: Any) -> across.Across:
+        computed.append(len(cases))
+        return real(cases)
+
+    monkeypatch.setattr(across, "across", counted)
+
+    def case(i: int, result: bool) -> RunCase:
+        found = across.CaseResult(
+            case_id=f"c{i}-{uuid.uuid4()}",
+            session_id="s",
+            experiment_id="e",
+            by_agent=[across.AgentCase(agent_ref="a/b", wins=i % 3, ties=0, losses=2 - i % 3)],
+        )
+        return RunCase(case_id=found.case_id, ordinal=i, session_id="s", spec="{}", branches=2, experiment_id="e",
+                       status="done" if result else "running", error=None,
+                       result=msgspec.json.encode(found).decode() if result else None, spent_usd=None)  # fmt: skip
+
+    cases = [case(i, i < 20) for i in range(30)]
+    first = ledger.across_of(cases)
+    again = [dataclasses.replace(c) for c in cases]  # as read again from the database
+    assert ledger.across_of(again) == first and computed == [20]
+    cases[25] = case(25, True)
+    assert ledger.across_of(cases).by_agent[0].cases == 21 and computed == [20, 21]
 
 
 async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(

@@ -31,6 +31,7 @@ from google.protobuf import json_format
 
 from service.kagent import dialects
 from service.kagent.dialects import JSON, TaskDialect
+from service.outbound import tls
 
 # kagent's human-in-the-loop extension (main line): an agent puts a tool approval request in its
 # input-required message only for a client that names it in this header, as kagent's UI does.
@@ -143,7 +144,7 @@ def message_from_json(text: str) -> a2a.Message:
 
 @asynccontextmanager
 async def _transport(agent: Agent) -> AsyncIterator[ClientTransport]:
-    async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout) as client:
+    async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout, verify=tls()) as client:
         if agent.dialect is TaskDialect.LEGACY:
             yield CompatJsonRpcTransport(client, None, agent.url)  # it names version 0.3 on each request
         else:
@@ -183,7 +184,7 @@ async def fetch_card(agent: Agent) -> Card:
     """The agent's card, as kagent serves it beside each agent's A2A endpoint."""
     url = agent.url.rstrip("/") + AGENT_CARD_WELL_KNOWN_PATH
     try:
-        async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout) as client:
+        async with httpx.AsyncClient(headers=agent.headers, timeout=agent.timeout, verify=tls()) as client:
             response = await client.get(url)
     except (httpx.HTTPError, OSError) as exc:
         log.warning("agent %s: its card at %s could not be read: %s: %s", agent.ref, url, type(exc).__name__, exc)

@@ -17,6 +17,8 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Tool
 
+from service.outbound import tls
+
 TIMEOUT_SECONDS = 30.0
 
 
@@ -42,7 +44,7 @@ async def _session(server: RealServer) -> AsyncIterator[ClientSession]:
             yield session
         return
     async with (
-        httpx.AsyncClient(headers=server.headers, timeout=httpx.Timeout(TIMEOUT_SECONDS)) as client,
+        httpx.AsyncClient(headers=server.headers, timeout=httpx.Timeout(TIMEOUT_SECONDS), verify=tls()) as client,
         streamable_http_client(server.url, http_client=client) as (read, write, _),
         ClientSession(read, write) as session,
     ):

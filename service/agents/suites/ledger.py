@@ -55,9 +55,25 @@ def results(cases: list[RunCase]) -> list[across.CaseResult]:
     return [msgspec.json.decode(c.result, type=across.CaseResult) for c in cases if c.result is not None]
 
 
+# The verdicts across last computed, by their cases' results: the bootstrap over 100 cases x 4 agents takes about
+# 0.3 s of CPU (bench/README.md, "Suites"), and every GET of a run (a page polling it each second), its Markdown
+# and its plot read the verdict again, though it changes only when a case ends. Pure, so kept per process.
+_ACROSS: dict[tuple[str, ...], across.Across] = {}
+ACROSS_KEPT = 32
+
+
+def across_of(cases: list[RunCase]) -> across.Across:
+    key = tuple(c.result for c in cases if c.result is not None)
+    found = _ACROSS.pop(key, None) or across.across(results(cases))
+    _ACROSS[key] = found  # the newest last: the first is the least recently read
+    while len(_ACROSS) > ACROSS_KEPT:
+        del _ACROSS[next(iter(_ACROSS))]
+    return found
+
+
 def verdict_of(run: RunRow, cases: list[RunCase], judge_model: str | None = None) -> RunVerdict:
     req = msgspec.json.decode(run.request, type=RunRequest)
-    found = across.across(results(cases))
+    found = across_of(cases)
     return RunVerdict(
         judge={"agent": req.judge.agent, "model": judge_model, "criteria": req.judge.criteria},
         headline=found.headline, by_agent=found.by_agent, control=found.control,
