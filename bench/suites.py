@@ -219,7 +219,7 @@ async def measure(b: Bench, agent_busy: list[tuple[float, float]], judge_busy: l
     branches = p["branches_total"]
     asks = await b.conn.fetchval(
         "SELECT count(*) FROM kagent_fork.judge_call c JOIN kagent_fork.judgment j ON j.id = c.judgment_id "
-        "JOIN kagent_fork.suite_run_case s ON s.experiment_id = j.experiment_id WHERE s.run_id = $1",
+        "JOIN kagent_fork.suite_run_case s ON j.experiment_id = ANY(s.experiment_ids) WHERE s.run_id = $1",
         data["id"],
     )
     outcomes = {a["agent_ref"]: a["outcome"] for a in data["verdict"]["by_agent"]}

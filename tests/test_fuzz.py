@@ -178,9 +178,9 @@ async def seeded(pool: asyncpg.Pool, services: Services) -> AsyncIterator[Seeded
         )
         # each run's cases, continued by the seeded experiments (the run's user is the owner, whose they are)
         await conn.executemany(
-            "INSERT INTO kagent_fork.suite_run_case (run_id, case_id, ordinal, session_id, spec, experiment_id, "
-            "status) VALUES ($1, $2, $3, $4, '{}', $5, 'running')",
-            [(r, c, n, conversations[0].session_id, experiments[n % len(experiments)])
+            "INSERT INTO kagent_fork.suite_run_case (run_id, case_id, ordinal, session_id, spec, experiment_ids, "
+            "status) VALUES ($1, $2, $3, $4, '[]', $5, 'running')",
+            [(r, c, n, conversations[0].session_id, [experiments[n % len(experiments)]])
              for r in runs for n, c in enumerate(suites[0][1])],
         )  # fmt: skip
     yield Seeded(conversations, shares, rewound, rewinds, jobs, explored, experiments, ended, judged, suites, runs)

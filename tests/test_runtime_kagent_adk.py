@@ -731,7 +731,7 @@ async def test_a_suite_run_is_written_by_the_runtime_under_the_runs_own_user_and
     assert (agent["agent_ref"], agent["cases"], agent["ties"]) == (AGENT_REF, 1, 1), agent
 
     run_user = f"{user}/suite-run/{run['id']}"
-    experiment = done["cases"][0]["experiment_id"]
+    experiment = done["cases"][0]["experiment_ids"][0]
     branch = await pool.fetchval("SELECT session_id FROM kagent_fork.whatif_job WHERE experiment_id = $1", experiment)
     assert said(await adk_events(pool, branch, run_user))[-2:] == [("user", q[1]), ("adk_agent", f"Answer to: {q[1]}")]
     assert {u for _, p, u in adk.controller.controller.calls.seen if branch in p} == {run_user}

@@ -122,10 +122,10 @@ def test_the_verdict_across_is_computed_once_per_set_of_ended_cases(monkeypatch:
         found = across.CaseResult(
             case_id=f"c{i}-{uuid.uuid4()}",
             session_id="s",
-            experiment_id="e",
+            experiment_ids=["e"],
             by_agent=[across.AgentCase(agent_ref="a/b", wins=i % 3, ties=0, losses=2 - i % 3)],
         )
-        return RunCase(case_id=found.case_id, ordinal=i, session_id="s", spec="{}", branches=2, experiment_id="e",
+        return RunCase(case_id=found.case_id, ordinal=i, session_id="s", spec="[]", branches=2, experiment_ids=["e"],
                        status="done" if result else "running", error=None,
                        result=msgspec.json.encode(found).decode() if result else None, spent_usd=None)  # fmt: skip
 
@@ -169,10 +169,18 @@ async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
     run_user = f"{user}/suite-run/{run['id']}"
     assert len(await chat_list(pool, run_user)) >= 36
     # one branch kept: forked into the creator's chats
-    experiment = done["cases"][0]["experiment_id"]
+    experiment = done["cases"][0]["experiment_ids"][0]
     branch = await pool.fetchval(
         "SELECT session_id FROM kagent_fork.whatif_job WHERE experiment_id = $1 LIMIT 1", experiment
     )
+    # a case is one experiment per agent, each judged against the source alone (no agent against another)
+    assert all(len(c["experiment_ids"]) == 3 for c in done["cases"])
+    against = await pool.fetchval(
+        "SELECT count(*) FROM kagent_fork.judge_call j JOIN kagent_fork.judgment g ON g.id = j.judgment_id "
+        "WHERE g.experiment_id = ANY($1::text[]) AND j.left_job IS NOT NULL",
+        [e for c in done["cases"] for e in c["experiment_ids"]],
+    )
+    assert against == 0
     r = await eclient.post(f"{path}/keep", json={"session_id": branch}, headers=_h(user))
     assert r.status_code == 201, r.text
     assert await chat_list(pool, user) == listed_before | {r.json()["data"]["id"]}
@@ -180,8 +188,9 @@ async def test_a_suite_of_twelve_conversations_gives_better_same_and_worse(
     case = done["cases"][0]
     grid = await eclient.get(f"{path}/cases/{case['case_id']}", headers=_h(user))
     assert grid.status_code == 200, grid.text
-    assert {b["agent_ref"] for b in grid.json()["data"]["branches"]} == {ref(MARKER_AGENT), ref(V1), ref(FLAWED_AGENT)}
-    assert (await eclient.get(f"/api/experiments/{case['experiment_id']}", headers=_h(user))).status_code == 404
+    found = {b["agent_ref"] for e in grid.json()["data"]["experiments"] for b in e["branches"]}
+    assert found == {ref(MARKER_AGENT), ref(V1), ref(FLAWED_AGENT)}
+    assert (await eclient.get(f"/api/experiments/{case['experiment_ids'][0]}", headers=_h(user))).status_code == 404
     assert (await eclient.get(f"{path}/cases/{case['case_id']}", headers=_h(new_user()))).status_code == 404
     assert (await eclient.get(f"{path}/cases/no-such-case", headers=_h(user))).status_code == 404
     # the Markdown and the plot
@@ -234,11 +243,11 @@ async def test_the_budget_stops_starting_cases(
     finally:
         for r_ in refs:
             await pool.execute("DELETE FROM agent WHERE id = $1", agent_row_id(r_))
-    started = [c for c in done["cases"] if c["experiment_id"]]
+    started = [c for c in done["cases"] if c["experiment_ids"]]
     per_case = done["spent_usd"] / len(started)
     # the estimate counts the input side only (at least that): each case cost more, so the budget bites
     assert (done["status"], done["reason"]) == ("stopped", "budget"), done
-    assert 0 < len(started) < 6 and all(c["status"] == "waiting" for c in done["cases"] if not c["experiment_id"])
+    assert 0 < len(started) < 6 and all(c["status"] == "waiting" for c in done["cases"] if not c["experiment_ids"])
     assert done["spent_usd"] >= limit and done["spent_usd"] - per_case < limit
     assert done["verdict"]["by_agent"][0]["cases"] == len(started)
 
@@ -255,7 +264,8 @@ async def _jobs(pool: asyncpg.Pool, suite_id: str) -> list[dict[str, Any]]:
     """The branches of a suite's runs, for a failure's message."""
     rows = await pool.fetch(
         "SELECT j.status, j.error, j.runner FROM kagent_fork.whatif_job j JOIN kagent_fork.suite_run_case c "
-        "ON c.experiment_id = j.experiment_id JOIN kagent_fork.suite_run r ON r.id = c.run_id WHERE r.suite_id = $1",
+        "ON j.experiment_id = ANY(c.experiment_ids) JOIN kagent_fork.suite_run r ON r.id = c.run_id "
+        "WHERE r.suite_id = $1",
         suite_id,
     )
     return [dict(r) for r in rows]
@@ -291,7 +301,7 @@ async def test_the_gate_exits_worse_and_the_export_reimported_runs_the_same_case
     original = (await client.get(f"/api/suites/{suite_id}", headers=_h(user))).json()["data"]["cases"]
     ran = await pool.fetch(
         "SELECT e.source_session_id, e.rewind_before_invocation_id FROM kagent_fork.suite_run_case c "
-        "JOIN kagent_fork.experiment e ON e.id = c.experiment_id WHERE c.run_id = $1 ORDER BY c.ordinal",
+        "JOIN kagent_fork.experiment e ON e.id = c.experiment_ids[1] WHERE c.run_id = $1 ORDER BY c.ordinal",
         run["id"],
     )
     assert [(r[0], r[1]) for r in ran] == [(c["session_id"], c["rewind_before_invocation_id"]) for c in original]
@@ -323,14 +333,14 @@ async def test_a_retry_answers_the_same_run_and_a_cancel_ends_it(
         assert other.status_code == 422 and "Idempotency-Key" in other.json()["error"]
         path = f"/api/suites/{suite_id}/runs/{run_id}"
         deadline = time.monotonic() + 30
-        while not any(c["experiment_id"] for c in (await eclient.get(path, headers=_h(user))).json()["data"]["cases"]):
+        while not any(c["experiment_ids"] for c in (await eclient.get(path, headers=_h(user))).json()["data"]["cases"]):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.1)
         cancelled = await eclient.post(f"{path}/cancel", json={}, headers=_h(user))
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["data"]["status"] == "cancelled"
         assert (await eclient.post(f"{path}/cancel", json={}, headers=_h(user))).status_code == 409
-        experiment = next(c["experiment_id"] for c in cancelled.json()["data"]["cases"] if c["experiment_id"])
+        experiment = next(c["experiment_ids"][0] for c in cancelled.json()["data"]["cases"] if c["experiment_ids"])
         status = await pool.fetchval("SELECT status FROM kagent_fork.experiment WHERE id = $1", experiment)
         assert status == "cancelled"
     finally:
@@ -368,7 +378,7 @@ async def test_a_replica_killed_mid_run_loses_nothing_and_sends_nothing_twice(
     sent = [m.message_id for m in seen.messages]
     assert len(sent) == len(set(sent)), "a message was sent twice"
     experiments_ = await pool.fetchval(
-        "SELECT count(DISTINCT experiment_id) FROM kagent_fork.suite_run_case WHERE run_id = $1", run_id
+        "SELECT count(DISTINCT e) FROM kagent_fork.suite_run_case, unnest(experiment_ids) e WHERE run_id = $1", run_id
     )
     assert experiments_ == 4
 
@@ -463,3 +473,30 @@ async def test_a_run_leaves_room_for_another_users_whatif(
         meanwhile = (await client.get(path, headers=_h(user))).json()["data"]
         assert meanwhile["status"] == "running" and meanwhile["progress"]["judged"] < 8, meanwhile["progress"]
         assert (await until_ended(client, path, user))["status"] == "completed"
+
+
+async def test_three_agents_and_the_control_three_times_each_is_one_experiment_an_agent(
+    eclient: Any,  # noqa: F811
+    pool: asyncpg.Pool,
+    agents: tuple[str, Seen],  # noqa: F811
+) -> None:
+    """3 agents and the control x 3 repeats is 12 branches a case, over an experiment's 8: a case is one experiment
+    per agent (the control's too, the source's own agent again), each judged against the source alone."""
+    user = new_user()
+    convs = [await seed(pool, dialect="v1", turns=2, user_id=user, agent_id="kagent__NS__v1_agent") for _ in range(2)]
+    cases = [{"session_id": c.session_id, "rewind_before_invocation_id": c.invocation_ids[1]} for c in convs]
+    suite = (await eclient.post("/api/suites", json={"name": "wide", "cases": cases}, headers=_h(user))).json()["data"]
+    body = {"agents": [ref(MARKER_AGENT), ref(V1), ref(FLAWED_AGENT)], "judge": {"agent": ref(JUDGE)}, "repeats": 3,
+            "control": True}  # fmt: skip
+    plan = await eclient.post(f"/api/suites/{suite['id']}/runs", json={**body, "dry_run": True}, headers=_h(user))
+    assert plan.status_code == 200 and plan.json()["data"]["branches"] == 24, plan.text
+    r = await eclient.post(f"/api/suites/{suite['id']}/runs", json=body, headers=_h(user))
+    assert r.status_code == 202, r.text
+    done = await until_ended(eclient, f"/api/suites/{suite['id']}/runs/{r.json()['data']['id']}", user)
+    assert done["status"] == "completed" and done["progress"]["branches_done"] == 24, done["progress"]
+    assert all(len(c["experiment_ids"]) == 4 for c in done["cases"])
+    by = {(a["agent_ref"], a["control"]): a for a in done["verdict"]["by_agent"]}
+    assert by[(ref(MARKER_AGENT), False)]["wins"] == 6 and by[(ref(FLAWED_AGENT), False)]["losses"] == 6
+    control = done["verdict"]["control"]
+    assert control["agent_ref"] == ref(V1) and control["control"] and control["ties"] == 6
+    assert "Noise floor" in done["verdict"]["headline"]

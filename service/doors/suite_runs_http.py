@@ -83,12 +83,13 @@ async def run_case(
 ) -> Response[bytes]:
     caller = _caller(request, "format")
     form = _form(request)
-    found = await runs.case_experiment(
+    found = await runs.case_experiments(
         services(request), caller, *_ids(suite_id, run_id), checked_id(case_id, "case id")
     )
     if form == "markdown":
-        return bytes_answer(experiments.markdown(found).encode(), FORMATS["markdown"])
-    return ok(found, "Successfully read the case's experiment")
+        text = "\n\n".join(experiments.markdown(e) for e in found.experiments)
+        return bytes_answer(text.encode(), FORMATS["markdown"])
+    return ok(found, "Successfully read the case's experiments")
 
 
 @post("/api/suites/{suite_id:str}/runs/{run_id:str}/cancel", status_code=200)

@@ -25,16 +25,18 @@ CREATE INDEX IF NOT EXISTS suite_run_suite_idx ON {schema}.suite_run (suite_id, 
 CREATE INDEX IF NOT EXISTS suite_run_open_idx ON {schema}.suite_run (status) WHERE status IN ('running', 'judging');
 
 -- One case of a run: the case as it was when the run started (a case removed from the suite later stays in the
--- run), the experiment that continues it (null until started; its Idempotency-Key names the run and the case, so
--- a replica taking the run over never starts it twice), and its result once judged.
+-- run), the experiments that continue it, one per agent (an experiment holds at most 8 branches, and a run's
+-- verdict needs each agent against the source only, not each two agents); empty until started, each under an
+-- Idempotency-Key naming the run, the case and the agent, so a replica taking the run over never starts one twice;
+-- and its result once judged.
 CREATE TABLE IF NOT EXISTS {schema}.suite_run_case (
     run_id        TEXT        NOT NULL REFERENCES {schema}.suite_run (id) ON DELETE CASCADE,
     case_id       TEXT        NOT NULL,
     ordinal       INTEGER     NOT NULL,
     session_id    TEXT        NOT NULL,
-    spec          JSONB       NOT NULL,  -- the experiment's request for this case
-    branches      INTEGER     NOT NULL DEFAULT 0,  -- how many branches its experiment has (its dry run's count)
-    experiment_id TEXT,
+    spec          JSONB       NOT NULL,  -- the experiments' requests for this case, one per agent
+    branches      INTEGER     NOT NULL DEFAULT 0,  -- how many branches its experiments have (their dry runs' count)
+    experiment_ids TEXT[]     NOT NULL DEFAULT '{}',
     status        TEXT        NOT NULL DEFAULT 'waiting'
                   CHECK (status IN ('waiting', 'running', 'done', 'failed', 'skipped')),
     error         TEXT,                  -- why it failed or was skipped (its session purged, a refusal, ...)

@@ -36,7 +36,7 @@ LIMIT $3;
 
 -- name: run_cases
 -- A run's cases, in order.
-SELECT case_id, ordinal, session_id, spec, branches, experiment_id, status, error, result, spent_usd
+SELECT case_id, ordinal, session_id, spec, branches, experiment_ids, status, error, result, spent_usd
 FROM {schema}.suite_run_case
 WHERE run_id = $1
 ORDER BY ordinal;
@@ -58,8 +58,8 @@ WHERE id IN (
 RETURNING id;
 
 -- name: run_case_started
--- A case's experiment, once its start answered (again, on a takeover: the same experiment).
-UPDATE {schema}.suite_run_case SET experiment_id = $3, status = 'running'
+-- A case's experiments, once their starts answered (again, on a takeover: the same experiments).
+UPDATE {schema}.suite_run_case SET experiment_ids = $3::text[], status = 'running'
 WHERE run_id = $1 AND case_id = $2;
 
 -- name: run_case_ended

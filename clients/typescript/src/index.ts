@@ -1570,7 +1570,8 @@ export interface SuiteRunAgent {
 export interface SuiteRunCase {
   case_id: string;
   session_id: string;
-  experiment_id: string | null;
+  /** Its experiments, one per agent (and the control's), once started; getSuiteRunCase reads them. */
+  experiment_ids: string[];
   status: "waiting" | "running" | "done" | "failed" | "skipped";
   error: string | null;
   /** The agent that did best against the source on this conversation. */
@@ -1722,6 +1723,17 @@ export async function getSuiteRun(
   if (options.format === "markdown") return callText(options, path && `${path}?format=markdown`, [suiteId, runId]);
   const query = options.format !== undefined ? `?format=${options.format}` : "";
   return call<SuiteRun>(options, "GET", path && path + query, undefined, {}, [suiteId, runId]);
+}
+
+/** A case's experiments in a run, as their grids show them (the run's own user's rows, read through the run). */
+export async function getSuiteRunCase(
+  suiteId: string,
+  runId: string,
+  caseId: string,
+  options: ClientOptions = {},
+): Promise<BaseResponse<{ case_id: string; session_id: string; experiments: Experiment[] }>> {
+  const path = caseId ? runPath(suiteId, runId, `/cases/${encodeURIComponent(caseId)}`) : "";
+  return call(options, "GET", path, undefined, {}, [suiteId, runId, caseId]);
 }
 
 /** The run's plot as SVG text: money per case against the win rate with its interval, one point per agent. */

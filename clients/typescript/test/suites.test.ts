@@ -13,6 +13,7 @@ import {
   getExperiment,
   getSuite,
   getSuiteRun,
+  getSuiteRunCase,
   getTranscript,
   importSuite,
   keepSuiteRunBranch,
@@ -119,7 +120,7 @@ test("dryRunSuiteRun, startSuiteRun, getSuiteRun, listSuiteRuns, suiteRunPlot, k
   assert.ok(verdict.outcome !== null && verdict.ci95 !== null && verdict.summary.startsWith(agent), JSON.stringify(verdict));
   assert.ok(typeof run.spent_usd === "number" && run.spent_usd > 0 && run.spent_usd_text.startsWith("$"));
   const only = run.cases[0];
-  assert.ok(only !== undefined && only.experiment_id !== null);
+  assert.ok(only !== undefined && only.experiment_ids.length === 1);
   assert.deepEqual([only.session_id, only.status], [V1, "done"]);
   assert.deepEqual(ok(await listSuiteRuns(suite.id)).map((r) => [r.id, r.status]), [[started.id, "completed"]]);
 
@@ -132,7 +133,10 @@ test("dryRunSuiteRun, startSuiteRun, getSuiteRun, listSuiteRuns, suiteRunPlot, k
 
   // a branch kept: the run's branches are its own user's (kagent's chat list per user never shows them); one is
   // forked whole into the caller's chats
-  const grid = ok(await getExperiment(only.experiment_id, { userId: `admin@kagent.dev/suite-run/${started.id}` }));
+  const grid = ok(await getExperiment(only.experiment_ids[0] ?? "", { userId: `admin@kagent.dev/suite-run/${started.id}` }));
+  const through = ok(await getSuiteRunCase(suite.id, started.id, only.case_id));
+  assert.deepEqual(through.experiments.map((e) => e.id), only.experiment_ids);
+  failed(await getSuiteRunCase(suite.id, started.id, "no-such-case"), /no started case/);
   const branch = grid.branches[0]?.session_id ?? "";
   failed(await getTranscript(branch), /not found/);
   const kept = ok(await keepSuiteRunBranch(suite.id, started.id, branch));

@@ -63,7 +63,7 @@ class CaseResult(msgspec.Struct, frozen=True, kw_only=True):
 
     case_id: str
     session_id: str
-    experiment_id: str | None
+    experiment_ids: list[str]
     by_agent: list[AgentCase]
     best: str | None = None
     source_usd: float | None = None  # the source's own continuation's price (None: unknown)
@@ -207,11 +207,12 @@ def summary(a: AgentAcross) -> str:
 
 def across(cases: Sequence[CaseResult]) -> Across:
     """Every agent's verdict across the cases (in the order the agents first appear), the control apart."""
-    by_ref: dict[str, list[tuple[str, AgentCase]]] = {}
+    # The control apart from the same agent named as an arm (the source's own agent may be both).
+    by_ref: dict[tuple[str, bool], list[tuple[str, AgentCase]]] = {}
     for case in cases:
         for record in case.by_agent:
-            by_ref.setdefault(record.agent_ref, []).append((case.session_id, record))
-    agents = [agent_across(ref, records) for ref, records in by_ref.items()]
+            by_ref.setdefault((record.agent_ref, record.control), []).append((case.session_id, record))
+    agents = [agent_across(ref, records) for (ref, _), records in by_ref.items()]
     control = next((a for a in agents if a.control), None)
     return Across(headline=headline(agents, control), by_agent=agents, control=control)
 

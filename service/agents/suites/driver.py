@@ -13,11 +13,13 @@ checked before each case starts: once the ended cases' branches cost `max_usd`, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import msgspec
 
 from service.agents import experiments
+from service.agents.replay.grid import Experiment
 from service.agents.replay.runner import Runner
 from service.agents.replay.steady import TRANSIENT
 from service.agents.suites import across, ledger
@@ -67,7 +69,7 @@ async def step(svc: Services, runner: Runner, run_id: str) -> bool:
     assert run is not None
     req = msgspec.json.decode(run.request, type=ledger.RunRequest)
     for case in cases:
-        if case.status == "running" and case.experiment_id is not None:
+        if case.status == "running" and case.experiment_ids:
             await settle(svc, run, case)
     async with svc.connection() as conn:
         cases = await svc.store.suite_runs.cases(conn, run_id)
@@ -90,8 +92,8 @@ async def step(svc: Services, runner: Runner, run_id: str) -> bool:
 
 async def _all_branches_ended(svc: Services, run: RunRow, running: list[RunCase]) -> bool:
     async with svc.connection() as conn:
-        for case in running:
-            row = await svc.store.experiments.experiment(conn, case.experiment_id or "", run.run_user)
+        for experiment_id in (e for case in running for e in case.experiment_ids):
+            row = await svc.store.experiments.experiment(conn, experiment_id, run.run_user)
             if row is None or row.status == "running":
                 return False
     return True
@@ -119,20 +121,26 @@ def _first_error(cases: list[RunCase]) -> str:
 
 
 async def begin(svc: Services, runner: Runner, run: RunRow, case: RunCase) -> None:
-    """Start one case's experiment as the run's user, once (the key names the run and the case)."""
-    spec = msgspec.json.decode(case.spec, type=experiments.ExperimentRequest)
+    """Start one case's experiments (one per agent) as the run's user, each once: its key names the run, the case
+    and the agent's place, so a replica taking the run over gets the experiment the first one started."""
+    specs = msgspec.json.decode(case.spec, type=list[experiments.ExperimentRequest])
+    started = []
     try:
-        answer, _ = await experiments.start(
-            svc, runner, ledger.run_caller(run), case.session_id, spec,
-            idempotency_key=f"suite-run:{run.id}:{case.case_id}",
-        )  # fmt: skip
+        for i, spec in enumerate(specs):
+            answer, _ = await experiments.start(
+                svc, runner, ledger.run_caller(run), case.session_id, spec,
+                idempotency_key=f"suite-run:{run.id}:{case.case_id}:{i}",
+            )  # fmt: skip
+            started.append(_experiment_id(answer))
     except ServiceError as exc:  # refused now (its session purged since the start, an agent gone): said per case
+        for experiment_id in started:  # its other agents' experiments end with it
+            with contextlib.suppress(ServiceError):
+                await experiments.cancel(svc, ledger.run_caller(run), experiment_id)
         async with svc.connection() as conn:
             await svc.store.suite_runs.case_ended(conn, run.id, case.case_id, "failed", exc.message, None, None)
         return
-    experiment_id = _experiment_id(answer)
     async with svc.connection() as conn:
-        await svc.store.suite_runs.case_started(conn, run.id, case.case_id, experiment_id)
+        await svc.store.suite_runs.case_started(conn, run.id, case.case_id, started)
 
 
 def _experiment_id(answer: object) -> str:
@@ -143,36 +151,48 @@ def _experiment_id(answer: object) -> str:
     return answer.experiment.id
 
 
-async def settle(svc: Services, run: RunRow, case: RunCase) -> None:
-    """A case whose experiment ended and was judged: its record per agent against the source, and its money."""
-    caller = ledger.run_caller(run)
-    async with svc.connection() as conn:
-        row = await svc.store.experiments.experiment(conn, case.experiment_id or "", run.run_user)
-        if row is None or row.status == "running":
-            return
-        if await svc.store.judgments.being_judged(conn, [row.id]):
-            return
-    grid = await experiments.get(svc, caller, row.id)
-    records = []
-    for a in grid.verdict.by_agent if grid.verdict else []:
+def _records(found: Experiment, control: bool) -> list[across.AgentCase]:
+    """An experiment's verdict against the source, an agent's record each; `control`: the run's control arm (an
+    experiment's grid calls the source's own agent a control whenever it is asked the same question, which a run's
+    arm naming that agent is not)."""
+    out = []
+    for a in found.verdict.by_agent if found.verdict else []:
         if a.against != "source":
             continue
         cost = across.CaseCost(
             usd=a.cost.usd, total_tokens=a.cost.total_tokens, tool_calls=a.cost.tool_calls, turns=a.cost.turns,
             duration_seconds=a.cost.duration_seconds,
         )  # fmt: skip
-        records.append(across.AgentCase(
+        out.append(across.AgentCase(
             agent_ref=a.agent_ref, wins=a.wins, ties=a.ties, losses=a.losses, invalid=a.invalid, failed=a.failed,
-            control=a.control, cost=cost,
+            control=control, cost=cost,
         ))  # fmt: skip
-    costs = [b.totals.cost_usd for b in grid.branches]
+    return out
+
+
+async def settle(svc: Services, run: RunRow, case: RunCase) -> None:
+    """A case whose experiments all ended and were judged: its record per agent against the source, its money."""
+    caller = ledger.run_caller(run)
+    async with svc.connection() as conn:
+        for experiment_id in case.experiment_ids:
+            row = await svc.store.experiments.experiment(conn, experiment_id, run.run_user)
+            if row is None or row.status == "running":
+                return
+        if await svc.store.judgments.being_judged(conn, case.experiment_ids):
+            return
+    req = msgspec.json.decode(run.request, type=ledger.RunRequest)
+    arms = ledger.arms(req)
+    grids = [await experiments.get(svc, caller, e) for e in case.experiment_ids]
+    records = [r for arm, found in zip(arms, grids, strict=True) for r in _records(found, control=arm is None)]
+    costs = [b.totals.cost_usd for found in grids for b in found.branches]
     money = None if any(c is None for c in costs) else round(sum(c or 0.0 for c in costs), 6)
     result = across.CaseResult(
-        case_id=case.case_id, session_id=case.session_id, experiment_id=row.id, by_agent=records,
-        best=across.best_of(records), source_usd=grid.source.totals.cost_usd,
+        case_id=case.case_id, session_id=case.session_id, experiment_ids=case.experiment_ids, by_agent=records,
+        best=across.best_of(records), source_usd=grids[0].source.totals.cost_usd,
     )  # fmt: skip
-    status = "done" if records else "failed"
-    error = None if records else (grid.judgment.error if grid.judgment else None) or f"experiment {row.status}"
+    status = "done" if any(r.judged for r in records) else "failed"
+    judgments = [found.judgment.error for found in grids if found.judgment and found.judgment.error]
+    error = None if status == "done" else (judgments[0] if judgments else "no continuation was judged")
     async with svc.connection() as conn:
         await svc.store.suite_runs.case_ended(
             conn, run.id, case.case_id, status, error, _encoder.encode(result).decode(), money

@@ -46,6 +46,12 @@ class RunVerdict(msgspec.Struct, frozen=True, kw_only=True):
     control: across.AgentAcross | None
 
 
+def arms(req: RunRequest) -> list[list[str] | None]:
+    """The experiments each case runs: one per agent, and with `control` one of the source's own agent (None: no
+    agent named, the source's own), whose records are the noise floor."""
+    return [[agent] for agent in req.agents] + ([None] if req.control else [])
+
+
 def run_caller(run: RunRow) -> Caller:
     """The run's own user: reads the creator's conversations, writes the run's branches under its own id."""
     return Caller(user_id=run.run_user, reads_as=run.user_id)

@@ -22,7 +22,7 @@ from service.agents.replay import engine, grid
 from service.agents.replay.runner import Runner
 from service.agents.replay.terms import MessageEdit, TurnCount
 from service.agents.suites import across, driver
-from service.agents.suites.ledger import RunRequest, RunVerdict, results, run_caller, spent, verdict_of
+from service.agents.suites.ledger import RunRequest, RunVerdict, arms, results, run_caller, spent, verdict_of
 from service.errors import Conflict, NotFound, Unprocessable
 from service.identity import Caller
 from service.kagent.store.base import Connection
@@ -51,7 +51,7 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True):
 class RunCaseOut(msgspec.Struct, frozen=True, kw_only=True):
     case_id: str
     session_id: str
-    experiment_id: str | None
+    experiment_ids: list[str]  # one per agent (and the control), once started
     status: str  # waiting, running, done, failed, skipped
     error: str | None
     best: str | None  # the agent that did best against the source on it
@@ -101,16 +101,18 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     refused: str | None
 
 
-def case_request(req: RunRequest, case: CaseRow, suite_name: str) -> experiments.ExperimentRequest:
-    """The experiment that continues one case."""
+def case_requests(req: RunRequest, case: CaseRow, suite_name: str) -> list[experiments.ExperimentRequest]:
+    """The experiments that continue one case, one per agent (ledger.arms): each agent's repeats are one
+    experiment's branches (at most 5, under an experiment's 8), and its judge compares them with the source only."""
     turns: TurnCount = req.turns if req.turns is not None else (int(case.turns) if case.turns.isdigit() else "all")
-    return experiments.ExperimentRequest(
+    base = experiments.ExperimentRequest(
         rewind_before_invocation_id=case.rewind_before_invocation_id,
-        rewind_before_task_id=case.rewind_before_task_id, agents=list(req.agents), turns=turns,
+        rewind_before_task_id=case.rewind_before_task_id, turns=turns,
         message=MessageEdit(text=case.message) if case.message else None,
-        name=f"suite {suite_name}, case {case.ordinal}", max_usd=None, repeats=req.count, tools=req.tools,
-        reads=req.reads, judge=req.judge, control=req.control,
+        name=f"suite {suite_name}, case {case.ordinal}", repeats=req.count, tools=req.tools, reads=req.reads,
+        judge=req.judge,
     )  # fmt: skip
+    return [msgspec.structs.replace(base, agents=agents) for agents in arms(req)]
 
 
 async def _planned(
@@ -123,30 +125,34 @@ async def _planned(
     branches, usd, unpriced, tools = 0, 0.0, set[str](), None
     priced = True
     for case in cases:
-        spec = case_request(req, case, suite_name)
+        specs = case_requests(req, case, suite_name)
         try:
-            dry, _ = await experiments.start(
-                svc, runner, caller, case.session_id, msgspec.structs.replace(spec, dry_run=True)
-            )
+            dries = [
+                await experiments.start(svc, runner, caller, case.session_id, msgspec.structs.replace(s, dry_run=True))
+                for s in specs
+            ]
         except NotFound as exc:  # kagent's retention purged it, or it is no longer the creator's to read
             skipped.append({"case_id": case.id, "error": exc.message})
-            rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec="{}", branches=0,
+            rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec="[]", branches=0,
                                 status="skipped", error=exc.message))  # fmt: skip
             continue
         except Unprocessable as exc:
             raise Unprocessable(f"case {case.ordinal} ({case.id}): {exc.message}") from None
-        assert isinstance(dry, engine.DryRun)
-        if dry.refused and not refused:
-            refused.append(f"case {case.ordinal} ({case.id}): {dry.refused}")
-        branches += dry.branches
-        tools = tools or dry.tools
-        unpriced |= set(dry.unpriced)
-        if dry.estimated_usd is None:
-            priced = False
-        else:
-            usd += dry.estimated_usd
-        rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec=_encoder.encode(spec).decode(),
-                            branches=dry.branches, status="waiting", error=None))  # fmt: skip
+        count = 0
+        for dry, _ in dries:
+            assert isinstance(dry, engine.DryRun)
+            if dry.refused and not refused:
+                refused.append(f"case {case.ordinal} ({case.id}): {dry.refused}")
+            count += dry.branches
+            tools = tools or dry.tools
+            unpriced |= set(dry.unpriced)
+            if dry.estimated_usd is None:
+                priced = False
+            else:
+                usd += dry.estimated_usd
+        branches += count
+        rows.append(NewCase(case_id=case.id, session_id=case.session_id, spec=_encoder.encode(specs).decode(),
+                            branches=count, status="waiting", error=None))  # fmt: skip
     estimate = round(usd, 6) if priced else None
     if req.max_usd is not None and not refused:
         if estimate is None:
@@ -239,8 +245,8 @@ async def read(svc: Services, conn: Connection, caller: Caller, suite_id: str, r
     req = msgspec.json.decode(run.request, type=RunRequest)
     done = sum(c.branches for c in cases if c.status in ("done", "failed"))
     for c in cases:
-        if c.status == "running" and c.experiment_id is not None:
-            jobs = await svc.store.experiments.branches(conn, c.experiment_id)
+        for experiment_id in c.experiment_ids if c.status == "running" else []:
+            jobs = await svc.store.experiments.branches(conn, experiment_id)
             done += sum(1 for j in jobs if j.status != "running")
     counted = [c for c in cases if c.status != "skipped"]
     judge_rows = await svc.store.agents.get_many(conn, [req.judge.agent])
@@ -258,7 +264,7 @@ async def read(svc: Services, conn: Connection, caller: Caller, suite_id: str, r
         verdict=verdict_of(run, cases, judge_model),
         cases=[
             RunCaseOut(
-                case_id=c.case_id, session_id=c.session_id, experiment_id=c.experiment_id, status=c.status,
+                case_id=c.case_id, session_id=c.session_id, experiment_ids=c.experiment_ids, status=c.status,
                 error=c.error, best=by_id[c.case_id].best if c.case_id in by_id else None,
                 by_agent=by_id[c.case_id].by_agent if c.case_id in by_id else [],
             )
@@ -294,23 +300,32 @@ async def cancel(svc: Services, caller: Caller, suite_id: str, run_id: str) -> R
     if moved is None:
         raise Conflict(f"suite run {run_id} already ended ({run.status})")
     for c in cases:
-        if c.status == "running" and c.experiment_id is not None:
+        for experiment_id in c.experiment_ids if c.status == "running" else []:
             with contextlib.suppress(Conflict):  # it ended meanwhile: nothing to cancel
-                await experiments.cancel(svc, run_caller(run), c.experiment_id)
+                await experiments.cancel(svc, run_caller(run), experiment_id)
     return await get(svc, caller, suite_id, run_id)
 
 
-async def case_experiment(svc: Services, caller: Caller, suite_id: str, run_id: str, case_id: str) -> grid.Experiment:
-    """A case's experiment as its grid shows it (every branch's turns, answers, figures and the judge's pairs),
+class CaseExperiments(msgspec.Struct, frozen=True, kw_only=True):
+    """A case's experiments (one per agent, and the control's), as their grids show them."""
+
+    case_id: str
+    session_id: str
+    experiments: list[grid.Experiment]
+
+
+async def case_experiments(svc: Services, caller: Caller, suite_id: str, run_id: str, case_id: str) -> CaseExperiments:
+    """A case's experiments as their grids show them (every branch's turns, answers, figures and the judge's pairs),
     read for the run's creator as the run's own user, whose rows they are."""
     async with svc.connection() as conn:
         run = await svc.store.suite_runs.run(conn, run_id, suite_id, caller.user_id)
         if run is None:
             raise NotFound("Suite run not found")
         found = next((c for c in await svc.store.suite_runs.cases(conn, run.id) if c.case_id == case_id), None)
-    if found is None or found.experiment_id is None:
+    if found is None or not found.experiment_ids:
         raise NotFound(f"suite run {run_id} has no started case {case_id}")
-    return await experiments.get(svc, run_caller(run), found.experiment_id)
+    grids = [await experiments.get(svc, run_caller(run), e) for e in found.experiment_ids]
+    return CaseExperiments(case_id=found.case_id, session_id=found.session_id, experiments=grids)
 
 
 async def keep(svc: Services, caller: Caller, suite_id: str, run_id: str, req: KeepRequest) -> forking.ForkOutcome:

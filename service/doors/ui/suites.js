@@ -283,7 +283,7 @@ function runView(suite, run, box) {
         el("td", { "data-label": "Agents (won-tied-lost)", text: c.by_agent.map((a) => `${a.agent_ref} ${a.wins}-${a.ties}-${a.losses}`).join(", ") || "-" }),
         el("td", {}, el("button", { type: "button", onclick: () => go(c.session_id), text: "Open the chat" }),
           // its branches are the run's own user's rows: read through the run, as a table
-          c.experiment_id ? el("a", { class: "muted case-branches", href: runAddress(suite.id, run.id, `/cases/${enc(c.case_id)}?format=markdown`), target: "_blank", rel: "noopener", text: " Its branches" }) : null)))))),
+          c.experiment_ids.length ? el("a", { class: "muted case-branches", href: runAddress(suite.id, run.id, `/cases/${enc(c.case_id)}?format=markdown`), target: "_blank", rel: "noopener", text: " Its branches" }) : null)))))),
     el("a", { class: "muted", href: runAddress(suite.id, run.id, "?format=markdown"), target: "_blank", rel: "noopener", text: "The verdict as Markdown" }),
   ].filter((part) => part != null);
 }

@@ -30,9 +30,9 @@ class RunCase:
     case_id: str
     ordinal: int
     session_id: str
-    spec: str  # JSON: the experiment's request for this case
-    branches: int  # its experiment's branches
-    experiment_id: str | None
+    spec: str  # JSON: the experiments' requests for this case, one per agent
+    branches: int  # its experiments' branches
+    experiment_ids: list[str]  # empty until started
     status: str  # waiting, running, done, failed, skipped
     error: str | None
     result: str | None  # JSON, once it ended
@@ -86,7 +86,10 @@ class SuiteRuns:
         return [_run(r) for r in await conn.fetch(self.q["runs_of_suite"], suite_id, user_id, limit)]
 
     async def cases(self, conn: Connection, run_id: str) -> list[RunCase]:
-        return [RunCase(**dict(r)) for r in await conn.fetch(self.q["run_cases"], run_id)]
+        return [
+            RunCase(**{**dict(r), "experiment_ids": list(r["experiment_ids"])})
+            for r in await conn.fetch(self.q["run_cases"], run_id)
+        ]
 
     async def beat(self, conn: Connection, run_id: str, runner: str) -> str | None:
         """The run's status while `runner` still drives it; None once another took it over or it ended."""
@@ -96,8 +99,8 @@ class SuiteRuns:
     async def claim_stale(self, conn: Connection, runner: str, seconds: float) -> list[str]:
         return [r["id"] for r in await conn.fetch(self.q["run_claim_stale"], runner, seconds)]
 
-    async def case_started(self, conn: Connection, run_id: str, case_id: str, experiment_id: str) -> None:
-        await conn.execute(self.q["run_case_started"], run_id, case_id, experiment_id)
+    async def case_started(self, conn: Connection, run_id: str, case_id: str, experiment_ids: list[str]) -> None:
+        await conn.execute(self.q["run_case_started"], run_id, case_id, experiment_ids)
 
     async def case_ended(
         self, conn: Connection, run_id: str, case_id: str, status: str, error: str | None, result: str | None,
