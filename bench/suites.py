@@ -1,7 +1,7 @@
 """Issue 49's suite-run measures, run by bench.run (`--only suites`).
 
 A suite of `--suite-cases` generated conversations (3 turns each, the case at the last turn) run on 4 scripted
-agents x `--suite-repeats` repeats (2 by default: a case is one experiment, 8 branches at most), judged by the
+agents x `--suite-repeats` repeats (3 by default: a case is one experiment an agent), judged by the
 demo's judge (`kagent/demo-judge`): real a2a-sdk servers from service/embedded/scripted_agent.py, served from a
 thread of the benchmark's process, that write each turn into kagent's tables as kagent's runtime does. Every
 agent and the judge are timed inside their executors (the agents' and the judge's own time). The service runs as
