@@ -354,7 +354,7 @@ async def test_a_replica_killed_mid_run_loses_nothing_and_sends_nothing_twice(
     agents: tuple[str, Seen],  # noqa: F811
 ) -> None:
     """Two replicas on one database: the one driving the run stops (its runner's tasks cancelled, as at a kill)
-    mid-run; the other takes the run over at its sweep, every case ends judged, and no agent got a message twice."""
+    mid-run; the other takes the run over at its sweep, every case ends, and no agent got a message twice."""
     user = new_user()
     fast = dataclasses.replace(whatif_settings(settings, agents[0]), whatif_max_parallel=1)
     _, seen = agents
@@ -373,7 +373,12 @@ async def test_a_replica_killed_mid_run_loses_nothing_and_sends_nothing_twice(
             driver = await pool.fetchval("SELECT runner FROM kagent_fork.suite_run WHERE id = $1", run_id)
         # the first replica is gone (its runner stopped where it was); the second takes the run over at its sweep
         done = await until_ended(second, path, user)
-    assert done["status"] == "completed" and done["progress"]["judged"] == 4, done
+    # Every case ended and was started once. A message the dead replica had stamped sent but not yet sent when it
+    # stopped is never sent again (so never twice): its judge call (or turn) ends without an answer, and that case
+    # may end `failed`, saying why, rather than judged: at most the one case in flight at the kill.
+    cases = [(c["status"], c["error"]) for c in done["cases"]]
+    assert done["status"] == "completed" and all(len(c["experiment_ids"]) == 1 for c in done["cases"]), cases
+    assert done["progress"]["judged"] >= 3 and all(s == "done" or e for s, e in cases), cases
     assert await pool.fetchval("SELECT runner FROM kagent_fork.suite_run WHERE id = $1", run_id) != driver
     sent = [m.message_id for m in seen.messages]
     assert len(sent) == len(set(sent)), "a message was sent twice"

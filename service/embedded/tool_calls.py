@@ -16,7 +16,6 @@ from mcp.client.streamable_http import streamable_http_client
 from service.embedded.scripts import Result
 from service.kagent.store.agents import AgentConfig, McpServerConfig, agent_row_id, decode_config
 from service.kagent.store.base import Connection
-from service.outbound import tls
 
 TIMEOUT_SECONDS = 30.0
 
@@ -47,7 +46,7 @@ async def call(config: AgentConfig | None, tool: str, args: dict[str, object], r
     headers.update({k: v for k, v in request.items() if k.lower() in allowed})
     try:
         async with (
-            httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(TIMEOUT_SECONDS), verify=tls()) as client,
+            httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(TIMEOUT_SECONDS)) as client,
             streamable_http_client(server.params.url, http_client=client) as (read, write, _),
             ClientSession(read, write) as session,
         ):

@@ -141,6 +141,11 @@ async def begin(svc: Services, runner: Runner, run: RunRow, case: RunCase) -> No
         return
     async with svc.connection() as conn:
         await svc.store.suite_runs.case_started(conn, run.id, case.case_id, started)
+        now = await svc.store.suite_runs.run_by_id(conn, run.id)
+    if now is not None and now.status == "cancelled":  # cancelled while these started: they end with it
+        for experiment_id in started:
+            with contextlib.suppress(ServiceError):
+                await experiments.cancel(svc, ledger.run_caller(run), experiment_id)
 
 
 def _experiment_id(answer: object) -> str:

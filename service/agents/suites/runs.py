@@ -293,12 +293,13 @@ async def cancel(svc: Services, caller: Caller, suite_id: str, run_id: str) -> R
         run = await svc.store.suite_runs.run(conn, run_id, suite_id, caller.user_id)
         if run is None:
             raise NotFound("Suite run not found")
+        moved = await svc.store.suite_runs.set_status(conn, run.id, "cancelled", "cancelled")
+        if moved is None:
+            raise Conflict(f"suite run {run_id} already ended ({run.status})")
+        # Read after the status moved: a case the driver started before it is here (and one it starts after
+        # sees the run cancelled and cancels its own: driver.begin).
         cases = await svc.store.suite_runs.cases(conn, run.id)
-        moved = await svc.store.suite_runs.set_status(
-            conn, run.id, "cancelled", "cancelled", _encoder.encode(verdict_of(run, cases)).decode()
-        )
-    if moved is None:
-        raise Conflict(f"suite run {run_id} already ended ({run.status})")
+        await svc.store.suite_runs.set_verdict(conn, run.id, _encoder.encode(verdict_of(run, cases)).decode())
     for c in cases:
         for experiment_id in c.experiment_ids if c.status == "running" else []:
             with contextlib.suppress(Conflict):  # it ended meanwhile: nothing to cancel
