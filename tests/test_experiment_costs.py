@@ -158,7 +158,8 @@ async def test_with_repeats_the_price_spreads_only_when_every_repeat_is_known(
     low, high = sorted(costs)
     text = f"{usd_text(sum(costs) / 2)} ({usd_text(low)}-{usd_text(high)})"
     assert priced["cost_text"] == text and row.rstrip(" |").endswith(f" {text}")  # never a float's own 9e-05
-    assert not re.search(r"\de-\d", table)  # no float in exponent notation (invocation ids are e-<uuid>)
+    # no float in exponent notation in the figures (the table's ids, e-<uuid> and uuids, may hold "4e-7")
+    assert not re.search(r"\de-\d", row)
 
 
 def _turn(model_calls: int, usage: list[tuple[int, int]] | None, state: str = "completed") -> TurnFigures:
