@@ -198,13 +198,9 @@ async def start(
         if stored is not None:
             return stored, True
         run_id = str(uuid.uuid4())
-        row = RunRow(
-            id=run_id, suite_id=suite.id, user_id=caller.user_id, run_user=f"{caller.user_id}/suite-run/{run_id}",
-            request=_encoder.encode(req).decode(), estimated_usd=None, status="running", reason=None,
-            runner=runner.id, heartbeat_at=suite.created_at, verdict=None, created_at=suite.created_at,
-            finished_at=None,
-        )  # fmt: skip
-        rows, plan = await _planned(svc, runner, run_caller(row), cases, req, suite.name)
+        run_user = f"{caller.user_id}/suite-run/{run_id}"
+        reader = Caller(user_id=run_user, reads_as=caller.user_id)  # as run_caller gives it once the row exists
+        rows, plan = await _planned(svc, runner, reader, cases, req, suite.name)
         if req.dry_run:
             return plan, False
         if plan.refused:
@@ -213,7 +209,11 @@ async def start(
             raise Unprocessable("no case of this suite can be run: " + "; ".join(s["error"] for s in plan.skipped))
         async with svc.connection() as conn, conn.transaction():
             await svc.store.suite_runs.insert_run(
-                conn, (run_id, suite.id, caller.user_id, row.run_user), row.request, plan.estimated_usd, runner.id
+                conn,
+                (run_id, suite.id, caller.user_id, run_user),
+                _encoder.encode(req).decode(),
+                plan.estimated_usd,
+                runner.id,
             )
             await svc.store.suite_runs.insert_cases(conn, run_id, rows)
             answer = await read(svc, conn, caller, suite.id, run_id)
